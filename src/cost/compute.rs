@@ -1,0 +1,272 @@
+//! Compute time of one transformer layer on one rank, and the FLOP counts
+//! used for MFU/HFU.
+//!
+//! Kernel time is a roofline (Williams, Waterman & Patterson 2009):
+//! `max(flops / (peak · eff_gemm), bytes / (hbm · eff_mem)) + overhead`.
+//! A GEMM of shape `M×K · K×N` does `2·M·N·K` FLOPs and moves
+//! `2·(M·K + K·N + M·N)` bytes in bf16, so thin shards (high TP, small
+//! micro-batches) become bandwidth- and launch-bound on their own. Fused
+//! attention (Dao et al. 2022) runs at `eff_attention`; its backward is 2.5×
+//! the forward (five matmuls against two). Element-wise work (norms,
+//! residuals, activation functions, dropout, rotary) is bytes over HBM.
+//! Backward GEMMs are 2× forward (input and weight gradients).
+
+use crate::layout::Recompute;
+use crate::spec::{Gpu, Model};
+
+/// Rates of one GPU in SI units with efficiencies applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// Sustained GEMM rate, FLOP/s.
+    pub gemm_flops: f64,
+    /// Sustained fused-attention rate, FLOP/s.
+    pub attn_flops: f64,
+    /// Sustained HBM bandwidth, bytes/s.
+    pub hbm: f64,
+    /// Launch overhead per kernel, seconds.
+    pub overhead: f64,
+}
+
+impl Rates {
+    /// Rates of `gpu` for bf16 work.
+    pub fn of(gpu: &Gpu) -> Rates {
+        let peak = gpu.peak_tflops_bf16 * 1e12;
+        Rates {
+            gemm_flops: peak * gpu.efficiency.gemm,
+            attn_flops: peak * gpu.efficiency.attention,
+            hbm: gpu.hbm_bandwidth_gbs * 1e9 * gpu.efficiency.memory,
+            overhead: gpu.efficiency.kernel_overhead_us * 1e-6,
+        }
+    }
+}
+
+/// Time of one bf16 GEMM `[m×k]·[k×n]`, seconds (roofline plus launch).
+pub fn gemm_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
+    if m <= 0.0 || n <= 0.0 || k <= 0.0 {
+        return 0.0;
+    }
+    let flops = 2.0 * m * n * k;
+    let bytes = 2.0 * (m * k + k * n + m * n);
+    (flops / r.gemm_flops).max(bytes / r.hbm) + r.overhead
+}
+
+/// Time of one memory-bound kernel moving `bytes`, seconds.
+pub fn elementwise_time(bytes: f64, r: &Rates) -> f64 {
+    bytes / r.hbm + r.overhead
+}
+
+/// The local shape of one layer's work on one rank for one micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerShape {
+    /// Tokens of the micro-batch on this rank before SP: `b·s/C`.
+    pub tokens: f64,
+    /// Full sequence length s (keys each query attends to under CP).
+    pub seq: f64,
+    /// Tensor-parallel size T.
+    pub tp: f64,
+    /// Sequence parallelism on.
+    pub sp: bool,
+    /// Context-parallel size C.
+    pub cp: f64,
+    /// Fused (flash) attention.
+    pub flash: bool,
+}
+
+/// Forward time of one layer split into parts, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerTime {
+    /// Dense GEMMs (QKV, output projection, MLP or shared experts).
+    pub gemm: f64,
+    /// Attention core (scores and weighted sum).
+    pub attention: f64,
+    /// Memory-bound element-wise kernels.
+    pub elementwise: f64,
+    /// Routed-expert GEMMs (MoE layers).
+    pub expert_gemm: f64,
+}
+
+impl LayerTime {
+    /// Sum of the parts.
+    pub fn total(&self) -> f64 {
+        self.gemm + self.attention + self.elementwise + self.expert_gemm
+    }
+}
+
+/// Attention-core forward FLOPs of one layer for `tokens` queries attending
+/// over a causal sequence of `seq` keys, for all heads: `2·2·tokens·seq·q / 2`
+/// (QKᵀ and A·V, halved by the causal mask, as Megatron's
+/// `num_floating_point_operations`).
+pub fn attention_core_flops(model: &Model, tokens: f64, seq: f64) -> f64 {
+    let qk = model.q_width() as f64;
+    let v = model.attn_out_width() as f64;
+    // QKᵀ: 2·tokens·seq·qk, A·V: 2·tokens·seq·v, both halved (causal).
+    (2.0 * tokens * seq * qk + 2.0 * tokens * seq * v) / 2.0
+}
+
+/// Forward time of one layer on one rank for one micro-batch.
+///
+/// `moe_tokens_per_rank` is the routed token-expert pairs this rank computes
+/// (0 for a dense layer); `expert_ffn_local` the expert FFN width on this
+/// rank (expert FFN / ETP).
+pub fn layer_forward(
+    model: &Model,
+    sh: &LayerShape,
+    moe: bool,
+    moe_pairs_per_rank: f64,
+    expert_etp: f64,
+    r: &Rates,
+) -> LayerTime {
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let t = sh.tp;
+    let tok = sh.tokens;
+    let mut lt = LayerTime::default();
+    // Attention projections. Non-MLA: QKV [tok × h]·[h × (q+2kv)/T], output
+    // [tok × q/T]·[q/T × h]. MLA: one GEMM of the same FLOPs.
+    if model.mla.is_some() {
+        let n = model.attention_params() / h / t;
+        lt.gemm += gemm_time(tok, n, h, r);
+    } else {
+        let q = model.q_width() as f64;
+        let kv_local = if (a.kv_heads as f64) < t {
+            model.head_dim() as f64
+        } else {
+            model.kv_width() as f64 / t
+        };
+        lt.gemm += gemm_time(tok, q / t + 2.0 * kv_local, h, r);
+        lt.gemm += gemm_time(tok, h, q / t, r);
+    }
+    // MLP (dense) or shared experts (MoE).
+    let mats = if a.gated_mlp { 2.0 } else { 1.0 };
+    let ffn = if moe {
+        model
+            .moe
+            .as_ref()
+            .map(|m| m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64)
+            .unwrap_or(0.0)
+    } else {
+        a.ffn as f64
+    };
+    if ffn > 0.0 {
+        lt.gemm += gemm_time(tok, mats * ffn / t, h, r);
+        lt.gemm += gemm_time(tok, h, ffn / t, r);
+    }
+    // Routed experts: the rank's token-expert pairs through fc1 and fc2 of
+    // width expert_ffn / ETP.
+    if moe && let Some(m) = &model.moe {
+        let f = m.expert_ffn as f64 / expert_etp;
+        lt.expert_gemm += gemm_time(moe_pairs_per_rank, mats * f, h, r);
+        lt.expert_gemm += gemm_time(moe_pairs_per_rank, h, f, r);
+        // Router: [tok × h]·[h × experts].
+        lt.gemm += gemm_time(tok / if sh.sp { t } else { 1.0 }, m.experts as f64, h, r);
+    }
+    // Attention core for this rank's heads (1/T) and queries (1/C of s).
+    let core = attention_core_flops(model, tok, sh.seq) / t;
+    lt.attention = core / r.attn_flops + r.overhead;
+    if !sh.flash {
+        // Unfused: scores, softmax and dropout materialise b·(a/T)·(s/C)·s
+        // elements; softmax reads and writes them in bf16, dropout again.
+        let scores = tok * sh.seq * a.heads as f64 / t;
+        let passes = if a.dropout { 4.0 } else { 2.0 };
+        lt.attention += elementwise_time(2.0 * passes * scores, r);
+    }
+    // Element-wise traffic per token, bytes (bf16). Norm, residual and
+    // dropout act on the full hidden state, replicated across TP unless SP.
+    let rep = if sh.sp { tok / t } else { tok };
+    let norms = 2.0 * (2.0 * h + 2.0 * h);
+    let residual = 2.0 * (3.0 * 2.0 * h);
+    let dropout = if a.dropout { 2.0 * (2.0 * h + 2.0 * h + h) } else { 0.0 };
+    let hidden_bytes = rep * (norms + residual + dropout);
+    let act_width = if moe { ffn } else { a.ffn as f64 };
+    let act = if a.gated_mlp { 6.0 } else { 4.0 } * act_width / t;
+    let rope = if model.architecture.position_embedding == crate::spec::model::PositionEmbedding::Rope {
+        4.0 * (model.q_width() + model.kv_width()) as f64 / t
+    } else {
+        0.0
+    };
+    let mut local_bytes = tok * (act + rope);
+    if moe && let Some(m) = &model.moe {
+        // Expert activation function on routed pairs, plus permute/unpermute
+        // copies of the routed tokens (read+write, both directions).
+        let f = m.expert_ffn as f64 / expert_etp;
+        local_bytes += moe_pairs_per_rank * (if a.gated_mlp { 6.0 } else { 4.0 } * f + 8.0 * h);
+    }
+    // Six kernels of the hidden state, two of the local tensors.
+    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 7.0 * r.overhead;
+    lt
+}
+
+/// Backward time of one layer from its forward parts, seconds: GEMMs 2×
+/// (activation and weight gradients), fused attention 2.5× (Dao et al.
+/// 2022), element-wise 2×.
+pub fn layer_backward(f: &LayerTime) -> LayerTime {
+    LayerTime {
+        gemm: 2.0 * f.gemm,
+        attention: 2.5 * f.attention,
+        elementwise: 2.0 * f.elementwise,
+        expert_gemm: 2.0 * f.expert_gemm,
+    }
+}
+
+/// Forward time recomputed in backward, seconds: full recompute reruns the
+/// whole forward; selective reruns the attention core (only worth it without
+/// flash attention, which already recomputes scores).
+pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 {
+    match recompute {
+        Recompute::None => 0.0,
+        Recompute::Selective => {
+            if flash {
+                0.0
+            } else {
+                f.attention
+            }
+        }
+        Recompute::Full => f.total(),
+    }
+}
+
+/// Model FLOPs of one optimizer step (Megatron-LM
+/// `num_floating_point_operations`, FACTS §5): `6·B·s·[…]` for every GEMM
+/// (forward, input gradient, weight gradient) plus the causal attention core
+/// `6·B·s²·q` per layer (halved for the mask), logits included; routed
+/// experts count top-k only. Recompute is not counted (MFU convention).
+pub fn model_flops_per_step(model: &Model, global_batch: f64, seq: f64) -> f64 {
+    let tokens = global_batch * seq;
+    let per_token_params = model.dense_layers() as f64
+        * (model.attention_params() + model.mlp_params(model.architecture.ffn))
+        + model.moe_layers() as f64
+            * (model.attention_params()
+                + model.moe_shared_and_router_params()
+                + model.moe.as_ref().map(|m| m.top_k as f64).unwrap_or(0.0) * model.one_expert_params())
+        + (model.architecture.vocab * model.architecture.hidden) as f64;
+    let gemm = 6.0 * tokens * per_token_params;
+    let attn = 3.0 * model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq);
+    gemm + attn
+}
+
+/// Forward FLOPs recomputed per step: full recompute reruns every layer's
+/// forward; selective without flash reruns the attention core.
+pub fn recompute_flops_per_step(model: &Model, global_batch: f64, seq: f64, recompute: Recompute, flash: bool) -> f64 {
+    match recompute {
+        Recompute::None => 0.0,
+        Recompute::Selective => {
+            if flash {
+                0.0
+            } else {
+                model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq)
+            }
+        }
+        Recompute::Full => {
+            // One more forward of every transformer layer: a third of the
+            // layers' model FLOPs (the logits are not recomputed).
+            let logits = 6.0 * global_batch * seq * (model.architecture.vocab * model.architecture.hidden) as f64;
+            (model_flops_per_step(model, global_batch, seq) - logits) / 3.0
+        }
+    }
+}
+
+/// FLOPs of one step by Narayanan et al. 2021, Eq. 3 (GPT, with full
+/// recompute counted): `96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`.
+pub fn narayanan_eq3_flops(layers: f64, hidden: f64, vocab: f64, global_batch: f64, seq: f64) -> f64 {
+    96.0 * global_batch * seq * layers * hidden * hidden * (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
+}

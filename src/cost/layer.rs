@@ -1,0 +1,276 @@
+//! Costs of one item of the model (a dense layer, an MoE layer, the
+//! embedding, the output layer with its loss) for one layout, per micro-batch
+//! on one rank. The stage model and the ILP both add these up.
+
+use serde::Serialize;
+
+use crate::cost::comm;
+use crate::cost::compute::{self, LayerShape, LayerTime};
+use crate::cost::memory::{self, ActivationTerms};
+use crate::cost::Problem;
+use crate::layout::{Layout, Placement, Recompute};
+
+/// Cost of one item on one rank for one micro-batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ItemCost {
+    /// Forward compute, seconds.
+    pub fwd_compute: f64,
+    /// Backward compute (without recompute), seconds.
+    pub bwd_compute: f64,
+    /// Recomputed forward inside backward, seconds.
+    pub recompute: f64,
+    /// Exposed tensor-parallel communication, forward + backward, seconds.
+    pub tp_comm: f64,
+    /// Exposed context-parallel KV exchange, forward + backward, seconds.
+    pub cp_comm: f64,
+    /// Expert all-to-all (dispatch + combine), forward + backward, seconds.
+    pub ep_comm: f64,
+    /// Parameters the rank holds that shard over the dense DP·CP group.
+    pub params: f64,
+    /// Expert parameters the rank holds (shard over expert DP).
+    pub expert_params: f64,
+    /// Saved activation bytes per micro-batch in flight.
+    pub activation: f64,
+    /// Bytes of the same item if nothing were recomputed (working set while
+    /// backward runs).
+    pub working_set: f64,
+}
+
+impl ItemCost {
+    /// Forward + backward + recompute + exposed communication, seconds.
+    pub fn time(&self) -> f64 {
+        self.fwd_compute + self.bwd_compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+    }
+
+    /// Forward time only (compute and its exposed communication), seconds.
+    pub fn fwd_time(&self) -> f64 {
+        self.fwd_compute + 0.5 * (self.tp_comm + self.cp_comm + self.ep_comm)
+    }
+}
+
+/// Costs of every kind of item for one layout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LayerCosts {
+    /// A dense transformer layer.
+    pub dense: ItemCost,
+    /// An MoE transformer layer (zero for dense models).
+    pub moe: ItemCost,
+    /// The input embedding (first stage).
+    pub embedding: ItemCost,
+    /// Final norm, output layer, logits and loss (last stage).
+    pub output: ItemCost,
+    /// Pipeline point-to-point time per micro-batch per chunk boundary,
+    /// forward + backward, seconds.
+    pub p2p: f64,
+    /// Local tokens per micro-batch on one rank, `b·s/C`.
+    pub tokens: f64,
+}
+
+/// Vocabulary padded as Megatron does: up to a multiple of `128·T`.
+pub fn padded_vocab(vocab: u64, tp: u32) -> u64 {
+    let m = 128 * tp as u64;
+    vocab.div_ceil(m) * m
+}
+
+/// Parameters of one layer's attention held by one TP rank: matrices ÷ T,
+/// but K/V are replicated once T exceeds the KV heads (current Megatron).
+fn attention_params_rank(pr: &Problem, tp: f64) -> f64 {
+    let m = pr.model;
+    let total = m.attention_params();
+    if m.mla.is_some() {
+        return total / tp;
+    }
+    let g = m.architecture.kv_heads as f64;
+    let kv = 2.0 * m.architecture.hidden as f64 * m.kv_width() as f64;
+    (total - kv) / tp + kv / tp.min(g)
+}
+
+fn tp_collective(bytes: f64, pl: &Placement, pr: &Problem) -> f64 {
+    comm::all_reduce(bytes, pl.tp, &pr.links)
+}
+
+/// Exposed part of TP communication `comm` next to GEMM time `gemm`.
+/// Without overlap all of it; with `--tp-comm-overlap` (needs SP) the
+/// collective is split into T ring steps pipelined with GEMM chunks, so only
+/// the first chunk and whatever exceeds the GEMM stays exposed.
+fn exposed_tp(comm: f64, gemm: f64, overlap: bool, tp: f64) -> f64 {
+    if overlap {
+        (comm - gemm).max(0.0) + comm / tp
+    } else {
+        comm
+    }
+}
+
+/// Costs of every item kind for layout `l` (per micro-batch on one rank).
+pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
+    let model = pr.model;
+    let a = &model.architecture;
+    let job = pr.job;
+    let h = a.hidden as f64;
+    let tp = l.tp as f64;
+    let cp = l.cp as f64;
+    let seq = job.seq_len as f64;
+    let tokens = l.micro_batch as f64 * seq / cp;
+    let shape = LayerShape {
+        tokens,
+        seq,
+        tp,
+        sp: l.sp && l.tp > 1,
+        cp,
+        flash: job.flash_attention,
+    };
+    let overlap_tp = job.tp_comm_overlap && shape.sp;
+    let rep_div = if shape.sp { tp } else { 1.0 };
+
+    // TP: two all-reduce equivalents per layer in forward (attention and
+    // MLP outputs; with SP all-gather + reduce-scatter pairs of the same
+    // volume), two in backward, and forward's again under full recompute.
+    let tp_bytes = tokens * h * 2.0;
+    let tp_one = if l.tp > 1 { tp_collective(tp_bytes, pl, pr) } else { 0.0 };
+    let passes = if l.recompute == Recompute::Full { 3.0 } else { 2.0 };
+
+    // CP ring: C−1 steps each way, each moving this rank's K and V chunk
+    // (GQA-narrow, ÷T), overlapped with 1/C of the attention core.
+    let kv_local = if model.mla.is_some() {
+        (model.q_width() + model.attn_out_width()) as f64 / 2.0 / tp
+    } else {
+        (model.kv_width() as f64 / tp).max(model.head_dim() as f64)
+    };
+    let kv_bytes = tokens * 2.0 * kv_local * 2.0;
+    let cp_cost = |attn_f: f64| -> f64 {
+        if l.cp <= 1 {
+            return 0.0;
+        }
+        let step = comm::p2p(kv_bytes, pl.cp.crosses_domains(), &pr.links);
+        let steps = cp - 1.0;
+        let f = steps * (step - attn_f / cp).max(0.0);
+        let b = steps * (2.0 * step - 2.5 * attn_f / cp).max(0.0);
+        let r = if l.recompute == Recompute::Full { f } else { 0.0 };
+        f + b + r
+    };
+
+    let dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
+    let attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
+    let item = |moe: bool| -> ItemCost {
+        let (pairs, etp) = match (&model.moe, moe) {
+            (Some(m), true) => {
+                let etp = l.etp as f64;
+                (tokens / tp * m.top_k as f64 * etp * job.moe_imbalance, etp)
+            }
+            _ => (0.0, 1.0),
+        };
+        let f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
+        let b = compute::layer_backward(&f);
+        let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
+        // TP collectives: a dense layer has two per pass; an MoE layer has
+        // the attention one, plus one on the ETP group if experts are split.
+        let tp_count = if moe { 1.0 } else { 2.0 };
+        let mut tp_comm = tp_count * passes * tp_one;
+        if moe && l.etp > 1 {
+            let etp_span = crate::layout::GroupSpan::of(l.etp, 1, pr.cluster.fast_domain());
+            tp_comm += passes * comm::all_reduce(tp_bytes * l.etp as f64 / tp, etp_span, &pr.links);
+        }
+        // GEMM time the collectives can hide under: forward, backward (2×) and
+        // the recomputed forward.
+        let tp_comm = exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp);
+        let ep_comm = if moe && l.ep > 1 {
+            // Dispatch and combine, each an all-to-all of the routed pairs'
+            // hidden states, in forward and again in backward (and in the
+            // recomputed forward).
+            let bytes = pairs / etp * h * 2.0;
+            2.0 * passes * comm::all_to_all(bytes, pl.ep, &pr.links)
+        } else {
+            0.0
+        };
+        let (params, expert_params, act, working) = if moe {
+            let attn = attention_params_rank(pr, tp) + 2.0 * model.norm_params();
+            let shared = model
+                .moe
+                .as_ref()
+                .map(|m| {
+                    m.shared_experts as f64 * model.mlp_params(m.shared_expert_ffn.unwrap_or(m.expert_ffn)) / tp
+                        + h * m.experts as f64
+                })
+                .unwrap_or(0.0);
+            let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
+            let attn_act = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
+            let exp_act = memory::moe_expert_activation_bytes(model, pairs, etp, tokens / tp);
+            let full = if l.recompute == Recompute::Full { 0.0 } else { exp_act };
+            let working = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention)
+                + exp_act;
+            (attn + shared, experts, attn_act + full, working)
+        } else {
+            let params = attention_params_rank(pr, tp) + model.mlp_params(a.ffn) / tp + 2.0 * model.norm_params();
+            let act = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
+            let working = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention);
+            (params, 0.0, act, working)
+        };
+        ItemCost {
+            fwd_compute: f.total(),
+            bwd_compute: b.total(),
+            recompute: rc,
+            tp_comm,
+            cp_comm: cp_cost(f.attention),
+            ep_comm,
+            params,
+            expert_params,
+            activation: act,
+            working_set: working,
+        }
+    };
+    let dense = item(false);
+    let moe = if model.moe.is_some() { item(true) } else { ItemCost::default() };
+
+    // Embedding: a lookup (memory-bound) and its gradient; weights V·h/T.
+    let vocab = padded_vocab(a.vocab, l.tp) as f64;
+    let pos = if a.position_embedding == crate::spec::model::PositionEmbedding::Learned {
+        (a.max_seq * a.hidden) as f64
+    } else {
+        0.0
+    };
+    let emb_bytes = tokens * h * 2.0;
+    let embedding = ItemCost {
+        fwd_compute: compute::elementwise_time(2.0 * emb_bytes, &pr.rates),
+        bwd_compute: compute::elementwise_time(3.0 * emb_bytes, &pr.rates),
+        tp_comm: if l.tp > 1 { tp_one * if shape.sp { 0.5 } else { 1.0 } } else { 0.0 },
+        params: vocab * h / tp + pos,
+        activation: emb_bytes / rep_div,
+        ..ItemCost::default()
+    };
+
+    // Output layer [tokens × h]·[h × V/T], fp32 cross-entropy over V/T
+    // (several passes), final norm. The tied case keeps a copy of the
+    // embedding on the last stage when p > 1 (Megatron).
+    let out_f = compute::gemm_time(tokens, vocab / tp, h, &pr.rates);
+    let ce_bytes = tokens * vocab / tp * 4.0 * 3.0;
+    let out_params = if !a.tied_embeddings || l.pp > 1 {
+        vocab * h / tp
+    } else {
+        0.0
+    } + model.norm_params();
+    let output = ItemCost {
+        fwd_compute: out_f + compute::elementwise_time(ce_bytes, &pr.rates),
+        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bytes, &pr.rates),
+        tp_comm: if l.tp > 1 { 2.0 * tp_one } else { 0.0 },
+        params: out_params,
+        activation: tokens * h * 2.0 / rep_div,
+        working_set: memory::logits_bytes(tokens, vocab, tp),
+        ..ItemCost::default()
+    };
+
+    // Pipeline p2p per micro-batch and chunk boundary: activations forward,
+    // gradients backward, `b·(s/C)·h` bf16 (÷T with SP's scattered send).
+    let p2p = if l.pp > 1 {
+        2.0 * comm::p2p(tokens * h * 2.0 / rep_div, pl.pp.crosses_domains(), &pr.links)
+    } else {
+        0.0
+    };
+    LayerCosts {
+        dense,
+        moe,
+        embedding,
+        output,
+        p2p,
+        tokens,
+    }
+}

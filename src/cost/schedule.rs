@@ -1,0 +1,61 @@
+//! Pipeline schedule time and bubble.
+//!
+//! 1F1B with equal stages takes `(m + p − 1)·(t_f + t_b)` (Narayanan et al.
+//! 2021); interleaved with v chunks `(m + (p−1)/v)·(t_f + t_b)`. For unequal
+//! stages the slowest stage paces the steady state and every stage adds its
+//! own fill and drain: `(m − 1)·max_i t_i + Σ_i t_i` (DESIGN §5), and with v
+//! chunks the fill/drain part shrinks by v. The ideal bubble fraction is
+//! `(p − 1)/(m + p − 1)` (seed 000: not `(p − 1)/m`).
+
+/// Time of the pipeline part of one step, seconds.
+///
+/// `stage_times[i]` is pipeline rank i's time for one micro-batch, forward
+/// plus backward (all its v chunks), including its point-to-point sends.
+/// Returns `m·max + (Σ − max)/v`, which is `(m − 1)·max + Σ` for v = 1.
+pub fn pipeline_time(stage_times: &[f64], m: u64, vpp: u32) -> f64 {
+    let max = stage_times.iter().copied().fold(0.0, f64::max);
+    let sum: f64 = stage_times.iter().sum();
+    m as f64 * max + (sum - max) / vpp.max(1) as f64
+}
+
+/// Idle time of the pipeline part, seconds: pipeline time minus the busy
+/// time of the slowest stage, `pipeline_time − m·max_i t_i`.
+pub fn bubble_time(stage_times: &[f64], m: u64, vpp: u32) -> f64 {
+    let max = stage_times.iter().copied().fold(0.0, f64::max);
+    pipeline_time(stage_times, m, vpp) - m as f64 * max
+}
+
+/// Ideal bubble fraction of 1F1B (seed 000): `(p − 1)/(m + p − 1)`;
+/// interleaved: `((p − 1)/v)/(m + (p − 1)/v)`.
+pub fn ideal_bubble_fraction(pp: u32, m: u64, vpp: u32) -> f64 {
+    let fill = (pp as f64 - 1.0) / vpp.max(1) as f64;
+    fill / (m as f64 + fill)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bubble_fraction_seed_000() {
+        // p = 32, m = 32: 31/63, not 31/32.
+        assert!((ideal_bubble_fraction(32, 32, 1) - 31.0 / 63.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn equal_stages_match_closed_form() {
+        // p = 4, m = 8, t = 1: (m + p − 1)·t = 11; interleaved v = 2: 8 + 3/2.
+        let t = [1.0; 4];
+        assert_eq!(pipeline_time(&t, 8, 1), 11.0);
+        assert_eq!(pipeline_time(&t, 8, 2), 9.5);
+        assert_eq!(bubble_time(&t, 8, 1), 3.0);
+        // The bubble share of the pipeline time is the ideal fraction.
+        assert!((bubble_time(&t, 8, 1) / pipeline_time(&t, 8, 1) - ideal_bubble_fraction(4, 8, 1)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn unequal_stages() {
+        // (m − 1)·max + Σ = 3·2 + (1 + 2 + 1) = 10.
+        assert_eq!(pipeline_time(&[1.0, 2.0, 1.0], 4, 1), 10.0);
+    }
+}

@@ -1,0 +1,418 @@
+//! One parallel layout and the placement of its ranks.
+//!
+//! A layout fixes the mesh sizes (D, T, p, C, with E and ETP carved out of
+//! T·C·D for MoE layers), the micro-batch size b, virtual stages v,
+//! recompute, ZeRO stage, sequence parallelism and the rank order. Rank
+//! placement follows Megatron-LM's `RankGenerator`: in the order string the
+//! first token varies fastest (`tp-cp-ep-dp-pp`: TP ranks are adjacent).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    /// Keep every activation.
+    None,
+    /// Recompute the attention core (score, softmax, dropout) in backward.
+    Selective,
+    /// Keep only each layer's input; recompute the whole layer in backward.
+    Full,
+}
+
+impl Recompute {
+    /// All variants, in search order.
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+
+    /// Short name as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Rank order: which axis varies fastest over consecutive global ranks.
+/// Megatron's default is `tp-cp-ep-dp-pp`; `--use-tp-pp-dp-mapping` switches
+/// to `tp-cp-ep-pp-dp` (`../shared/megatron/FACTS.md` §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+pub enum RankOrder {
+    /// `tp-cp-ep-dp-pp` (Megatron default): DP inside PP.
+    #[serde(rename = "tp-cp-ep-dp-pp")]
+    #[value(name = "tp-cp-ep-dp-pp")]
+    TpCpEpDpPp,
+    /// `tp-cp-ep-pp-dp` (`--use-tp-pp-dp-mapping`): PP inside DP.
+    #[serde(rename = "tp-cp-ep-pp-dp")]
+    #[value(name = "tp-cp-ep-pp-dp")]
+    TpCpEpPpDp,
+}
+
+impl RankOrder {
+    /// Both orders, in search order.
+    pub const ALL: [RankOrder; 2] = [RankOrder::TpCpEpDpPp, RankOrder::TpCpEpPpDp];
+
+    /// The order string as Megatron spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RankOrder::TpCpEpDpPp => "tp-cp-ep-dp-pp",
+            RankOrder::TpCpEpPpDp => "tp-cp-ep-pp-dp",
+        }
+    }
+}
+
+impl fmt::Display for RankOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A parallel layout: everything the search chooses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Data-parallel size D.
+    pub dp: u32,
+    /// Tensor-parallel size T.
+    pub tp: u32,
+    /// Pipeline-parallel size p.
+    pub pp: u32,
+    /// Context-parallel size C.
+    pub cp: u32,
+    /// Expert-parallel size E (carved out of T·C·D; 1 for dense models).
+    pub ep: u32,
+    /// Expert tensor-parallel size ETP (1 for dense models).
+    pub etp: u32,
+    /// Virtual pipeline stages per rank v (1 = plain 1F1B).
+    pub vpp: u32,
+    /// Micro-batch size b, sequences.
+    pub micro_batch: u32,
+    /// Activation recomputation.
+    pub recompute: Recompute,
+    /// ZeRO stage 0–3 (1 = Megatron's distributed optimizer).
+    pub zero: u8,
+    /// Megatron sequence parallelism (reuses the TP group).
+    pub sp: bool,
+    /// Rank order.
+    pub order: RankOrder,
+    /// Transformer layers per pipeline stage (p·v entries, in model order);
+    /// `None` means a uniform split.
+    pub split: Option<Vec<u32>>,
+}
+
+impl Layout {
+    /// World size N = D·T·p·C.
+    pub fn world(&self) -> u64 {
+        self.dp as u64 * self.tp as u64 * self.pp as u64 * self.cp as u64
+    }
+
+    /// Micro-batches per step per replica, m = B / (D·b); `None` if B is not
+    /// divisible by D·b.
+    pub fn micro_batches(&self, global_batch: u64) -> Option<u64> {
+        let per = self.dp as u64 * self.micro_batch as u64;
+        if per == 0 || global_batch % per != 0 {
+            None
+        } else {
+            Some(global_batch / per)
+        }
+    }
+
+    /// Expert data-parallel size EDP = T·C·D / (E·ETP).
+    pub fn edp(&self) -> u32 {
+        (self.tp * self.cp * self.dp) / (self.ep * self.etp).max(1)
+    }
+
+    /// A compact one-line description (`D8 T8 p1 C1 v1 b1 none Z1 SP`).
+    pub fn short(&self) -> String {
+        let mut s = format!(
+            "dp={} tp={} pp={} cp={}",
+            self.dp, self.tp, self.pp, self.cp
+        );
+        if self.ep > 1 || self.etp > 1 {
+            s.push_str(&format!(" ep={} etp={}", self.ep, self.etp));
+        }
+        s.push_str(&format!(
+            " vpp={} mbs={} recompute={} zero={} sp={} order={}",
+            self.vpp,
+            self.micro_batch,
+            self.recompute,
+            self.zero,
+            if self.sp { "on" } else { "off" },
+            self.order
+        ));
+        s
+    }
+}
+
+/// Axis of the dense mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Axis {
+    /// Tensor parallel.
+    Tp,
+    /// Context parallel.
+    Cp,
+    /// Expert parallel (expert grid only).
+    Ep,
+    /// Data parallel.
+    Dp,
+    /// Pipeline parallel.
+    Pp,
+}
+
+/// Where the ranks of one process group sit: how many nodes it spans and how
+/// many of its ranks share a node. This is what decides which link a
+/// collective uses (field case P1: placement, not the group size, decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSpan {
+    /// Ranks in the group.
+    pub size: u32,
+    /// Ranks of the group inside one fast (NVLink) domain.
+    pub per_domain: u32,
+    /// Fast domains (nodes) the group spans.
+    pub domains: u32,
+}
+
+impl GroupSpan {
+    /// A group of one rank.
+    pub const SINGLE: GroupSpan = GroupSpan {
+        size: 1,
+        per_domain: 1,
+        domains: 1,
+    };
+
+    /// The span of a group of `size` ranks whose consecutive members are
+    /// `stride` global ranks apart, with `domain` GPUs per fast domain and
+    /// domains aligned to multiples of `domain` ranks.
+    ///
+    /// Ranks are `base + i·stride`; for the group starting at rank 0 the
+    /// domain of member i is `⌊i·stride / domain⌋`. Every group of an axis
+    /// has the same shape when sizes are products of the mesh factors, so the
+    /// first group stands for all.
+    pub fn of(size: u32, stride: u64, domain: u32) -> GroupSpan {
+        if size <= 1 {
+            return GroupSpan::SINGLE;
+        }
+        let domain = domain.max(1) as u64;
+        if stride >= domain {
+            // Every member in a different domain.
+            return GroupSpan {
+                size,
+                per_domain: 1,
+                domains: size,
+            };
+        }
+        let span = stride * size as u64;
+        if span <= domain {
+            return GroupSpan {
+                size,
+                per_domain: size,
+                domains: 1,
+            };
+        }
+        // Members fill a domain `domain/stride` at a time.
+        let per = (domain / stride).max(1) as u32;
+        let per = per.min(size);
+        GroupSpan {
+            size,
+            per_domain: per,
+            domains: size.div_ceil(per),
+        }
+    }
+
+    /// Whether the group crosses a fast-domain boundary.
+    pub fn crosses_domains(&self) -> bool {
+        self.domains > 1
+    }
+}
+
+/// Sizes and strides of every axis for one layout, and the span of each
+/// axis' groups on the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// TP group.
+    pub tp: GroupSpan,
+    /// CP group.
+    pub cp: GroupSpan,
+    /// DP group (dense parameters).
+    pub dp: GroupSpan,
+    /// The gradient-sharding group DP·CP (Megatron shards over `dp-cp`).
+    pub dp_cp: GroupSpan,
+    /// PP group (stage neighbours).
+    pub pp: GroupSpan,
+    /// EP group (expert grid).
+    pub ep: GroupSpan,
+    /// Expert data-parallel group (expert grid).
+    pub edp: GroupSpan,
+}
+
+/// Stride of each axis of the dense grid under `order`: TP, CP, DP, PP.
+pub fn dense_strides(l: &Layout) -> (u64, u64, u64, u64) {
+    let tp = 1u64;
+    let cp = l.tp as u64;
+    let inner = cp * l.cp as u64;
+    match l.order {
+        RankOrder::TpCpEpDpPp => {
+            let dp = inner;
+            let pp = dp * l.dp as u64;
+            (tp, cp, dp, pp)
+        }
+        RankOrder::TpCpEpPpDp => {
+            let pp = inner;
+            let dp = pp * l.pp as u64;
+            (tp, cp, dp, pp)
+        }
+    }
+}
+
+impl Placement {
+    /// Place `layout` on domains of `domain` GPUs (the cluster's NVLink
+    /// domain; Megatron places consecutive ranks on one node).
+    pub fn new(l: &Layout, domain: u32) -> Placement {
+        let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
+        // dp-cp: CP members are s_cp apart, DP members s_dp apart. In both
+        // orders CP is inside DP, so the group is CP·D ranks: when CP and DP
+        // are adjacent (tp-cp-ep-dp-pp: s_dp = s_cp·C) the union is a
+        // strided block of stride s_cp.
+        let dp_cp = if l.cp == 1 {
+            GroupSpan::of(l.dp, s_dp, domain)
+        } else if s_dp == s_cp * l.cp as u64 {
+            GroupSpan::of(l.cp * l.dp, s_cp, domain)
+        } else {
+            // CP block, then DP blocks far apart.
+            let cp = GroupSpan::of(l.cp, s_cp, domain);
+            let dp = GroupSpan::of(l.dp, s_dp, domain);
+            GroupSpan {
+                size: l.cp * l.dp,
+                per_domain: cp.per_domain * if dp.domains == 1 { l.dp } else { 1 },
+                domains: cp.domains * dp.domains,
+            }
+        };
+        // Expert grid: TP×CP×DP re-sliced as ETP×EP×EDP, ETP fastest, in the
+        // same rank positions (FACTS §3): EP members are ETP apart.
+        let ep = GroupSpan::of(l.ep, l.etp as u64, domain);
+        let edp_stride = (l.etp * l.ep) as u64;
+        // EDP members continue through CP/DP positions; when the expert block
+        // ETP·EP is smaller than TP·CP they stay within a domain more often.
+        let edp = if l.ep * l.etp >= l.tp * l.cp {
+            // Beyond the TP·CP block the stride grows into DP territory.
+            let block = (l.ep * l.etp / (l.tp * l.cp)).max(1) as u64;
+            GroupSpan::of(l.edp(), s_dp * block, domain)
+        } else {
+            GroupSpan::of(l.edp(), edp_stride, domain)
+        };
+        Placement {
+            tp: GroupSpan::of(l.tp, s_tp, domain),
+            cp: GroupSpan::of(l.cp, s_cp, domain),
+            dp: GroupSpan::of(l.dp, s_dp, domain),
+            dp_cp,
+            pp: GroupSpan::of(l.pp, s_pp, domain),
+            ep,
+            edp,
+        }
+    }
+}
+
+/// Coordinates of a global rank in the dense grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coords {
+    /// Data-parallel index.
+    pub dp: u32,
+    /// Tensor-parallel index.
+    pub tp: u32,
+    /// Pipeline stage.
+    pub pp: u32,
+    /// Context-parallel index.
+    pub cp: u32,
+    /// Expert-parallel index (expert grid).
+    pub ep: u32,
+}
+
+/// Coordinates of global `rank` (Megatron's `RankGenerator`: rank = Σ
+/// index·stride with strides from the order string).
+pub fn coords_of(l: &Layout, rank: u64) -> Coords {
+    let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
+    let idx = |stride: u64, size: u32| ((rank / stride) % size as u64) as u32;
+    // Expert grid: the position inside the T·C·D block of the stage.
+    let inner = match l.order {
+        RankOrder::TpCpEpDpPp => rank % (l.tp as u64 * l.cp as u64 * l.dp as u64),
+        RankOrder::TpCpEpPpDp => {
+            let tc = l.tp as u64 * l.cp as u64;
+            let dp = (rank / s_dp) % l.dp as u64;
+            (rank % tc) + tc * dp
+        }
+    };
+    Coords {
+        tp: idx(s_tp, l.tp),
+        cp: idx(s_cp, l.cp),
+        dp: idx(s_dp, l.dp),
+        pp: idx(s_pp, l.pp),
+        ep: ((inner / l.etp.max(1) as u64) % l.ep.max(1) as u64) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(dp: u32, tp: u32, pp: u32, cp: u32, order: RankOrder) -> Layout {
+        Layout {
+            dp,
+            tp,
+            pp,
+            cp,
+            ep: 1,
+            etp: 1,
+            vpp: 1,
+            micro_batch: 1,
+            recompute: Recompute::None,
+            zero: 1,
+            sp: false,
+            order,
+            split: None,
+        }
+    }
+
+    #[test]
+    fn megatron_worked_example_coordinates() {
+        // FACTS.md §3: world 16, TP2 CP2 DP2 PP2, default order:
+        // tp [0,1]; cp [0,2]; dp [0,4]; pp [0,8].
+        let l = layout(2, 2, 2, 2, RankOrder::TpCpEpDpPp);
+        assert_eq!(coords_of(&l, 1).tp, 1);
+        assert_eq!(coords_of(&l, 2).cp, 1);
+        assert_eq!(coords_of(&l, 4).dp, 1);
+        assert_eq!(coords_of(&l, 8).pp, 1);
+        let c = coords_of(&l, 0);
+        assert_eq!((c.tp, c.cp, c.dp, c.pp), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn group_span_by_stride() {
+        // 8 GPUs per node. TP8 stride 1: one node.
+        assert_eq!(GroupSpan::of(8, 1, 8), GroupSpan { size: 8, per_domain: 8, domains: 1 });
+        // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
+        assert_eq!(GroupSpan::of(8, 8, 8), GroupSpan { size: 8, per_domain: 1, domains: 8 });
+        // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
+        assert_eq!(GroupSpan::of(16, 2, 8), GroupSpan { size: 16, per_domain: 4, domains: 4 });
+    }
+
+    #[test]
+    fn order_moves_pp_inside_dp() {
+        // D8 T8 p1 vs p2: with tp-cp-ep-pp-dp the PP neighbours are adjacent
+        // nodes' worth of ranks apart (stride T = 8), DP stride 16.
+        let l = layout(4, 8, 2, 1, RankOrder::TpCpEpPpDp);
+        let (_, _, s_dp, s_pp) = dense_strides(&l);
+        assert_eq!((s_dp, s_pp), (16, 8));
+        let l = layout(4, 8, 2, 1, RankOrder::TpCpEpDpPp);
+        let (_, _, s_dp, s_pp) = dense_strides(&l);
+        assert_eq!((s_dp, s_pp), (8, 32));
+    }
+}

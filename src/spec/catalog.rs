@@ -1,0 +1,210 @@
+//! The catalog of model cards, GPU and cluster profiles.
+//!
+//! The files shipped in `models/` and `hardware/` are compiled into the
+//! binary, so `meshplan` works from any directory. A user adds or overrides
+//! entries with `--models-dir` / `--hardware-dir` (same file format); a file
+//! whose `name` matches a shipped entry replaces it.
+
+use std::path::{Path, PathBuf};
+
+use include_dir::{Dir, include_dir};
+
+use crate::error::InputError;
+use crate::spec::hardware::{Cluster, Gpu};
+use crate::spec::model::Model;
+
+static MODELS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/models");
+static GPUS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/hardware/gpus");
+static CLUSTERS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/hardware/clusters");
+
+/// Every known model, GPU and cluster.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// Model cards, in name order.
+    pub models: Vec<Model>,
+    /// GPU profiles, in name order.
+    pub gpus: Vec<Gpu>,
+    /// Cluster profiles, in name order.
+    pub clusters: Vec<Cluster>,
+}
+
+fn embedded(dir: &Dir<'_>, prefix: &str) -> Vec<(PathBuf, String)> {
+    let mut out: Vec<(PathBuf, String)> = dir
+        .files()
+        .filter(|f| f.path().extension().is_some_and(|e| e == "toml"))
+        .filter_map(|f| {
+            f.contents_utf8()
+                .map(|t| (Path::new(prefix).join(f.path()), t.to_string()))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn read_dir_toml(dir: &Path) -> Result<Vec<(PathBuf, String)>, InputError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| InputError::Io {
+        file: dir.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|source| InputError::Io {
+                file: dir.to_path_buf(),
+                source,
+            })?
+            .path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).map_err(|source| InputError::Io {
+                file: path.clone(),
+                source,
+            })?;
+            out.push((path, text));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn upsert<T>(list: &mut Vec<T>, item: T, name: impl Fn(&T) -> &str) {
+    if let Some(slot) = list.iter_mut().find(|x| name(x) == name(&item)) {
+        *slot = item;
+    } else {
+        list.push(item);
+    }
+}
+
+impl Catalog {
+    /// The shipped catalog (compiled into the binary).
+    ///
+    /// # Errors
+    /// Only if a shipped file is broken, which the test suite rules out.
+    pub fn shipped() -> Result<Catalog, InputError> {
+        let mut c = Catalog::default();
+        for (path, text) in embedded(&MODELS, "models") {
+            c.models.push(Model::from_toml(&text, &path)?);
+        }
+        for (path, text) in embedded(&GPUS, "hardware/gpus") {
+            c.gpus.push(Gpu::from_toml(&text, &path)?);
+        }
+        for (path, text) in embedded(&CLUSTERS, "hardware/clusters") {
+            c.clusters.push(Cluster::from_toml(&text, &path)?);
+        }
+        c.check_links()?;
+        Ok(c)
+    }
+
+    /// Add the model cards of a directory (`*.toml`), replacing same-named ones.
+    ///
+    /// # Errors
+    /// [`InputError::Io`] if the directory or a file cannot be read; the
+    /// parse errors of [`Model::from_toml`].
+    pub fn add_models_dir(&mut self, dir: &Path) -> Result<(), InputError> {
+        for (path, text) in read_dir_toml(dir)? {
+            upsert(&mut self.models, Model::from_toml(&text, &path)?, |m| &m.name);
+        }
+        Ok(())
+    }
+
+    /// Add the profiles of a hardware directory (`gpus/*.toml`,
+    /// `clusters/*.toml`), replacing same-named ones.
+    ///
+    /// # Errors
+    /// As [`Catalog::add_models_dir`]; also a cluster naming an unknown GPU.
+    pub fn add_hardware_dir(&mut self, dir: &Path) -> Result<(), InputError> {
+        let gpus = dir.join("gpus");
+        if gpus.is_dir() {
+            for (path, text) in read_dir_toml(&gpus)? {
+                upsert(&mut self.gpus, Gpu::from_toml(&text, &path)?, |g| &g.name);
+            }
+        }
+        let clusters = dir.join("clusters");
+        if clusters.is_dir() {
+            for (path, text) in read_dir_toml(&clusters)? {
+                upsert(&mut self.clusters, Cluster::from_toml(&text, &path)?, |c| &c.name);
+            }
+        }
+        if !gpus.is_dir() && !clusters.is_dir() {
+            return Err(InputError::field(
+                dir,
+                "gpus/, clusters/",
+                "neither subdirectory exists; a hardware directory holds gpus/*.toml and clusters/*.toml",
+            ));
+        }
+        self.check_links()
+    }
+
+    fn check_links(&self) -> Result<(), InputError> {
+        for c in &self.clusters {
+            if self.gpus.iter().all(|g| g.name != c.gpu) {
+                return Err(InputError::field(
+                    format!("hardware/clusters/{}.toml", c.name),
+                    "gpu",
+                    format!("unknown GPU `{}`; known GPUs: {}", c.gpu, self.gpu_names()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn gpu_names(&self) -> String {
+        self.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Find a model by name or alias (case-insensitive).
+    ///
+    /// # Errors
+    /// [`InputError::Unknown`] listing the known names.
+    pub fn model(&self, name: &str) -> Result<&Model, InputError> {
+        let key = name.to_ascii_lowercase();
+        self.models
+            .iter()
+            .find(|m| m.name.eq_ignore_ascii_case(&key) || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(&key)))
+            .ok_or_else(|| InputError::Unknown {
+                kind: "model",
+                name: name.to_string(),
+                known: self
+                    .models
+                    .iter()
+                    .map(|m| {
+                        if m.aliases.is_empty() {
+                            m.name.clone()
+                        } else {
+                            format!("{} ({})", m.name, m.aliases.join(", "))
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Find a cluster by name (case-insensitive).
+    ///
+    /// # Errors
+    /// [`InputError::Unknown`] listing the known names.
+    pub fn cluster(&self, name: &str) -> Result<&Cluster, InputError> {
+        self.clusters
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| InputError::Unknown {
+                kind: "cluster",
+                name: name.to_string(),
+                known: self.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+            })
+    }
+
+    /// Find a GPU by name (case-insensitive).
+    ///
+    /// # Errors
+    /// [`InputError::Unknown`] listing the known names.
+    pub fn gpu(&self, name: &str) -> Result<&Gpu, InputError> {
+        self.gpus
+            .iter()
+            .find(|g| g.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| InputError::Unknown {
+                kind: "GPU",
+                name: name.to_string(),
+                known: self.gpu_names(),
+            })
+    }
+}

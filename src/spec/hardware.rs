@@ -1,0 +1,288 @@
+//! GPU and cluster profiles, read from `hardware/gpus/*.toml` and
+//! `hardware/clusters/*.toml`.
+//!
+//! Every number in a shipped profile names its source in the file (vendor
+//! datasheet, or the calibration that produced it). Efficiencies live here,
+//! not in code, so `meshplan calibrate` can write an overlay that replaces them.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InputError;
+
+/// Achieved fractions of peak for the compute model (`[efficiency]` of a GPU).
+///
+/// Kernel time is a roofline (Williams et al. 2009): `max(flops / (peak ·
+/// gemm), bytes / (hbm_bandwidth · memory))` plus a fixed launch overhead, so
+/// small, thin GEMMs (the shards of a high TP degree) fall below peak on their
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeEfficiency {
+    /// Fraction of dense peak that a large bf16 GEMM sustains (0–1].
+    pub gemm: f64,
+    /// Fraction of dense peak that fused (flash) attention sustains (0–1].
+    pub attention: f64,
+    /// Fraction of HBM bandwidth that element-wise kernels sustain (0–1].
+    pub memory: f64,
+    /// Fixed cost of one kernel launch, microseconds.
+    pub kernel_overhead_us: f64,
+}
+
+/// A GPU profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    /// Catalog name, e.g. `a100-80g`.
+    pub name: String,
+    /// Marketing name, e.g. `NVIDIA A100-SXM4-80GB`.
+    pub display: String,
+    /// Where the numbers come from.
+    pub source: String,
+    /// Device memory, GiB (2^30 bytes), as the driver reports it.
+    pub memory_gib: f64,
+    /// Memory not available to tensors: CUDA context, NCCL buffers and
+    /// allocator fragmentation, GiB.
+    pub reserve_gib: f64,
+    /// HBM bandwidth, GB/s (10^9 bytes per second).
+    pub hbm_bandwidth_gbs: f64,
+    /// Dense (non-sparse) bf16/fp16 tensor-core peak, TFLOP/s.
+    pub peak_tflops_bf16: f64,
+    /// Dense fp8 tensor-core peak, TFLOP/s (0 if the GPU has no fp8).
+    #[serde(default)]
+    pub peak_tflops_fp8: f64,
+    /// Achieved-fraction parameters.
+    pub efficiency: ComputeEfficiency,
+}
+
+/// Links inside a node (`[intra_node]`): NVLink/NVSwitch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntraNode {
+    /// Bandwidth per GPU per direction, GB/s.
+    pub bandwidth_gbs: f64,
+    /// Latency of one message, microseconds.
+    pub latency_us: f64,
+}
+
+/// Links between nodes (`[inter_node]`): the NICs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterNode {
+    /// Bandwidth of one NIC per direction, Gb/s (10^9 bits per second).
+    pub nic_bandwidth_gbps: f64,
+    /// NICs per node.
+    pub nics_per_node: u32,
+    /// Latency of one message, microseconds.
+    pub latency_us: f64,
+}
+
+/// Achieved fractions of link bandwidth for NCCL collectives (`[collective]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveEfficiency {
+    /// Bus-bandwidth fraction reached inside a node (0–1].
+    pub intra: f64,
+    /// Bus-bandwidth fraction reached across nodes (0–1].
+    pub inter: f64,
+}
+
+/// Storage and failure figures for checkpoint planning (`[reliability]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reliability {
+    /// Aggregate checkpoint write bandwidth of the cluster's storage, GB/s.
+    pub storage_bandwidth_gbs: f64,
+    /// Mean time between failures of one node, hours.
+    pub node_mtbf_hours: f64,
+}
+
+/// A cluster profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Catalog name, e.g. `dgx64`.
+    pub name: String,
+    /// Description.
+    pub display: String,
+    /// Where the numbers come from.
+    pub source: String,
+    /// GPU profile name.
+    pub gpu: String,
+    /// Nodes.
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// GPUs that share the fast scale-up fabric (NVLink domain); equals
+    /// `gpus_per_node` on DGX/HGX machines, 72 on an NVL72 rack.
+    pub scale_up_domain: u32,
+    /// Fast links.
+    pub intra_node: IntraNode,
+    /// NICs.
+    pub inter_node: InterNode,
+    /// Collective efficiencies.
+    pub collective: CollectiveEfficiency,
+    /// Storage and failures.
+    pub reliability: Reliability,
+}
+
+fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+        return Err(InputError::field(
+            file,
+            field,
+            format!("must be a fraction in (0, 1], found {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if !(v.is_finite() && v > 0.0) {
+        return Err(InputError::field(
+            file,
+            field,
+            format!("must be a positive number, found {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_non_negative(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(InputError::field(
+            file,
+            field,
+            format!("must be zero or positive, found {v}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Gpu {
+    /// Parse and check a GPU profile.
+    ///
+    /// # Errors
+    /// [`InputError::Syntax`] for TOML errors and missing fields,
+    /// [`InputError::Field`] for non-positive sizes, fractions outside (0, 1],
+    /// or a reserve that leaves no usable memory.
+    pub fn from_toml(text: &str, file: &Path) -> Result<Gpu, InputError> {
+        let gpu: Gpu = toml::from_str(text).map_err(|e| InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        gpu.check(file)?;
+        Ok(gpu)
+    }
+
+    /// Check every value (also used for calibrated overlays).
+    ///
+    /// # Errors
+    /// [`InputError::Field`] naming the first bad field.
+    pub fn check(&self, file: &Path) -> Result<(), InputError> {
+        check_positive(file, "memory_gib", self.memory_gib)?;
+        check_non_negative(file, "reserve_gib", self.reserve_gib)?;
+        if self.reserve_gib >= self.memory_gib {
+            return Err(InputError::field(
+                file,
+                "reserve_gib",
+                format!(
+                    "reserve {} GiB leaves nothing of {} GiB",
+                    self.reserve_gib, self.memory_gib
+                ),
+            ));
+        }
+        check_positive(file, "hbm_bandwidth_gbs", self.hbm_bandwidth_gbs)?;
+        check_positive(file, "peak_tflops_bf16", self.peak_tflops_bf16)?;
+        check_non_negative(file, "peak_tflops_fp8", self.peak_tflops_fp8)?;
+        check_fraction(file, "efficiency.gemm", self.efficiency.gemm)?;
+        check_fraction(file, "efficiency.attention", self.efficiency.attention)?;
+        check_fraction(file, "efficiency.memory", self.efficiency.memory)?;
+        check_non_negative(file, "efficiency.kernel_overhead_us", self.efficiency.kernel_overhead_us)?;
+        Ok(())
+    }
+
+    /// Memory available to tensors, bytes: `(memory_gib − reserve_gib)·2^30`.
+    pub fn usable_bytes(&self) -> f64 {
+        (self.memory_gib - self.reserve_gib) * GIB
+    }
+}
+
+impl Cluster {
+    /// Parse and check a cluster profile.
+    ///
+    /// # Errors
+    /// [`InputError::Syntax`] for TOML errors and missing fields,
+    /// [`InputError::Field`] for zero counts, non-positive bandwidths and
+    /// fractions outside (0, 1].
+    pub fn from_toml(text: &str, file: &Path) -> Result<Cluster, InputError> {
+        let c: Cluster = toml::from_str(text).map_err(|e| InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        c.check(file)?;
+        Ok(c)
+    }
+
+    /// Check every value.
+    ///
+    /// # Errors
+    /// [`InputError::Field`] naming the first bad field.
+    pub fn check(&self, file: &Path) -> Result<(), InputError> {
+        for (field, v) in [
+            ("nodes", self.nodes),
+            ("gpus_per_node", self.gpus_per_node),
+            ("scale_up_domain", self.scale_up_domain),
+            ("inter_node.nics_per_node", self.inter_node.nics_per_node),
+        ] {
+            if v == 0 {
+                return Err(InputError::field(file, field, "must be positive, found 0"));
+            }
+        }
+        if self.scale_up_domain % self.gpus_per_node != 0 && self.gpus_per_node % self.scale_up_domain != 0 {
+            return Err(InputError::field(
+                file,
+                "scale_up_domain",
+                format!(
+                    "{} neither divides nor is a multiple of gpus_per_node {}",
+                    self.scale_up_domain, self.gpus_per_node
+                ),
+            ));
+        }
+        check_positive(file, "intra_node.bandwidth_gbs", self.intra_node.bandwidth_gbs)?;
+        check_non_negative(file, "intra_node.latency_us", self.intra_node.latency_us)?;
+        check_positive(file, "inter_node.nic_bandwidth_gbps", self.inter_node.nic_bandwidth_gbps)?;
+        check_non_negative(file, "inter_node.latency_us", self.inter_node.latency_us)?;
+        check_fraction(file, "collective.intra", self.collective.intra)?;
+        check_fraction(file, "collective.inter", self.collective.inter)?;
+        check_positive(file, "reliability.storage_bandwidth_gbs", self.reliability.storage_bandwidth_gbs)?;
+        check_positive(file, "reliability.node_mtbf_hours", self.reliability.node_mtbf_hours)?;
+        Ok(())
+    }
+
+    /// GPUs in the whole cluster.
+    pub fn total_gpus(&self) -> u64 {
+        self.nodes as u64 * self.gpus_per_node as u64
+    }
+
+    /// GPUs that share one fast (NVLink) domain; the tier boundary for collectives.
+    pub fn fast_domain(&self) -> u32 {
+        self.scale_up_domain
+    }
+
+    /// Fast-link bandwidth per GPU per direction, bytes/s.
+    pub fn intra_bytes_per_s(&self) -> f64 {
+        self.intra_node.bandwidth_gbs * 1e9
+    }
+
+    /// NIC bandwidth available to one GPU per direction, bytes/s: the node's
+    /// NIC bandwidth shared evenly by its GPUs.
+    pub fn nic_bytes_per_s_per_gpu(&self) -> f64 {
+        self.inter_node.nic_bandwidth_gbps * 1e9 / 8.0 * self.inter_node.nics_per_node as f64
+            / self.gpus_per_node as f64
+    }
+}
+
+/// Bytes in one GiB (2^30).
+pub const GIB: f64 = 1073741824.0;

@@ -1,0 +1,134 @@
+//! The training job: batch, sequence length, precision recipe, optimizer and
+//! the framework switches that change cost (flash attention, overlaps).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InputError;
+
+/// Bytes per parameter of the persistent model states (seed 000's table:
+/// `b_w` working weights, `b_g` gradients, `b_o` all optimizer state).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// Working (compute) weight bytes per parameter, `b_w`.
+    pub weight_bytes: f64,
+    /// Gradient bytes per parameter as kept for the optimizer, `b_g`.
+    pub grad_bytes: f64,
+    /// Optimizer bytes per parameter (fp32 master + Adam moments), `b_o`.
+    pub optimizer_bytes: f64,
+    /// Bytes per element of gradients on the wire in data-parallel reductions.
+    pub grad_reduce_bytes: f64,
+}
+
+impl Recipe {
+    /// Megatron-LM bf16 with fp32 main grads: 2 + 4 + 12 = 18 bytes per
+    /// parameter (Megatron `docs/.../dist_optimizer.md`; field case M1);
+    /// gradients reduced in fp32.
+    pub const MEGATRON_BF16: Recipe = Recipe {
+        weight_bytes: 2.0,
+        grad_bytes: 4.0,
+        optimizer_bytes: 12.0,
+        grad_reduce_bytes: 4.0,
+    };
+
+    /// Seed 000's mixed-precision Adam recipe: 2 + 2 + 12 = 16 bytes per
+    /// parameter, gradients reduced in bf16.
+    pub const SEED_2_2_12: Recipe = Recipe {
+        weight_bytes: 2.0,
+        grad_bytes: 2.0,
+        optimizer_bytes: 12.0,
+        grad_reduce_bytes: 2.0,
+    };
+
+    /// Total bytes per parameter when nothing is sharded.
+    pub fn total(&self) -> f64 {
+        self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+    }
+}
+
+/// Name of a precision recipe on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecipeName {
+    /// bf16 weights, fp32 main grads, fp32 master + Adam (2/4/12), as Megatron-LM.
+    Megatron,
+    /// Seed 000's 2/2/12 recipe (bf16 grads).
+    Seed,
+}
+
+impl RecipeName {
+    /// The byte counts of this recipe.
+    pub fn recipe(self) -> Recipe {
+        match self {
+            RecipeName::Megatron => Recipe::MEGATRON_BF16,
+            RecipeName::Seed => Recipe::SEED_2_2_12,
+        }
+    }
+}
+
+/// A training job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Global batch B, sequences per optimizer step.
+    pub global_batch: u64,
+    /// Sequence length s, tokens.
+    pub seq_len: u64,
+    /// Recipe name.
+    pub recipe_name: RecipeName,
+    /// Bytes per parameter of model states.
+    pub recipe: Recipe,
+    /// Fused (flash) attention: no `s×s` score matrix is stored (seed 000).
+    pub flash_attention: bool,
+    /// Overlap the data-parallel gradient reduction with backward
+    /// (`--overlap-grad-reduce`).
+    pub overlap_grad_reduce: bool,
+    /// Overlap the distributed optimizer's parameter all-gather with forward
+    /// (`--overlap-param-gather`).
+    pub overlap_param_gather: bool,
+    /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
+    pub tp_comm_overlap: bool,
+    /// Load of the busiest expert rank over the mean (1.0 = perfectly
+    /// balanced routing); multiplies routed-expert compute and all-to-all.
+    pub moe_imbalance: f64,
+}
+
+impl Job {
+    /// A job with Megatron's defaults for everything but batch and sequence.
+    pub fn new(global_batch: u64, seq_len: u64) -> Job {
+        Job {
+            global_batch,
+            seq_len,
+            recipe_name: RecipeName::Megatron,
+            recipe: Recipe::MEGATRON_BF16,
+            flash_attention: true,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            tp_comm_overlap: false,
+            moe_imbalance: 1.0,
+        }
+    }
+
+    /// Tokens per optimizer step, `B·s`.
+    pub fn tokens_per_step(&self) -> f64 {
+        (self.global_batch * self.seq_len) as f64
+    }
+
+    /// Check the job on its own (not against a layout).
+    ///
+    /// # Errors
+    /// [`InputError::Job`] when the batch or the sequence is zero.
+    pub fn check(&self) -> Result<(), InputError> {
+        if self.global_batch == 0 {
+            return Err(InputError::Job("--global-batch must be at least 1 sequence".into()));
+        }
+        if self.seq_len == 0 {
+            return Err(InputError::Job("--seq-len must be at least 1 token".into()));
+        }
+        if !(self.moe_imbalance.is_finite() && self.moe_imbalance >= 1.0) {
+            return Err(InputError::Job(format!(
+                "--moe-imbalance must be at least 1.0 (1.0 = balanced), found {}",
+                self.moe_imbalance
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,12 @@
+//! Inputs: model cards, hardware profiles, the training job, and the catalog
+//! that loads them.
+
+pub mod catalog;
+pub mod hardware;
+pub mod job;
+pub mod model;
+
+pub use catalog::Catalog;
+pub use hardware::{Cluster, Gpu, GIB};
+pub use job::{Job, Recipe, RecipeName};
+pub use model::Model;

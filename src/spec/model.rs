@@ -1,0 +1,415 @@
+//! Model cards: the architecture of a transformer, read from `models/*.toml`.
+//!
+//! A card names its public source and its published parameter count; a test
+//! recomputes that count from the architecture with [`Model::total_params`].
+//! Parameter formulas follow Megatron-LM's `theoretical_memory_usage.py`
+//! (attention `2·h²·(1+g/n)·r`, MLP `2·h·ffn·glu`, norms, embedding `h·V`).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InputError;
+
+/// Normalisation layer type. RMSNorm has one weight vector of `h`; LayerNorm
+/// has a weight and a bias (`2·h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Norm {
+    /// Root-mean-square norm (Llama, Mixtral, DeepSeek).
+    Rmsnorm,
+    /// LayerNorm with bias (GPT-2/3, BLOOM).
+    Layernorm,
+}
+
+/// Position embedding type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PositionEmbedding {
+    /// Rotary embedding: no parameters.
+    Rope,
+    /// Learned absolute positions: `max_seq · h` parameters on the first stage.
+    Learned,
+    /// ALiBi (BLOOM): no parameters.
+    Alibi,
+}
+
+/// Mixture-of-experts block of a model card (`[moe]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeSpec {
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Experts each token is routed to (top-k).
+    pub top_k: u32,
+    /// FFN width of one routed expert.
+    pub expert_ffn: u64,
+    /// Shared experts that every token passes through (DeepSeek); 0 for none.
+    #[serde(default)]
+    pub shared_experts: u32,
+    /// FFN width of one shared expert; defaults to `expert_ffn`.
+    #[serde(default)]
+    pub shared_expert_ffn: Option<u64>,
+    /// The first k layers are dense (DeepSeek-V3: 3).
+    #[serde(default)]
+    pub first_k_dense: u32,
+}
+
+/// Multi-head latent attention block (`[mla]`, DeepSeek-V2/V3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MlaSpec {
+    /// Rank of the query down-projection (0 for none).
+    pub q_lora_rank: u64,
+    /// Rank of the joint key/value down-projection.
+    pub kv_lora_rank: u64,
+    /// Per-head query/key width without rotary part.
+    pub qk_nope_head_dim: u64,
+    /// Per-head rotary width (shared key part).
+    pub qk_rope_head_dim: u64,
+    /// Per-head value width.
+    pub v_head_dim: u64,
+}
+
+/// The `[architecture]` table of a model card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    /// Transformer layers L.
+    pub layers: u32,
+    /// Hidden size h.
+    pub hidden: u64,
+    /// Attention (query) heads a.
+    pub heads: u32,
+    /// Key/value heads (query groups) g; equals `heads` for multi-head attention.
+    pub kv_heads: u32,
+    /// Per-head width; defaults to `hidden / heads`.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    /// FFN (MLP intermediate) width of a dense layer.
+    pub ffn: u64,
+    /// Gated MLP (SwiGLU: three matrices) instead of two.
+    pub gated_mlp: bool,
+    /// Vocabulary size V (before Megatron's padding).
+    pub vocab: u64,
+    /// Input embedding and output layer share weights.
+    pub tied_embeddings: bool,
+    /// Normalisation type.
+    pub norm: Norm,
+    /// Position embedding type.
+    pub position_embedding: PositionEmbedding,
+    /// Longest context the model was built for (learned position table size).
+    pub max_seq: u64,
+    /// Linear layers carry a bias (GPT, BLOOM); Llama has none.
+    #[serde(default)]
+    pub linear_bias: bool,
+    /// Dropout is applied (GPT-3 style: adds 1-byte masks to activations).
+    #[serde(default)]
+    pub dropout: bool,
+}
+
+/// The `[defaults]` table: a training job for this model when flags say nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobDefaults {
+    /// Sequence length s (tokens per sequence).
+    pub seq_len: u64,
+    /// Global batch B (sequences per optimizer step).
+    pub global_batch: u64,
+}
+
+/// A model card as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// Canonical name, e.g. `llama3-70b`.
+    pub name: String,
+    /// Short names accepted by `--model` (e.g. `70b`).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Public source of the architecture (paper, config.json).
+    pub source: String,
+    /// Published total parameter count, which [`Model::total_params`] must
+    /// reproduce to 0.5%.
+    pub known_params: f64,
+    /// Published active parameter count per token (MoE only).
+    #[serde(default)]
+    pub known_active_params: Option<f64>,
+    /// Architecture.
+    pub architecture: Architecture,
+    /// Mixture of experts, if any.
+    #[serde(default)]
+    pub moe: Option<MoeSpec>,
+    /// Multi-head latent attention, if any.
+    #[serde(default)]
+    pub mla: Option<MlaSpec>,
+    /// Default training job.
+    pub defaults: JobDefaults,
+}
+
+impl Model {
+    /// Parse and check a model card. `file` is used in error messages only.
+    ///
+    /// # Errors
+    /// [`InputError::Syntax`] for TOML errors and missing fields,
+    /// [`InputError::Field`] for impossible values (zero sizes, heads that do
+    /// not divide hidden, kv heads that do not divide heads, …).
+    pub fn from_toml(text: &str, file: &Path) -> Result<Model, InputError> {
+        let model: Model = toml::from_str(text).map_err(|e| InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        model.check(file)?;
+        Ok(model)
+    }
+
+    fn check(&self, file: &Path) -> Result<(), InputError> {
+        let a = &self.architecture;
+        let err = |field: &str, problem: String| Err(InputError::field(file, field, problem));
+        for (field, v) in [
+            ("architecture.layers", a.layers as u64),
+            ("architecture.hidden", a.hidden),
+            ("architecture.heads", a.heads as u64),
+            ("architecture.kv_heads", a.kv_heads as u64),
+            ("architecture.ffn", a.ffn),
+            ("architecture.vocab", a.vocab),
+            ("architecture.max_seq", a.max_seq),
+            ("defaults.seq_len", self.defaults.seq_len),
+            ("defaults.global_batch", self.defaults.global_batch),
+        ] {
+            if v == 0 {
+                return err(field, "must be positive, found 0".into());
+            }
+        }
+        if a.head_dim.is_none() && a.hidden % a.heads as u64 != 0 {
+            return err(
+                "architecture.head_dim",
+                format!(
+                    "hidden {} is not divisible by heads {}; give head_dim explicitly",
+                    a.hidden, a.heads
+                ),
+            );
+        }
+        if a.heads % a.kv_heads != 0 {
+            return err(
+                "architecture.kv_heads",
+                format!("{} query heads are not a multiple of {} kv heads", a.heads, a.kv_heads),
+            );
+        }
+        if !(self.known_params.is_finite() && self.known_params > 0.0) {
+            return err("known_params", format!("must be a positive number, found {}", self.known_params));
+        }
+        if let Some(m) = &self.moe {
+            if m.experts == 0 || m.top_k == 0 || m.expert_ffn == 0 {
+                return err("moe", "experts, top_k and expert_ffn must be positive".into());
+            }
+            if m.top_k > m.experts {
+                return err(
+                    "moe.top_k",
+                    format!("top_k {} exceeds the number of experts {}", m.top_k, m.experts),
+                );
+            }
+            if m.first_k_dense >= a.layers {
+                return err(
+                    "moe.first_k_dense",
+                    format!("{} dense layers leave no MoE layer among {}", m.first_k_dense, a.layers),
+                );
+            }
+        }
+        if self.defaults.seq_len > a.max_seq {
+            return err(
+                "defaults.seq_len",
+                format!("{} exceeds architecture.max_seq {}", self.defaults.seq_len, a.max_seq),
+            );
+        }
+        Ok(())
+    }
+
+    /// Per-head width `hidden / heads` unless the card gives `head_dim`.
+    pub fn head_dim(&self) -> u64 {
+        let a = &self.architecture;
+        a.head_dim.unwrap_or(a.hidden / a.heads as u64)
+    }
+
+    /// Query projection width q = heads · head_dim (for MLA: heads · v_head_dim
+    /// is the output width, see [`Model::attn_out_width`]).
+    pub fn q_width(&self) -> u64 {
+        match &self.mla {
+            Some(m) => self.architecture.heads as u64 * (m.qk_nope_head_dim + m.qk_rope_head_dim),
+            None => self.architecture.heads as u64 * self.head_dim(),
+        }
+    }
+
+    /// Key (and value) projection width kv = kv_heads · head_dim (GQA).
+    pub fn kv_width(&self) -> u64 {
+        self.architecture.kv_heads as u64 * self.head_dim()
+    }
+
+    /// Width of the attention output that enters the output projection.
+    pub fn attn_out_width(&self) -> u64 {
+        match &self.mla {
+            Some(m) => self.architecture.heads as u64 * m.v_head_dim,
+            None => self.architecture.heads as u64 * self.head_dim(),
+        }
+    }
+
+    /// Whether layer `i` (0-based) is a mixture-of-experts layer.
+    pub fn is_moe_layer(&self, i: u32) -> bool {
+        match &self.moe {
+            Some(m) => i >= m.first_k_dense,
+            None => false,
+        }
+    }
+
+    /// Number of MoE layers.
+    pub fn moe_layers(&self) -> u32 {
+        match &self.moe {
+            Some(m) => self.architecture.layers - m.first_k_dense,
+            None => 0,
+        }
+    }
+
+    /// Number of dense layers.
+    pub fn dense_layers(&self) -> u32 {
+        self.architecture.layers - self.moe_layers()
+    }
+
+    /// Matmul parameters of one attention block (Q, K, V, output projection,
+    /// plus biases and MLA's low-rank projections and their norms).
+    pub fn attention_params(&self) -> f64 {
+        let a = &self.architecture;
+        let h = a.hidden as f64;
+        let n = a.heads as f64;
+        match &self.mla {
+            Some(m) => {
+                let qk = (m.qk_nope_head_dim + m.qk_rope_head_dim) as f64;
+                let q = if m.q_lora_rank > 0 {
+                    h * m.q_lora_rank as f64 + m.q_lora_rank as f64 + m.q_lora_rank as f64 * n * qk
+                } else {
+                    h * n * qk
+                };
+                let kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) as f64 + m.kv_lora_rank as f64;
+                let kv_b = m.kv_lora_rank as f64 * n * (m.qk_nope_head_dim + m.v_head_dim) as f64;
+                let o = n * m.v_head_dim as f64 * h;
+                q + kv_a + kv_b + o
+            }
+            None => {
+                let q = self.q_width() as f64;
+                let kv = self.kv_width() as f64;
+                let bias = if a.linear_bias { q + 2.0 * kv + h } else { 0.0 };
+                h * (q + 2.0 * kv) + q * h + bias
+            }
+        }
+    }
+
+    /// Parameters of an MLP of width `ffn`: `2·h·ffn` (or `3·h·ffn` gated),
+    /// plus biases.
+    pub fn mlp_params(&self, ffn: u64) -> f64 {
+        let a = &self.architecture;
+        let h = a.hidden as f64;
+        let f = ffn as f64;
+        let mats = if a.gated_mlp { 3.0 } else { 2.0 };
+        let bias = if a.linear_bias {
+            f * (mats - 1.0) + h
+        } else {
+            0.0
+        };
+        mats * h * f + bias
+    }
+
+    /// Parameters of one norm: `h` (RMSNorm) or `2·h` (LayerNorm).
+    pub fn norm_params(&self) -> f64 {
+        let h = self.architecture.hidden as f64;
+        match self.architecture.norm {
+            Norm::Rmsnorm => h,
+            Norm::Layernorm => 2.0 * h,
+        }
+    }
+
+    /// Parameters of the routed experts of one MoE layer (all of them).
+    pub fn routed_expert_params(&self) -> f64 {
+        match &self.moe {
+            Some(m) => m.experts as f64 * self.mlp_params(m.expert_ffn),
+            None => 0.0,
+        }
+    }
+
+    /// Parameters of one routed expert.
+    pub fn one_expert_params(&self) -> f64 {
+        match &self.moe {
+            Some(m) => self.mlp_params(m.expert_ffn),
+            None => 0.0,
+        }
+    }
+
+    /// Parameters of the shared experts and the router of one MoE layer.
+    pub fn moe_shared_and_router_params(&self) -> f64 {
+        match &self.moe {
+            Some(m) => {
+                let shared_ffn = m.shared_expert_ffn.unwrap_or(m.expert_ffn);
+                m.shared_experts as f64 * self.mlp_params(shared_ffn)
+                    + self.architecture.hidden as f64 * m.experts as f64
+            }
+            None => 0.0,
+        }
+    }
+
+    /// Parameters of a dense transformer layer: attention, MLP and two norms
+    /// (a pre-norm layer has two; see field case M5).
+    pub fn dense_layer_params(&self) -> f64 {
+        self.attention_params() + self.mlp_params(self.architecture.ffn) + 2.0 * self.norm_params()
+    }
+
+    /// Parameters of an MoE layer: attention, two norms, router, shared and
+    /// all routed experts.
+    pub fn moe_layer_params(&self) -> f64 {
+        self.attention_params()
+            + 2.0 * self.norm_params()
+            + self.moe_shared_and_router_params()
+            + self.routed_expert_params()
+    }
+
+    /// Input embedding parameters `V·h` (plus a learned position table).
+    pub fn embedding_params(&self) -> f64 {
+        let a = &self.architecture;
+        let pos = if a.position_embedding == PositionEmbedding::Learned {
+            (a.max_seq * a.hidden) as f64
+        } else {
+            0.0
+        };
+        (a.vocab * a.hidden) as f64 + pos
+    }
+
+    /// Output layer parameters: `V·h` when untied, 0 when tied; plus the final norm.
+    pub fn output_params(&self) -> f64 {
+        let a = &self.architecture;
+        let out = if a.tied_embeddings {
+            0.0
+        } else {
+            (a.vocab * a.hidden) as f64
+        };
+        out + self.norm_params()
+    }
+
+    /// Total parameters (all experts counted).
+    pub fn total_params(&self) -> f64 {
+        self.dense_layers() as f64 * self.dense_layer_params()
+            + self.moe_layers() as f64 * self.moe_layer_params()
+            + self.embedding_params()
+            + self.output_params()
+    }
+
+    /// Parameters a token passes through: dense model = total; MoE counts
+    /// only the top-k routed experts (plus shared experts and router).
+    pub fn active_params(&self) -> f64 {
+        match &self.moe {
+            Some(m) => {
+                self.total_params()
+                    - self.moe_layers() as f64
+                        * (m.experts - m.top_k) as f64
+                        * self.one_expert_params()
+            }
+            None => self.total_params(),
+        }
+    }
+}
