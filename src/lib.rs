@@ -11,3 +11,8 @@ pub mod error;
 pub mod spec;
 pub mod cost;
 pub mod layout;
+pub mod rules;
+pub mod search;
+pub mod cli;
+pub mod render;
+pub mod report;

@@ -1,0 +1,222 @@
+//! Human-readable tables (comfy-table).
+
+use std::io::Write;
+
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::{CellAlignment, Table as CTable};
+
+use super::Exporter;
+use crate::report::{Context, ExplainReport, SearchReport};
+use crate::spec::GIB;
+
+/// Table exporter.
+pub struct Table;
+
+fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{} on {} × {} ({}), global batch {} × seq {} = {:.1}M tokens/step, recipe {}, usable {:.1} GiB/GPU",
+        c.model,
+        c.gpus,
+        c.gpu,
+        c.cluster,
+        c.global_batch,
+        c.seq_len,
+        (c.global_batch * c.seq_len) as f64 / 1e6,
+        c.recipe,
+        c.usable_gib
+    )
+}
+
+fn table() -> CTable {
+    let mut t = CTable::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn split_text(split: &Option<Vec<u32>>) -> String {
+    match split {
+        Some(s) => s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/"),
+        None => "uniform".into(),
+    }
+}
+
+impl Exporter for Table {
+    fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
+        header(w, &r.context)?;
+        let moe = r.rows.iter().any(|x| x.layout.ep > 1);
+        let split = r.rows.iter().any(|x| x.layout.split.is_some());
+        let mut t = table();
+        let mut head = vec!["#", "D", "T", "p", "C"];
+        if moe {
+            head.push("E");
+        }
+        head.extend([
+            "v", "b", "m", "recompute", "ZeRO", "SP", "order", "peak GiB", "step s", "tokens/s", "TFLOP/s/GPU", "MFU %",
+            "bubble %",
+        ]);
+        if split {
+            head.push("split");
+        }
+        t.set_header(head);
+        for row in &r.rows {
+            let l = &row.layout;
+            let mut cells = vec![
+                row.rank.to_string(),
+                l.dp.to_string(),
+                l.tp.to_string(),
+                l.pp.to_string(),
+                l.cp.to_string(),
+            ];
+            if moe {
+                cells.push(l.ep.to_string());
+            }
+            cells.extend([
+                l.vpp.to_string(),
+                l.micro_batch.to_string(),
+                row.micro_batches.to_string(),
+                l.recompute.to_string(),
+                l.zero.to_string(),
+                if l.sp { "on" } else { "off" }.to_string(),
+                l.order.to_string(),
+                format!("{:.1}", row.peak_gib),
+                format!("{:.2}", row.step_s),
+                format!("{:.0}", row.tokens_per_s),
+                format!("{:.0}", row.tflops_per_gpu),
+                pct(row.mfu),
+                pct(row.bubble),
+            ]);
+            if split {
+                cells.push(split_text(&l.split));
+            }
+            t.add_row(cells);
+        }
+        for i in 1..t.column_count() {
+            if let Some(c) = t.column_mut(i) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        writeln!(w, "{t}")?;
+        writeln!(w, "TFLOP/s and MFU: {}; peak {} TFLOP/s.", r.context.flop_convention, r.context.peak_tflops)?;
+        writeln!(
+            w,
+            "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
+            r.considered,
+            r.valid,
+            r.evaluated,
+            r.pruned,
+            r.seconds * 1e3
+        )?;
+        if r.rows.is_empty() {
+            writeln!(w, "No valid layout: every one breaks a rule below.")?;
+        }
+        if !r.rejections.is_empty() {
+            writeln!(w, "Rejected (first broken rule), with the best near-miss of each:")?;
+            for rj in &r.rejections {
+                match &rj.near_miss {
+                    Some(n) => writeln!(
+                        w,
+                        "  {:<12} {:>8}  best: {} ({:.0} tokens/s)",
+                        rj.code,
+                        rj.count,
+                        n,
+                        rj.near_miss_tokens_per_s.unwrap_or(0.0)
+                    )?,
+                    None => writeln!(w, "  {:<12} {:>8}", rj.code, rj.count)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn explain(&self, w: &mut dyn Write, r: &ExplainReport) -> anyhow::Result<()> {
+        header(w, &r.context)?;
+        let l = &r.layout;
+        let e = &r.eval;
+        writeln!(w, "Layout: {}  (m = {} micro-batches, split {})", l.short(), e.micro_batches, split_text(&l.split))?;
+        if r.is_valid() {
+            writeln!(w, "Verdict: VALID — fits with {:.1} GiB to spare.", (e.usable_bytes - e.peak_bytes) / GIB)?;
+        } else {
+            writeln!(w, "Verdict: REJECTED — breaks {} rule(s):", r.violations.len())?;
+            for v in &r.violations {
+                writeln!(w, "  [{}] {}\n      fix: {}", v.code, v.message, v.remedy)?;
+            }
+        }
+        if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
+            writeln!(
+                w,
+                "Rank among valid layouts: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
+                rank,
+                best.layout.short(),
+                best.tokens_per_s,
+                100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
+            )?;
+        }
+        writeln!(w)?;
+        writeln!(
+            w,
+            "Memory of the worst rank (pipeline stage {}): {:.2} GiB of {:.2} GiB usable",
+            e.worst_rank,
+            e.peak_bytes / GIB,
+            e.usable_bytes / GIB
+        )?;
+        let mut t = table();
+        t.set_header(vec!["component", "GiB", "share %"]);
+        for (name, bytes) in e.memory.parts() {
+            t.add_row(vec![
+                name.to_string(),
+                format!("{:.2}", bytes / GIB),
+                pct(bytes / e.peak_bytes.max(1.0)),
+            ]);
+        }
+        writeln!(w, "{t}")?;
+        writeln!(w)?;
+        let tm = &e.time;
+        writeln!(
+            w,
+            "Step time {:.3} s: {:.0} tokens/s, {:.0} TFLOP/s per GPU, MFU {:.1}%, HFU {:.1}%",
+            tm.step,
+            e.tokens_per_s,
+            e.tflops_per_gpu,
+            100.0 * e.mfu,
+            100.0 * e.hfu
+        )?;
+        let mut t = table();
+        t.set_header(vec!["part", "seconds", "share %"]);
+        for (name, s) in [
+            ("compute (fwd+bwd)", tm.compute),
+            ("recompute", tm.recompute),
+            ("pipeline bubble", tm.bubble),
+            ("TP communication", tm.tp_comm),
+            ("CP communication", tm.cp_comm),
+            ("EP all-to-all", tm.ep_comm),
+            ("PP point-to-point", tm.pp_comm),
+            ("DP communication (exposed)", tm.dp_comm),
+            ("optimizer step", tm.optimizer),
+        ] {
+            t.add_row(vec![name.to_string(), format!("{s:.4}"), pct(s / tm.step)]);
+        }
+        writeln!(w, "{t}")?;
+        writeln!(w)?;
+        writeln!(w, "Per pipeline stage:")?;
+        let mut t = table();
+        t.set_header(vec!["stage", "layers", "ms / micro-batch", "peak GiB", "states GiB", "activations GiB"]);
+        for rc in &r.ranks {
+            let m = &rc.memory;
+            t.add_row(vec![
+                rc.rank.to_string(),
+                rc.layers.to_string(),
+                format!("{:.2}", rc.time * 1e3),
+                format!("{:.2}", m.total() / GIB),
+                format!("{:.2}", (m.weights + m.grads + m.optimizer) / GIB),
+                format!("{:.2}", m.activations / GIB),
+            ]);
+        }
+        writeln!(w, "{t}")?;
+        Ok(())
+    }
+}

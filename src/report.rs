@@ -1,0 +1,227 @@
+//! Reports: the plain data that renderers print. Built from the search and
+//! the cost model; serialisable as JSON with every field.
+
+use serde::Serialize;
+
+use crate::cost::{self, Evaluation, Problem, RankCost};
+use crate::layout::Layout;
+use crate::rules::{self, Policy, Violation};
+use crate::search::{Candidate, SearchResult};
+use crate::spec::GIB;
+
+/// What was planned: names and the job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Context {
+    /// Model name.
+    pub model: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// GPU name.
+    pub gpu: String,
+    /// GPUs used, N.
+    pub gpus: u64,
+    /// Global batch, sequences.
+    pub global_batch: u64,
+    /// Sequence length, tokens.
+    pub seq_len: u64,
+    /// Precision recipe.
+    pub recipe: String,
+    /// Usable memory per GPU, GiB.
+    pub usable_gib: f64,
+    /// Dense bf16 peak used for MFU, TFLOP/s per GPU.
+    pub peak_tflops: f64,
+    /// FLOP convention of the reported TFLOP/s and MFU.
+    pub flop_convention: &'static str,
+}
+
+impl Context {
+    /// Context of a problem.
+    pub fn of(pr: &Problem) -> Context {
+        Context {
+            model: pr.model.name.clone(),
+            cluster: pr.cluster.name.clone(),
+            gpu: pr.gpu.name.clone(),
+            gpus: pr.world,
+            global_batch: pr.job.global_batch,
+            seq_len: pr.job.seq_len,
+            recipe: format!("{:?}", pr.job.recipe_name).to_lowercase(),
+            usable_gib: pr.usable_bytes() / GIB,
+            peak_tflops: pr.gpu.peak_tflops_bf16,
+            flop_convention: if pr.model.moe.is_some() {
+                "model FLOPs (Megatron num_floating_point_operations; MoE counts active parameters only; recompute not counted)"
+            } else {
+                "model FLOPs (Megatron num_floating_point_operations; recompute not counted)"
+            },
+        }
+    }
+}
+
+/// One row of the ranked table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// 1-based rank.
+    pub rank: usize,
+    /// The layout.
+    pub layout: Layout,
+    /// Micro-batches per step, m.
+    pub micro_batches: u64,
+    /// Peak memory of the worst rank, GiB.
+    pub peak_gib: f64,
+    /// Step time, seconds.
+    pub step_s: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Model TFLOP/s per GPU.
+    pub tflops_per_gpu: f64,
+    /// Model FLOPs utilisation.
+    pub mfu: f64,
+    /// Hardware FLOPs utilisation.
+    pub hfu: f64,
+    /// Bubble share of the step.
+    pub bubble: f64,
+    /// Full prices.
+    pub eval: Evaluation,
+}
+
+impl Row {
+    /// Row for candidate `c` at 1-based `rank`.
+    pub fn of(rank: usize, c: &Candidate) -> Row {
+        let e = &c.eval;
+        Row {
+            rank,
+            layout: c.layout.clone(),
+            micro_batches: e.micro_batches,
+            peak_gib: e.peak_bytes / GIB,
+            step_s: e.time.step,
+            tokens_per_s: e.tokens_per_s,
+            tflops_per_gpu: e.tflops_per_gpu,
+            mfu: e.mfu,
+            hfu: e.hfu,
+            bubble: e.bubble_fraction,
+            eval: *e,
+        }
+    }
+}
+
+/// Summary line of one rejection reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RejectionLine {
+    /// Rule code.
+    pub code: &'static str,
+    /// Layouts rejected (first broken rule).
+    pub count: u64,
+    /// Best near-miss, described.
+    pub near_miss: Option<String>,
+    /// Its predicted tokens/s.
+    pub near_miss_tokens_per_s: Option<f64>,
+}
+
+/// Everything `search` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchReport {
+    /// What was planned.
+    pub context: Context,
+    /// Ranked rows.
+    pub rows: Vec<Row>,
+    /// Rejections per reason.
+    pub rejections: Vec<RejectionLine>,
+    /// Layouts considered.
+    pub considered: u64,
+    /// Layouts dropped by exact bounds before pricing.
+    pub pruned: u64,
+    /// Layouts priced.
+    pub evaluated: u64,
+    /// Valid layouts.
+    pub valid: u64,
+    /// Wall time of the search, seconds.
+    pub seconds: f64,
+}
+
+impl SearchReport {
+    /// Build the report of a finished search.
+    pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
+        let rows = r.top.iter().enumerate().map(|(i, c)| Row::of(i + 1, c)).collect();
+        let rejections = r
+            .rejections
+            .iter()
+            .map(|rj| {
+                let near = rj.near_miss.as_ref().map(|c| {
+                    let why = rules::explain(pr, policy, &c.layout, memory_note(&c.eval))
+                        .into_iter()
+                        .find(|v| v.rule == rj.rule)
+                        .map(|v| v.message)
+                        .unwrap_or_default();
+                    format!("{} — {}", c.layout.short(), why)
+                });
+                RejectionLine {
+                    code: rj.rule.code(),
+                    count: rj.count,
+                    near_miss: near,
+                    near_miss_tokens_per_s: rj.near_miss.as_ref().map(|c| c.eval.tokens_per_s),
+                }
+            })
+            .collect();
+        SearchReport {
+            context: Context::of(pr),
+            rows,
+            rejections,
+            considered: r.stats.considered,
+            pruned: r.stats.pruned,
+            evaluated: r.stats.evaluated,
+            valid: r.stats.valid,
+            seconds: r.stats.seconds,
+        }
+    }
+}
+
+/// Memory facts for [`rules::explain`] when the evaluation does not fit.
+pub fn memory_note(e: &Evaluation) -> Option<(f64, f64, &'static str, f64)> {
+    if e.fits() {
+        None
+    } else {
+        let (name, bytes) = e.memory.dominant();
+        Some((e.peak_bytes, e.usable_bytes, name, bytes))
+    }
+}
+
+/// Everything `explain` prints for one layout.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExplainReport {
+    /// What was planned.
+    pub context: Context,
+    /// The layout.
+    pub layout: Layout,
+    /// Its prices.
+    pub eval: Evaluation,
+    /// Per pipeline rank: layers, time per micro-batch, memory.
+    pub ranks: Vec<RankCost>,
+    /// Every rule it breaks.
+    pub violations: Vec<Violation>,
+    /// Where it would rank among all valid layouts (1-based), if valid and
+    /// a search was run.
+    pub rank_among_valid: Option<usize>,
+    /// The best layout of the search, if one was run.
+    pub best: Option<Row>,
+}
+
+impl ExplainReport {
+    /// Explain `l` for `pr`.
+    pub fn new(pr: &Problem, policy: &Policy, l: &Layout) -> ExplainReport {
+        let eval = cost::evaluate(pr, l);
+        let violations = rules::explain(pr, policy, l, memory_note(&eval));
+        ExplainReport {
+            context: Context::of(pr),
+            layout: l.clone(),
+            eval,
+            ranks: cost::rank_costs(pr, l),
+            violations,
+            rank_among_valid: None,
+            best: None,
+        }
+    }
+
+    /// Whether the layout is valid.
+    pub fn is_valid(&self) -> bool {
+        self.violations.is_empty()
+    }
+}

@@ -1,0 +1,554 @@
+//! The search: enumerate D×T×p×C (with E for MoE), micro-batch, virtual
+//! stages, recompute, ZeRO stage, SP and rank order; reject with the rules;
+//! price the rest; rank by tokens/s (ties: more memory headroom).
+//!
+//! The outer loop runs over meshes in parallel (rayon); each worker keeps
+//! its own top K, counts and near-misses, merged at the end. A progress bar
+//! (indicatif, stderr) appears only when a search runs longer than a second.
+//!
+//! Pruning is exact: a (mesh, ZeRO stage) whose model states alone exceed
+//! usable memory on the lightest-loaded choice cannot fit with any
+//! micro-batch or recompute, because activations only add bytes; those
+//! layouts are counted as memory rejections without being priced.
+
+use std::cmp::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::cost::{self, Evaluation, Problem};
+use crate::layout::{Layout, RankOrder, Recompute};
+use crate::rules::{self, Policy, Rule, RuleSet};
+
+/// A priced layout.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// The layout.
+    pub layout: Layout,
+    /// Its prices.
+    pub eval: Evaluation,
+}
+
+/// Orders candidates best first: higher tokens/s, then lower peak memory.
+pub fn better(a: &Candidate, b: &Candidate) -> Ordering {
+    b.eval
+        .tokens_per_s
+        .partial_cmp(&a.eval.tokens_per_s)
+        .unwrap_or(Ordering::Equal)
+        .then(a.eval.peak_bytes.partial_cmp(&b.eval.peak_bytes).unwrap_or(Ordering::Equal))
+}
+
+/// Values a search may take; `None` means "search all".
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Filter {
+    /// Fixed D.
+    pub dp: Option<u32>,
+    /// Fixed T.
+    pub tp: Option<u32>,
+    /// Fixed p.
+    pub pp: Option<u32>,
+    /// Fixed C.
+    pub cp: Option<u32>,
+    /// Fixed E.
+    pub ep: Option<u32>,
+    /// Fixed v.
+    pub vpp: Option<u32>,
+    /// Fixed b.
+    pub micro_batch: Option<u32>,
+    /// Fixed recompute.
+    pub recompute: Option<Recompute>,
+    /// Fixed ZeRO stage.
+    pub zero: Option<u8>,
+    /// Fixed SP.
+    pub sp: Option<bool>,
+    /// Fixed rank order.
+    pub order: Option<RankOrder>,
+}
+
+impl Filter {
+    /// Whether `l` matches every fixed value.
+    pub fn matches(&self, l: &Layout) -> bool {
+        fn ok<T: PartialEq>(f: &Option<T>, v: T) -> bool {
+            f.as_ref().is_none_or(|x| *x == v)
+        }
+        ok(&self.dp, l.dp)
+            && ok(&self.tp, l.tp)
+            && ok(&self.pp, l.pp)
+            && ok(&self.cp, l.cp)
+            && ok(&self.ep, l.ep)
+            && ok(&self.vpp, l.vpp)
+            && ok(&self.micro_batch, l.micro_batch)
+            && ok(&self.recompute, l.recompute)
+            && ok(&self.zero, l.zero)
+            && ok(&self.sp, l.sp)
+            && ok(&self.order, l.order)
+    }
+
+    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep vpp mbs recompute zero sp order).
+    ///
+    /// # Errors
+    /// A sentence naming the bad key or value.
+    pub fn parse(text: &str) -> Result<Filter, String> {
+        let mut f = Filter::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected key=value, e.g. tp=8"))?;
+            let num = || -> Result<u32, String> {
+                v.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|x| *x > 0)
+                    .ok_or_else(|| format!("`{part}`: `{v}` is not a positive integer"))
+            };
+            match k.trim() {
+                "dp" | "d" => f.dp = Some(num()?),
+                "tp" | "t" => f.tp = Some(num()?),
+                "pp" | "p" => f.pp = Some(num()?),
+                "cp" | "c" => f.cp = Some(num()?),
+                "ep" | "e" => f.ep = Some(num()?),
+                "vpp" | "v" => f.vpp = Some(num()?),
+                "mbs" | "b" | "micro_batch" => f.micro_batch = Some(num()?),
+                "zero" => {
+                    let z = v.trim().parse::<u8>().map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
+                    if z > 3 {
+                        return Err(format!("`{part}`: ZeRO stage must be 0-3"));
+                    }
+                    f.zero = Some(z)
+                }
+                "recompute" => {
+                    f.recompute = Some(match v.trim() {
+                        "none" => Recompute::None,
+                        "selective" => Recompute::Selective,
+                        "full" => Recompute::Full,
+                        _ => return Err(format!("`{part}`: recompute is none, selective or full")),
+                    })
+                }
+                "sp" => {
+                    f.sp = Some(match v.trim() {
+                        "on" | "true" | "1" | "yes" => true,
+                        "off" | "false" | "0" | "no" => false,
+                        _ => return Err(format!("`{part}`: sp is on or off")),
+                    })
+                }
+                "order" => {
+                    f.order = Some(match v.trim() {
+                        "tp-cp-ep-dp-pp" => RankOrder::TpCpEpDpPp,
+                        "tp-cp-ep-pp-dp" => RankOrder::TpCpEpPpDp,
+                        _ => return Err(format!("`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp")),
+                    })
+                }
+                other => {
+                    return Err(format!(
+                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, vpp, mbs, recompute, zero, sp, order"
+                    ));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Bounds of the enumeration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Space {
+    /// Largest micro-batch b tried.
+    pub max_micro_batch: u32,
+    /// Largest v tried.
+    pub max_vpp: u32,
+    /// Largest C tried.
+    pub max_cp: u32,
+    /// ZeRO stages tried.
+    pub zero_stages: Vec<u8>,
+    /// Fixed values.
+    pub filter: Filter,
+    /// User bounds (also enforced as the `policy` rule).
+    pub policy: Policy,
+    /// How many of the best valid layouts to keep.
+    pub top_k: usize,
+    /// Keep every valid candidate (for why-not ranks and Pareto plots).
+    pub keep_all: bool,
+}
+
+impl Default for Space {
+    fn default() -> Space {
+        Space {
+            max_micro_batch: 16,
+            max_vpp: 8,
+            max_cp: 16,
+            zero_stages: vec![0, 1, 2, 3],
+            filter: Filter::default(),
+            policy: Policy::default(),
+            top_k: 10,
+            keep_all: false,
+        }
+    }
+}
+
+/// Layouts rejected for one reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejections {
+    /// The rule (the first broken one in check order).
+    pub rule: Rule,
+    /// How many layouts.
+    pub count: u64,
+    /// The best near-miss: for memory the layout closest to fitting; for
+    /// other rules the fastest layout that breaks only this rule.
+    pub near_miss: Option<Candidate>,
+}
+
+/// Counters of one search.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Layouts enumerated.
+    pub considered: u64,
+    /// Layouts dropped by exact bounds without pricing.
+    pub pruned: u64,
+    /// Layouts priced by the cost model.
+    pub evaluated: u64,
+    /// Layouts that pass every rule.
+    pub valid: u64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+/// Result of a search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// The best valid layouts, best first.
+    pub top: Vec<Candidate>,
+    /// Every valid layout when [`Space::keep_all`] is set (unsorted).
+    #[serde(skip)]
+    pub all: Vec<Candidate>,
+    /// Rejection counts and near-misses, by rule.
+    pub rejections: Vec<Rejections>,
+    /// Counters.
+    pub stats: Stats,
+}
+
+fn divisors(n: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (1..=n).take_while(|d| d * d <= n).filter(|d| n % d == 0).flat_map(|d| [d, n / d]).map(|d| d as u32).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Mesh {
+    tp: u32,
+    cp: u32,
+    pp: u32,
+    dp: u32,
+    ep: u32,
+}
+
+/// Accumulator of one worker.
+#[derive(Debug, Default)]
+struct Acc {
+    top: Vec<Candidate>,
+    all: Vec<Candidate>,
+    counts: [u64; Rule::ALL.len()],
+    near: [Option<Candidate>; Rule::ALL.len()],
+    stats: Stats,
+}
+
+impl Acc {
+    fn push_valid(&mut self, c: Candidate, k: usize, keep_all: bool) {
+        if keep_all {
+            self.all.push(c.clone());
+        }
+        if self.top.len() < k {
+            self.top.push(c);
+            self.top.sort_by(better);
+        } else if self.top.last().is_some_and(|w| better(&c, w) == Ordering::Less) {
+            self.top.pop();
+            let pos = self.top.partition_point(|x| better(x, &c) != Ordering::Greater);
+            self.top.insert(pos, c);
+        }
+    }
+
+    fn reject(&mut self, rule: Rule, near: Option<Candidate>) {
+        let i = rule as usize;
+        self.counts[i] += 1;
+        if let Some(c) = near {
+            let replace = match &self.near[i] {
+                None => true,
+                Some(old) => near_miss_better(rule, &c, old),
+            };
+            if replace {
+                self.near[i] = Some(c);
+            }
+        }
+    }
+
+    fn merge(mut self, o: Acc, k: usize) -> Acc {
+        for c in o.top {
+            self.push_valid(c, k, false);
+        }
+        self.all.extend(o.all);
+        for i in 0..self.counts.len() {
+            self.counts[i] += o.counts[i];
+            if let Some(c) = o.near[i].clone() {
+                let rule = Rule::ALL[i];
+                if self.near[i].as_ref().is_none_or(|old| near_miss_better(rule, &c, old)) {
+                    self.near[i] = Some(c);
+                }
+            }
+        }
+        self.stats.considered += o.stats.considered;
+        self.stats.pruned += o.stats.pruned;
+        self.stats.evaluated += o.stats.evaluated;
+        self.stats.valid += o.stats.valid;
+        self
+    }
+}
+
+fn near_miss_better(rule: Rule, a: &Candidate, b: &Candidate) -> bool {
+    if rule == Rule::Memory {
+        let ra = a.eval.peak_bytes / a.eval.usable_bytes;
+        let rb = b.eval.peak_bytes / b.eval.usable_bytes;
+        ra < rb || (ra == rb && a.eval.tokens_per_s > b.eval.tokens_per_s)
+    } else {
+        better(a, b) == Ordering::Less
+    }
+}
+
+/// The meshes to try for `world` GPUs.
+fn meshes(pr: &Problem, space: &Space) -> Vec<Mesh> {
+    let world = pr.world;
+    let f = &space.filter;
+    let layers = pr.model.architecture.layers;
+    let mut out = Vec::new();
+    for tp in divisors(world) {
+        if f.tp.is_some_and(|x| x != tp) {
+            continue;
+        }
+        // T beyond the NVLink domain is only tried when allowed.
+        if tp > pr.cluster.fast_domain() && !space.policy.allow_tp_across_domains {
+            continue;
+        }
+        for cp in divisors(world / tp as u64) {
+            if cp > space.max_cp || f.cp.is_some_and(|x| x != cp) {
+                continue;
+            }
+            for pp in divisors(world / (tp as u64 * cp as u64)) {
+                if pp > layers || f.pp.is_some_and(|x| x != pp) {
+                    continue;
+                }
+                let dp = (world / (tp as u64 * cp as u64 * pp as u64)) as u32;
+                if f.dp.is_some_and(|x| x != dp) {
+                    continue;
+                }
+                let eps: Vec<u32> = match &pr.model.moe {
+                    None => vec![1],
+                    Some(m) => divisors((tp * cp * dp) as u64)
+                        .into_iter()
+                        .filter(|e| m.experts % e == 0)
+                        .collect(),
+                };
+                for ep in eps {
+                    if f.ep.is_some_and(|x| x != ep) {
+                        continue;
+                    }
+                    out.push(Mesh { tp, cp, pp, dp, ep });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Enumerate the inner choices of one mesh and feed them to `f`.
+fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(Layout)) {
+    let flt = &space.filter;
+    let b_total = pr.job.global_batch;
+    let layers = pr.model.architecture.layers;
+    let per_replica = b_total / mesh.dp as u64;
+    let mut bs: Vec<u32> = (0..)
+        .map(|i| 1u32 << i)
+        .take_while(|b| *b <= space.max_micro_batch)
+        .filter(|b| per_replica == 0 || per_replica % *b as u64 == 0 || *b == 1)
+        .collect();
+    if let Some(b) = flt.micro_batch {
+        bs = vec![b];
+    }
+    let vpps: Vec<u32> = if mesh.pp == 1 {
+        vec![1]
+    } else {
+        (1..=space.max_vpp)
+            .filter(|v| *v == 1 || layers % (mesh.pp * v) == 0)
+            .collect()
+    };
+    let sps: &[bool] = if mesh.tp > 1 { &[true, false] } else { &[false] };
+    let orders: &[RankOrder] = if mesh.dp > 1 && mesh.pp > 1 { &RankOrder::ALL } else { &RankOrder::ALL[..1] };
+    let zeros: Vec<u8> = if mesh.dp * mesh.cp > 1 || mesh.ep > 1 {
+        space.zero_stages.clone()
+    } else {
+        vec![0]
+    };
+    for &b in &bs {
+        for &v in &vpps {
+            if flt.vpp.is_some_and(|x| x != v) {
+                continue;
+            }
+            for r in Recompute::ALL {
+                if flt.recompute.is_some_and(|x| x != r) {
+                    continue;
+                }
+                for &z in &zeros {
+                    if flt.zero.is_some_and(|x| x != z) {
+                        continue;
+                    }
+                    for &sp in sps {
+                        if flt.sp.is_some_and(|x| x != sp) {
+                            continue;
+                        }
+                        for &order in orders {
+                            if flt.order.is_some_and(|x| x != order) {
+                                continue;
+                            }
+                            f(Layout {
+                                dp: mesh.dp,
+                                tp: mesh.tp,
+                                pp: mesh.pp,
+                                cp: mesh.cp,
+                                ep: mesh.ep,
+                                etp: 1,
+                                vpp: v,
+                                micro_batch: b,
+                                recompute: r,
+                                zero: z,
+                                sp,
+                                order,
+                                split: None,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Judge one layout: its broken rules (memory included) and its prices.
+/// Returns the rule set and the evaluation when it was priced.
+pub fn judge(pr: &Problem, policy: &Policy, l: &Layout) -> (RuleSet, Evaluation) {
+    let mut set = rules::violations(pr, policy, l);
+    let e = cost::evaluate(pr, l);
+    if !e.fits() {
+        set.insert(Rule::Memory);
+    }
+    (set, e)
+}
+
+/// Lower bound on the worst rank's bytes for a mesh and ZeRO stage: the
+/// model states of an average pipeline rank (L/p layers, no embedding or
+/// output) with nothing else. The worst rank holds at least the average, for
+/// any split, micro-batch, recompute or SP choice.
+fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
+    let pl = crate::layout::Placement::new(l, pr.cluster.fast_domain());
+    let lc = cost::layer::layer_costs(pr, l, &pl);
+    let layers = pr.model.architecture.layers;
+    let per_rank = layers as f64 / l.pp as f64;
+    let (dense, moe) = (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
+    let frac = per_rank / layers as f64;
+    let params = frac * (dense * lc.dense.params + moe * lc.moe.params);
+    let expert = frac * moe * lc.moe.expert_params;
+    let unit = 2.0 * lc.dense.params.max(lc.moe.params);
+    cost::memory::model_states(params, &pr.job.recipe, l.zero, (l.dp * l.cp) as f64, unit).total()
+        + cost::memory::model_states(expert, &pr.job.recipe, l.zero, l.edp() as f64, 0.0).total()
+}
+
+/// Run the search for `pr` over `space`.
+pub fn search(pr: &Problem, space: &Space) -> SearchResult {
+    let start = Instant::now();
+    let meshes = meshes(pr, space);
+    let bar = indicatif::ProgressBar::with_draw_target(Some(meshes.len() as u64), indicatif::ProgressDrawTarget::hidden());
+    let shown = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let k = space.top_k.max(1);
+    let acc = meshes
+        .par_iter()
+        .fold(Acc::default, |mut acc, &mesh| {
+            // Exact prune per ZeRO stage: states alone overflow.
+            let usable = pr.usable_bytes();
+            let mut overflow = [false; 4];
+            for z in 0..4u8 {
+                let probe = Layout {
+                    dp: mesh.dp,
+                    tp: mesh.tp,
+                    pp: mesh.pp,
+                    cp: mesh.cp,
+                    ep: mesh.ep,
+                    etp: 1,
+                    vpp: 1,
+                    micro_batch: 1,
+                    recompute: Recompute::Full,
+                    zero: z,
+                    sp: true,
+                    order: RankOrder::TpCpEpDpPp,
+                    split: None,
+                };
+                overflow[z as usize] = states_lower_bound(pr, &probe) > usable;
+            }
+            for_each_layout(pr, space, mesh, |l| {
+                acc.stats.considered += 1;
+                let structural = rules::violations(pr, &space.policy, &l);
+                if overflow[l.zero as usize] {
+                    acc.stats.pruned += 1;
+                    let mut s = structural;
+                    s.insert(Rule::Memory);
+                    acc.reject(s.first().unwrap_or(Rule::Memory), None);
+                    return;
+                }
+                // Price layouts that are valid or break exactly one
+                // structural rule (near-miss candidates).
+                if structural.len() > 1 {
+                    acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
+                    return;
+                }
+                let e = cost::evaluate(pr, &l);
+                acc.stats.evaluated += 1;
+                let fits = e.fits();
+                let cand = Candidate { layout: l, eval: e };
+                match (structural.first(), fits) {
+                    (None, true) => {
+                        acc.stats.valid += 1;
+                        acc.push_valid(cand, k, space.keep_all);
+                    }
+                    (None, false) => acc.reject(Rule::Memory, Some(cand)),
+                    (Some(r), true) => acc.reject(r, Some(cand)),
+                    (Some(r), false) => acc.reject(r, None),
+                }
+            });
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if start.elapsed() > Duration::from_secs(1) && !shown.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_message("searching layouts");
+            }
+            bar.set_position(n);
+            acc
+        })
+        .reduce(Acc::default, |a, b| a.merge(b, k));
+    bar.finish_and_clear();
+    let mut stats = acc.stats;
+    stats.seconds = start.elapsed().as_secs_f64();
+    let rejections = Rule::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| acc.counts[*i] > 0)
+        .map(|(i, r)| Rejections {
+            rule: *r,
+            count: acc.counts[i],
+            near_miss: acc.near[i].clone(),
+        })
+        .collect();
+    SearchResult {
+        top: acc.top,
+        all: acc.all,
+        rejections,
+        stats,
+    }
+}
