@@ -150,8 +150,12 @@ struct ExplainArgs {
     #[arg(long, value_enum, default_value_t = RankOrder::TpCpEpDpPp)]
     order: RankOrder,
     /// Explicit layers per pipeline chunk, e.g. `19,21,21,19`.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "auto_split")]
     split: Option<Vec<u32>>,
+    /// Choose the layers per pipeline chunk with the stage-split ILP
+    /// (fastest split that fits; fails naming the stage that overflows).
+    #[arg(long)]
+    auto_split: bool,
 }
 
 #[derive(Debug, Args)]
@@ -300,6 +304,11 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         order: a.order,
         split: a.split.clone(),
     };
+    let mut layout = layout;
+    if a.auto_split {
+        let s = crate::split::solve(&pr, &layout).map_err(|e| anyhow::anyhow!("--auto-split: {e}"))?;
+        layout.split = Some(s.layers);
+    }
     let policy = Policy::default();
     let mut report = ExplainReport::new(&pr, &policy, &layout);
     // Place it among all valid layouts.

@@ -13,6 +13,7 @@ pub mod cost;
 pub mod layout;
 pub mod rules;
 pub mod search;
+pub mod split;
 pub mod cli;
 pub mod render;
 pub mod report;

@@ -133,6 +133,13 @@ pub struct SearchReport {
     pub evaluated: u64,
     /// Valid layouts.
     pub valid: u64,
+    /// Stage-split ILP programs solved.
+    pub splits_solved: u64,
+    /// Layouts given an uneven split (improved or rescued).
+    pub resplit: u64,
+    /// Layouts that might have beaten the K-th best with a split but were
+    /// not re-split (solve budget spent).
+    pub split_skipped: u64,
     /// Wall time of the search, seconds.
     pub seconds: f64,
 }
@@ -169,6 +176,9 @@ impl SearchReport {
             pruned: r.stats.pruned,
             evaluated: r.stats.evaluated,
             valid: r.stats.valid,
+            splits_solved: r.stats.splits_solved,
+            resplit: r.stats.resplit,
+            split_skipped: r.stats.split_skipped,
             seconds: r.stats.seconds,
         }
     }

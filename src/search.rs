@@ -10,8 +10,20 @@
 //! usable memory on the lightest-loaded choice cannot fit with any
 //! micro-batch or recompute, because activations only add bytes; those
 //! layouts are counted as memory rejections without being priced.
+//!
+//! Stage splits: the fast pass prices every layout with the uniform split.
+//! Then [`refine`] solves the stage-split ILP ([`crate::split::ilp`]) for
+//! (a) the best 2K valid layouts, and (b) the other pipelined layouts that
+//! are valid or rejected only because the layers do not divide over p·v
+//! (`layers-pp`) or only for memory, best upper bound first, while that
+//! bound (the pipeline time with perfectly balanced stages) can still beat
+//! the K-th best; each re-split layout is re-priced by [`cost::evaluate`]
+//! and re-ranked. Identical split problems
+//! are solved once. Rejection counts are for the uniform split, less the
+//! layouts a split rescued.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
@@ -21,6 +33,7 @@ use serde::Serialize;
 use crate::cost::{self, Evaluation, Problem};
 use crate::layout::{Layout, RankOrder, Recompute};
 use crate::rules::{self, Policy, Rule, RuleSet};
+use crate::split::{self, SplitProblem};
 
 /// A priced layout.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -210,6 +223,14 @@ pub struct Stats {
     pub evaluated: u64,
     /// Layouts that pass every rule.
     pub valid: u64,
+    /// Stage-split programs solved (distinct split problems).
+    pub splits_solved: u64,
+    /// Layouts whose uneven split beat the uniform one or rescued a
+    /// rejected layout.
+    pub resplit: u64,
+    /// Rejected layouts whose bound could still beat the K-th best but that
+    /// were not re-split because [`MAX_SPLIT_SOLVES`] was spent.
+    pub split_skipped: u64,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -244,6 +265,17 @@ struct Mesh {
     ep: u32,
 }
 
+/// A layout whose split may matter, with an upper bound on its tokens/s
+/// under any split: rejected only for `rule` under the uniform split, or
+/// valid (`rule` = `None`) at `uniform` tokens/s.
+#[derive(Debug, Clone)]
+struct Pending {
+    bound: f64,
+    rule: Option<Rule>,
+    uniform: f64,
+    layout: Layout,
+}
+
 /// Accumulator of one worker.
 #[derive(Debug, Default)]
 struct Acc {
@@ -252,6 +284,8 @@ struct Acc {
     counts: [u64; Rule::ALL.len()],
     near: [Option<Candidate>; Rule::ALL.len()],
     stats: Stats,
+    /// Layouts an uneven split may rescue (see [`refine`]).
+    pending: Vec<Pending>,
 }
 
 impl Acc {
@@ -288,6 +322,7 @@ impl Acc {
             self.push_valid(c, k, false);
         }
         self.all.extend(o.all);
+        self.pending.extend(o.pending);
         for i in 0..self.counts.len() {
             self.counts[i] += o.counts[i];
             if let Some(c) = o.near[i].clone() {
@@ -461,6 +496,209 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
         + cost::memory::model_states(expert, &pr.job.recipe, l.zero, l.edp() as f64, 0.0).total()
 }
 
+/// Most distinct stage-split programs one search solves.
+pub const MAX_SPLIT_SOLVES: u64 = 64;
+
+/// Upper bound on the tokens/s of layout `l` under any stage split that
+/// fits, or `None` when no split can fit. The pipeline time
+/// `m·max + (Σ − max)/v` (DESIGN §5) grows with the slowest rank's time,
+/// which is at least [`split::layout_bound`]'s; Σ, the sum of the ranks'
+/// times per micro-batch, does not depend on the split; the data-parallel
+/// and optimizer terms are at least zero.
+fn split_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> Option<f64> {
+    let b = split::layout_bound(pr, l, lc)?;
+    Some(tokens_bound(pr, l, b.slowest, b.sum))
+}
+
+/// Tokens/s with the slowest rank at `slowest` and rank times summing to
+/// `sum`, without data-parallel and optimizer time.
+fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
+    let m = cost::micro_batches_or_floor(pr, l) as f64;
+    let v = l.vpp as f64;
+    let pipe = (m - 1.0 / v) * slowest + sum / v;
+    pr.job.tokens_per_step() / pipe
+}
+
+/// Solves stage splits with the ILP, once per distinct problem, several at
+/// a time on the rayon pool.
+struct Splitter {
+    cache: HashMap<Vec<u64>, Option<Vec<u32>>>,
+    solved: u64,
+}
+
+impl Splitter {
+    /// Cache key: the problem's numbers. A time every rank spends alike
+    /// does not move the optimum, so it is left out.
+    fn key(sp: &SplitProblem) -> Vec<u64> {
+        let common = sp.rank_time.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut key: Vec<u64> = vec![sp.pp as u64, sp.vpp as u64, sp.usable.to_bits()];
+        for it in &sp.items {
+            key.extend([
+                it.time.to_bits(),
+                it.states.to_bits(),
+                it.activation.to_bits(),
+                it.working_set.to_bits(),
+                it.layer as u64,
+            ]);
+        }
+        key.extend(sp.rank_time.iter().map(|t| (t - common).to_bits()));
+        key.extend(sp.rank_bytes.iter().map(|b| b.to_bits()));
+        key.extend(sp.in_flight.iter().map(|f| f.to_bits()));
+        key
+    }
+
+    /// Solve the problems not yet solved, within the budget, in parallel.
+    fn prepare<'a>(&mut self, problems: impl IntoIterator<Item = &'a SplitProblem>) {
+        let mut todo: Vec<(Vec<u64>, &SplitProblem)> = Vec::new();
+        for sp in problems {
+            let key = Self::key(sp);
+            if !self.cache.contains_key(&key) && !todo.iter().any(|(k, _)| *k == key) {
+                todo.push((key, sp));
+            }
+        }
+        todo.truncate(MAX_SPLIT_SOLVES.saturating_sub(self.solved) as usize);
+        let opts = split::ilp::Options {
+            time_limit_s: 1.0,
+            tie_break: true,
+            diagnose_infeasible: false,
+        };
+        let found: Vec<Option<Vec<u32>>> = todo
+            .par_iter()
+            .map(|(_, sp)| split::ilp::solve(sp, &opts).ok().map(|s| s.layers))
+            .collect();
+        self.solved += todo.len() as u64;
+        for ((key, _), f) in todo.into_iter().zip(found) {
+            self.cache.insert(key, f);
+        }
+    }
+
+    /// The ILP's split of a prepared problem (layers per chunk); `None`
+    /// when no split fits, the solver failed or it was not solved.
+    fn get(&self, sp: &SplitProblem) -> Option<Vec<u32>> {
+        self.cache.get(&Self::key(sp)).cloned().flatten()
+    }
+}
+
+/// The split problem of `l` if some split might fit.
+fn split_problem(pr: &Problem, l: &Layout) -> Option<SplitProblem> {
+    let sp = SplitProblem::for_layout(pr, l);
+    (sp.check().is_ok() && sp.relaxation().is_some()).then_some(sp)
+}
+
+/// Layout `l` with split `layers`, priced, if it is valid, fits and the
+/// split is not the uniform one.
+fn with_split(pr: &Problem, policy: &Policy, l: &Layout, layers: Vec<u32>) -> Option<Candidate> {
+    let chunks = l.pp * l.vpp;
+    let total = pr.model.architecture.layers;
+    let plain = Layout { split: None, ..l.clone() };
+    let uniform = (0..chunks).all(|c| {
+        let (a, b) = cost::chunk_layers(&plain, total, c, chunks);
+        layers[c as usize] == b - a
+    });
+    if uniform && total % chunks == 0 {
+        return None;
+    }
+    let l2 = Layout {
+        split: Some(layers),
+        ..plain
+    };
+    if !rules::violations(pr, policy, &l2).is_empty() {
+        return None;
+    }
+    let e = cost::evaluate(pr, &l2);
+    e.fits().then_some(Candidate { layout: l2, eval: e })
+}
+
+/// Re-split the best layouts and the layouts only the split rejects, and
+/// re-rank (see the module docs). Leaves the best `k` in `acc.top`.
+fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
+    let mut splitter = Splitter {
+        cache: HashMap::new(),
+        solved: 0,
+    };
+    let policy = &space.policy;
+    let same = |a: &Layout, b: &Layout| Layout { split: None, ..a.clone() } == Layout { split: None, ..b.clone() };
+    // (a) The best 2K, all at once.
+    let top = std::mem::take(&mut acc.top);
+    let problems: Vec<Option<SplitProblem>> =
+        top.iter().map(|c| (c.layout.pp > 1).then(|| split_problem(pr, &c.layout)).flatten()).collect();
+    splitter.prepare(problems.iter().flatten());
+    for (c, sp) in top.into_iter().zip(&problems) {
+        let improved = sp
+            .as_ref()
+            .and_then(|sp| splitter.get(sp))
+            .and_then(|layers| with_split(pr, policy, &c.layout, layers))
+            .filter(|c2| better(c2, &c) == Ordering::Less);
+        let chosen = match improved {
+            Some(c2) => {
+                acc.stats.resplit += 1;
+                if let Some(slot) = acc.all.iter_mut().find(|x| x.layout == c.layout) {
+                    *slot = c2.clone();
+                }
+                c2
+            }
+            None => c,
+        };
+        acc.push_valid(chosen, 2 * k, false);
+    }
+    // (b) Layouts only the split rejects, best bound first, a few at a
+    // time while the bound beats the K-th best.
+    let mut pending = std::mem::take(&mut acc.pending);
+    pending.sort_by(|a, b| b.bound.partial_cmp(&a.bound).unwrap_or(Ordering::Equal));
+    let batch = 2 * rayon::current_num_threads().max(1);
+    let threshold = |acc: &Acc| if acc.top.len() >= k { acc.top[k - 1].eval.tokens_per_s } else { 0.0 };
+    let mut next = 0;
+    while next < pending.len() && splitter.solved < MAX_SPLIT_SOLVES {
+        let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
+        let t = threshold(acc);
+        while next < pending.len() && group.len() < batch && pending[next].bound > t {
+            if let Some(sp) = split_problem(pr, &pending[next].layout) {
+                group.push((&pending[next], sp));
+            }
+            next += 1;
+        }
+        if group.is_empty() {
+            break;
+        }
+        splitter.prepare(group.iter().map(|(_, sp)| sp));
+        for (p, sp) in group {
+            if p.bound <= threshold(acc) || acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
+                continue;
+            }
+            let Some(c2) = splitter.get(&sp).and_then(|layers| with_split(pr, policy, &p.layout, layers)) else {
+                continue;
+            };
+            match p.rule {
+                Some(rule) => {
+                    acc.stats.valid += 1;
+                    let i = rule as usize;
+                    acc.counts[i] = acc.counts[i].saturating_sub(1);
+                    if acc.near[i].as_ref().is_some_and(|n| same(&n.layout, &c2.layout)) {
+                        acc.near[i] = None;
+                    }
+                    if space.keep_all {
+                        acc.all.push(c2.clone());
+                    }
+                }
+                None => {
+                    if c2.eval.tokens_per_s <= p.uniform {
+                        continue;
+                    }
+                    if let Some(slot) = acc.all.iter_mut().find(|x| x.layout == p.layout) {
+                        *slot = c2.clone();
+                    }
+                }
+            }
+            acc.stats.resplit += 1;
+            acc.push_valid(c2, 2 * k, false);
+        }
+    }
+    let t = threshold(acc);
+    acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
+    acc.top.truncate(k);
+    acc.stats.splits_solved = splitter.solved;
+}
+
 /// Run the search for `pr` over `space`.
 pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let start = Instant::now();
@@ -469,6 +707,8 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let shown = AtomicBool::new(false);
     let done = AtomicU64::new(0);
     let k = space.top_k.max(1);
+    // Keep 2K through the fast pass: re-splitting may reorder them.
+    let k2 = 2 * k;
     let acc = meshes
         .par_iter()
         .fold(Acc::default, |mut acc, &mesh| {
@@ -509,14 +749,51 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
                     return;
                 }
-                let e = cost::evaluate(pr, &l);
+                let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
+                let lc = cost::layer::layer_costs(pr, &l, &pl);
+                let e = cost::evaluate_with(pr, &l, &lc);
                 acc.stats.evaluated += 1;
                 let fits = e.fits();
+                // Only the split stands between these and validity; keep
+                // those whose balanced-split bound beats this worker's K-th
+                // best (a lower bound on the final threshold).
+                if l.pp > 1 {
+                    let rule = match structural.first() {
+                        None if !fits => Some(Some(Rule::Memory)),
+                        Some(Rule::LayersPp) => Some(Some(Rule::LayersPp)),
+                        _ => None,
+                    };
+                    let beats = |x: f64| acc.top.len() < k || x > acc.top[k - 1].eval.tokens_per_s;
+                    // A valid layout already among the best is re-split
+                    // with them.
+                    let rule = rule.filter(|r| r.is_some() || !beats(e.tokens_per_s));
+                    // First a bound with perfectly balanced stages (cheap),
+                    // then the layer-count relaxation.
+                    let balanced = || {
+                        let (dense, moe) = (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
+                        let p2p = lc.p2p * l.vpp as f64;
+                        let sum = lc.embedding.time() + dense * lc.dense.time() + moe * lc.moe.time() + lc.output.time()
+                            + l.pp as f64 * p2p;
+                        tokens_bound(pr, &l, sum / l.pp as f64, sum)
+                    };
+                    let rule = rule.filter(|_| beats(balanced()));
+                    if let Some((rule, bound)) = rule.and_then(|r| split_bound(pr, &l, &lc).map(|b| (r, b))) {
+                        if beats(bound) {
+                            let uniform = if rule.is_none() { e.tokens_per_s } else { 0.0 };
+                            acc.pending.push(Pending {
+                                bound,
+                                rule,
+                                uniform,
+                                layout: l.clone(),
+                            });
+                        }
+                    }
+                }
                 let cand = Candidate { layout: l, eval: e };
                 match (structural.first(), fits) {
                     (None, true) => {
                         acc.stats.valid += 1;
-                        acc.push_valid(cand, k, space.keep_all);
+                        acc.push_valid(cand, k2, space.keep_all);
                     }
                     (None, false) => acc.reject(Rule::Memory, Some(cand)),
                     (Some(r), true) => acc.reject(r, Some(cand)),
@@ -531,8 +808,10 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             bar.set_position(n);
             acc
         })
-        .reduce(Acc::default, |a, b| a.merge(b, k));
+        .reduce(Acc::default, |a, b| a.merge(b, k2));
     bar.finish_and_clear();
+    let mut acc = acc;
+    refine(pr, space, &mut acc, k);
     let mut stats = acc.stats;
     stats.seconds = start.elapsed().as_secs_f64();
     let rejections = Rule::ALL

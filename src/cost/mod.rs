@@ -173,7 +173,43 @@ fn add(a: &mut ItemCost, b: &ItemCost, n: f64) {
     a.working_set = a.working_set.max(if n > 0.0 { b.working_set } else { 0.0 });
 }
 
+/// Largest backward working set a rank's temporaries count, bytes: one
+/// transformer layer's (dense or MoE, whichever is larger). A rank's
+/// temporaries take the largest working set of its items capped at this.
+pub fn working_set_cap(lc: &LayerCosts) -> f64 {
+    lc.dense.working_set.max(lc.moe.working_set)
+}
+
+/// Temporaries every rank holds on top of one item's working set, bytes:
+/// the SP all-gather buffer `t·h·2`, CP's double-buffered KV
+/// `2·t·2·kv/T·2`, and without flash attention one layer's score matrix
+/// ([`memory::score_matrix_bytes`]); t = local tokens per micro-batch.
+pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
+    let model = pr.model;
+    let mut bytes = 0.0;
+    if l.sp && l.tp > 1 {
+        bytes += lc.tokens * model.architecture.hidden as f64 * 2.0;
+    }
+    if l.cp > 1 {
+        bytes += 2.0 * lc.tokens * 2.0 * model.kv_width() as f64 / l.tp as f64 * 2.0;
+    }
+    if !pr.job.flash_attention {
+        bytes += memory::score_matrix_bytes(lc.tokens, pr.job.seq_len as f64, model.architecture.heads as f64, l.tp as f64);
+    }
+    bytes
+}
+
+/// ZeRO-3's gathered unit, parameters: two layers (current + prefetch) of
+/// the larger layer kind.
+pub fn zero3_unit(lc: &LayerCosts) -> f64 {
+    2.0 * lc.dense.params.max(lc.moe.params)
+}
+
 /// Price pipeline rank `rank` of layout `l` with `m` micro-batches.
+///
+/// Temporaries: one layer's backward working set ([`working_set_cap`]),
+/// plus [`temporary_buffers`]; ZeRO-3 adds its gathered unit
+/// ([`zero3_unit`]) to the weights.
 pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -> RankCost {
     let model = pr.model;
     let layers = model.architecture.layers;
@@ -204,20 +240,8 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let activations = items.activation * in_flight;
     let is_last = rank == l.pp - 1;
     let logits = if is_last { lc.output.working_set } else { 0.0 };
-    // Temporaries: one layer's backward working set; SP all-gather buffer;
-    // CP double-buffered KV; unfused attention scores during forward.
-    let mut temporaries = items.working_set.min(lc.dense.working_set.max(lc.moe.working_set));
-    if l.sp && l.tp > 1 {
-        temporaries += lc.tokens * model.architecture.hidden as f64 * 2.0;
-    }
-    if l.cp > 1 {
-        temporaries += 2.0 * lc.tokens * 2.0 * model.kv_width() as f64 / l.tp as f64 * 2.0;
-    }
-    if !pr.job.flash_attention {
-        temporaries += memory::score_matrix_bytes(lc.tokens, pr.job.seq_len as f64, model.architecture.heads as f64, l.tp as f64);
-    }
-    // ZeRO-3 gathers two layers (current + prefetch) at a time.
-    let unit = 2.0 * lc.dense.params.max(lc.moe.params);
+    let temporaries = items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc);
+    let unit = zero3_unit(lc);
     let shard = (l.dp * l.cp) as f64;
     let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
     let expert_states = memory::model_states(items.expert_params, &pr.job.recipe, l.zero, l.edp() as f64, 0.0);
@@ -324,6 +348,13 @@ fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f
 pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
     let pl = Placement::new(l, pr.cluster.fast_domain());
     let lc = layer::layer_costs(pr, l, &pl);
+    evaluate_with(pr, l, &lc)
+}
+
+/// [`evaluate`] with the item costs already computed
+/// ([`layer::layer_costs`] of `l` and its placement).
+pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
+    let lc = *lc;
     let m = micro_batches_or_floor(pr, l);
     let mut worst = RankCost::default();
     let mut worst_peak = f64::MIN;
@@ -410,7 +441,7 @@ fn schedule_time(t_max: f64, t_sum: f64, m: u64, vpp: u32) -> f64 {
 }
 
 /// m = B/(D·b), or its floor (at least 1) when D·b does not divide B.
-fn micro_batches_or_floor(pr: &Problem, l: &Layout) -> u64 {
+pub fn micro_batches_or_floor(pr: &Problem, l: &Layout) -> u64 {
     l.micro_batches(pr.job.global_batch)
         .unwrap_or_else(|| (pr.job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1))
 }

@@ -111,6 +111,21 @@ impl Exporter for Table {
             r.pruned,
             r.seconds * 1e3
         )?;
+        if r.splits_solved > 0 {
+            writeln!(
+                w,
+                "Stage splits: {} layouts re-split by the ILP ({} programs solved); split = transformer layers per stage (p·v chunks, model order).",
+                r.resplit, r.splits_solved
+            )?;
+        }
+        if r.split_skipped > 0 {
+            writeln!(
+                w,
+                "  {} more layouts might beat row {} with an uneven split but were not re-split (solve budget spent).",
+                r.split_skipped,
+                r.rows.len()
+            )?;
+        }
         if r.rows.is_empty() {
             writeln!(w, "No valid layout: every one breaks a rule below.")?;
         }

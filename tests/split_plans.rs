@@ -1,0 +1,280 @@
+//! Stage splits on real models: the per-item vector agrees with the cost
+//! model, the ILP's splits are valid plans, and the search finds them.
+
+use meshplan::cost::{self, Problem};
+use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::rules::{self, Policy};
+use meshplan::search::{self, Filter, Space};
+use meshplan::spec::{Catalog, Cluster, GIB, Gpu, Job, Model};
+use meshplan::split::{self, SplitError, SplitProblem, dp, ilp};
+
+struct Setup {
+    model: Model,
+    gpu: Gpu,
+    cluster: Cluster,
+    job: Job,
+    world: u64,
+}
+
+impl Setup {
+    fn new(model: &str, cluster: &str, world: Option<u64>) -> Setup {
+        let cat = Catalog::shipped().expect("catalog");
+        let model = cat.model(model).expect("model").clone();
+        let cluster = cat.cluster(cluster).expect("cluster").clone();
+        let gpu = cat.gpu(&cluster.gpu).expect("gpu").clone();
+        let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
+        let world = world.unwrap_or(cluster.total_gpus());
+        Setup {
+            model,
+            gpu,
+            cluster,
+            job,
+            world,
+        }
+    }
+
+    fn problem(&self) -> Problem<'_> {
+        Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.world)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn layout(dp: u32, tp: u32, pp: u32, cp: u32, ep: u32, vpp: u32, mbs: u32, recompute: Recompute, zero: u8, sp: bool) -> Layout {
+    Layout {
+        dp,
+        tp,
+        pp,
+        cp,
+        ep,
+        etp: 1,
+        vpp,
+        micro_batch: mbs,
+        recompute,
+        zero,
+        sp,
+        order: RankOrder::TpCpEpDpPp,
+        split: None,
+    }
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / a.abs().max(b.abs()).max(1e-300)
+}
+
+/// Per-rank time and peak memory of a split priced from the item vector
+/// equal what `cost::rank_costs` gives for the layout with that split
+/// (dense, MoE with a dense prefix, all-MoE, interleaved, every ZeRO stage,
+/// CP, no flash attention).
+#[test]
+fn item_vector_agrees_with_rank_costs() {
+    let cases: Vec<(&str, &str, Option<u64>, Layout)> = vec![
+        ("70b", "dgx64", None, layout(4, 2, 4, 2, 1, 1, 1, Recompute::None, 2, true)),
+        ("70b", "dgx64", None, layout(1, 4, 16, 1, 1, 1, 1, Recompute::Selective, 1, true)),
+        ("70b", "dgx64", None, layout(2, 2, 8, 2, 1, 2, 1, Recompute::Full, 0, false)),
+        ("llama3-405b", "h100-16k", None, layout(128, 8, 16, 1, 1, 1, 1, Recompute::None, 1, true)),
+        ("deepseek-v3", "h800-2048", None, layout(32, 2, 32, 1, 8, 1, 1, Recompute::None, 1, true)),
+        ("mixtral-8x7b", "dgx64", None, layout(8, 2, 4, 1, 4, 1, 2, Recompute::Selective, 1, true)),
+        ("gpt3-175b", "dgx64", None, layout(1, 8, 8, 1, 1, 1, 1, Recompute::Full, 1, true)),
+        ("gpt3-175b", "dgx64", None, layout(2, 4, 8, 1, 1, 3, 1, Recompute::Selective, 2, true)),
+    ];
+    let mut checked = 0;
+    for (m, c, w, l) in cases {
+        let s = Setup::new(m, c, w);
+        let mut pr = s.problem();
+        let job_noflash;
+        if m == "gpt3-175b" && l.vpp == 1 {
+            let mut j = s.job.clone();
+            j.flash_attention = false;
+            job_noflash = j;
+            pr = Problem::new(&s.model, &s.gpu, &s.cluster, &job_noflash, s.world);
+        }
+        let sp = SplitProblem::for_layout(&pr, &l);
+        let layers = s.model.architecture.layers;
+        let chunks = (l.pp * l.vpp) as usize;
+        // A lopsided split: one layer more on the middle chunk than uniform,
+        // one fewer on chunk 0.
+        let mut split: Vec<u32> = (0..chunks as u32)
+            .map(|c| {
+                let (a, b) = cost::chunk_layers(&l, layers, c, chunks as u32);
+                b - a
+            })
+            .collect();
+        split[0] -= 1;
+        split[chunks / 2] += 1;
+        let bounds = sp.bounds_of(&split).expect("valid split");
+        let priced = sp.price(&bounds);
+        let with = Layout {
+            split: Some(split.clone()),
+            ..l.clone()
+        };
+        let ranks = cost::rank_costs(&pr, &with);
+        for rc in &ranks {
+            let r = rc.rank as usize;
+            assert!(
+                rel(priced.rank_time[r], rc.time) < 1e-9,
+                "{m} {} rank {r}: time {} vs {}",
+                l.short(),
+                priced.rank_time[r],
+                rc.time
+            );
+            assert!(
+                rel(priced.rank_bytes[r], rc.memory.total()) < 1e-9,
+                "{m} {} rank {r}: bytes {} vs {}",
+                l.short(),
+                priced.rank_bytes[r],
+                rc.memory.total()
+            );
+            checked += 1;
+        }
+        // The layer-count relaxation computed from the item costs directly
+        // equals the one from the item vector.
+        let pl = meshplan::layout::Placement::new(&l, pr.cluster.fast_domain());
+        let lc = cost::layer::layer_costs(&pr, &l, &pl);
+        let fast = split::layout_bound(&pr, &l, &lc).map(|b| b.slowest);
+        let slow = sp.relaxation();
+        match (fast, slow) {
+            (Some(a), Some(b)) => assert!(rel(a, b) < 1e-9, "{m} {}: {a} vs {b}", l.short()),
+            (None, None) => {}
+            (a, b) => panic!("{m} {}: layout bound {a:?} but item relaxation {b:?}", l.short()),
+        }
+    }
+    assert!(checked > 50);
+}
+
+/// Llama 3 405B (126 layers) on 16 pipeline stages: 126 is not divisible by
+/// 16, so every such layout breaks `layers-pp` with the uniform split. The
+/// search re-splits them and plans one; with the embedding and the output
+/// layer costed, the first and last stages get fewer transformer layers
+/// than every middle stage. (The Llama 3 paper, arXiv:2407.21783 §3.3.2,
+/// reports taking one layer off the first and the last stage of its
+/// 16-stage pipeline for the same reasons.)
+#[test]
+fn llama3_405b_on_16_stages() {
+    let s = Setup::new("llama3-405b", "h100-16k", None);
+    let pr = s.problem();
+    let space = Space {
+        filter: Filter::parse("pp=16").unwrap(),
+        top_k: 5,
+        ..Space::default()
+    };
+    let result = search::search(&pr, &space);
+    let best = result.top.first().expect("a plan for 405B on 16 stages");
+    let split = best.layout.split.clone().expect("an explicit split");
+    assert_eq!(split.len(), 16);
+    assert_eq!(split.iter().sum::<u32>(), 126);
+    let middle = &split[1..15];
+    let least_middle = *middle.iter().min().unwrap();
+    assert!(split[0] < least_middle, "first stage {split:?}");
+    assert!(split[15] < least_middle, "last stage {split:?}");
+    // A valid plan: no rule broken, fits, and it is what the step time used.
+    let (broken, e) = search::judge(&pr, &Policy::default(), &best.layout);
+    assert!(broken.is_empty(), "{:?}", broken.iter().collect::<Vec<_>>());
+    assert!(e.fits());
+    assert_eq!(e, best.eval);
+    // Without the split the same layout is rejected.
+    let uniform = Layout {
+        split: None,
+        ..best.layout.clone()
+    };
+    assert!(rules::violations(&pr, &Policy::default(), &uniform).contains(rules::Rule::LayersPp));
+
+    // The costing of the output layer is what shortens the last stage: with
+    // the output item free, the time-optimal split with the least memory
+    // keeps the last stage as long as the middle ones.
+    let mut sp = SplitProblem::for_layout(&pr, &best.layout);
+    let with = ilp::solve(&sp, &ilp::Options::default()).unwrap();
+    assert_eq!(with.layers, split);
+    let n = sp.items.len();
+    sp.items[n - 1] = split::Item::default();
+    sp.rank_bytes[15] = sp.rank_bytes[14];
+    let without = ilp::solve(&sp, &ilp::Options::default()).unwrap();
+    assert_eq!(without.layers[15], *without.layers[1..15].iter().max().unwrap(), "{:?}", without.layers);
+    // The DP oracle agrees on both.
+    assert_eq!(dp::solve(&sp).unwrap().priced.max_time(), without.priced.max_time());
+}
+
+/// Llama 2 7B on 8 A100 80 GB, D = 4, p = 2, b = 4, no recompute, ZeRO-2:
+/// the uniform 16/16 split needs 85.3 GiB on stage 0 (4 micro-batches in
+/// flight against stage 1's one), more than the 77.5 usable; moving layers
+/// to stage 1 fits. The search, restricted to that mesh, finds the uneven
+/// split and plans it.
+#[test]
+fn uniform_overflows_uneven_fits_and_search_finds_it() {
+    let s = Setup::new("llama2-7b", "dgx64", Some(8));
+    let pr = s.problem();
+    let l = layout(4, 1, 2, 1, 1, 1, 4, Recompute::None, 2, false);
+    assert!(rules::violations(&pr, &Policy::default(), &l).is_empty());
+    let uniform = cost::evaluate(&pr, &l);
+    assert!(!uniform.fits());
+    assert!(uniform.peak_bytes / GIB > 85.0, "{}", uniform.peak_bytes / GIB);
+
+    let space = Space {
+        filter: Filter::parse("tp=1,pp=2,dp=4,mbs=4,zero=2,recompute=none,sp=off,order=tp-cp-ep-dp-pp").unwrap(),
+        ..Space::default()
+    };
+    let result = search::search(&pr, &space);
+    let best = result.top.first().expect("the search finds the uneven split");
+    let split = best.layout.split.clone().expect("an explicit split");
+    assert_eq!(split.iter().sum::<u32>(), 32);
+    assert!(split[0] < 16, "stage 0 holds more micro-batches, so fewer layers: {split:?}");
+    assert!(best.eval.fits());
+    assert!(result.stats.resplit >= 1);
+    // The split is the ILP's, and the DP oracle agrees on its time.
+    let sp = SplitProblem::for_layout(&pr, &l);
+    let by_ilp = ilp::solve(&sp, &ilp::Options::default()).unwrap();
+    assert_eq!(by_ilp.layers, split);
+    assert_eq!(dp::solve(&sp).unwrap().priced.max_time(), by_ilp.priced.max_time());
+    // Under that split the priced peak is the item vector's.
+    assert!(rel(best.eval.peak_bytes, by_ilp.priced.max_bytes()) < 1e-9);
+}
+
+/// Bad cases on real layouts: more stages than layers; no split fits (the
+/// message names the stage and the overflow).
+#[test]
+fn bad_layouts() {
+    let s = Setup::new("llama2-7b", "dgx64", Some(64));
+    let pr = s.problem();
+    // 32 layers over p·v = 8·8 = 64 chunks.
+    let l = layout(8, 1, 8, 1, 1, 8, 1, Recompute::None, 1, false);
+    let e = split::solve(&pr, &l).unwrap_err();
+    assert_eq!(
+        e,
+        SplitError::TooManyStages {
+            stages: 64,
+            pp: 8,
+            vpp: 8,
+            layers: 32
+        }
+    );
+    // 70B on 8 GPUs with T = 1, p = 8: the model states alone (ZeRO-1, D = 1)
+    // are ~157 GB per stage, so nothing fits.
+    let s = Setup::new("70b", "dgx64", Some(8));
+    let pr = s.problem();
+    let l = layout(1, 1, 8, 1, 1, 1, 1, Recompute::Full, 1, false);
+    match split::solve(&pr, &l).unwrap_err() {
+        SplitError::Infeasible {
+            split,
+            stage,
+            peak,
+            usable,
+        } => {
+            assert_eq!(split.len(), 8);
+            assert_eq!(split.iter().sum::<u32>(), 80);
+            assert!(peak > usable);
+            let text = SplitError::Infeasible {
+                split: split.clone(),
+                stage,
+                peak,
+                usable,
+            }
+            .to_string();
+            assert!(text.contains(&format!("pipeline stage {stage}")), "{text}");
+            assert!(text.contains(&format!("over by {:.2} GiB", (peak - usable) / GIB)), "{text}");
+            // It is the least largest memory over all splits: the DP agrees.
+            let sp = SplitProblem::for_layout(&pr, &l);
+            let best = dp::min_max_memory(&sp).unwrap();
+            assert!(rel(best.priced.max_bytes(), peak) < 1e-9);
+        }
+        other => panic!("expected Infeasible, got {other:?}"),
+    }
+}

@@ -1,0 +1,330 @@
+//! The stage-split ILP against independent oracles: the exact dynamic
+//! program (v = 1) and brute-force enumeration of every contiguous split
+//! (v > 1), on random instances; solver failures and bad shapes.
+
+use meshplan::split::{Item, Split, SplitError, SplitProblem, dp, ilp};
+use proptest::prelude::*;
+
+/// Relative closeness.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-300)
+}
+
+/// A random instance with integer-valued attributes, so every sum is exact
+/// in f64 and distinct objective values differ by at least one unit (far
+/// above the solver's tolerances). Items: a non-layer head (embedding), L
+/// layers drawn from `kinds` layer kinds (so runs of equal layers form),
+/// a non-layer tail (output).
+fn instance() -> impl Strategy<Value = SplitProblem> {
+    (1u32..=10, 1usize..=3)
+        .prop_flat_map(|(layers, kinds)| {
+            let item = || (1u32..=20, 0u32..=40, 0u32..=15, 0u32..=25);
+            (
+                Just(layers),
+                proptest::collection::vec(item(), kinds),
+                proptest::collection::vec(0usize..kinds, layers as usize),
+                (item(), item()),
+                1u32..=layers.min(5),
+                0u32..=3,
+                proptest::collection::vec(0u32..=10, 5),
+                60u32..=400,
+            )
+        })
+        .prop_map(|(_, kinds, pick, (head, tail), pp, link, extra, usable)| {
+            let mk = |(t, s, a, w): (u32, u32, u32, u32), layer: bool| Item {
+                time: t as f64,
+                states: s as f64,
+                activation: a as f64,
+                working_set: w as f64,
+                layer,
+            };
+            let mut items = vec![mk(head, false)];
+            items.extend(pick.iter().map(|&k| mk(kinds[k], true)));
+            items.push(mk(tail, false));
+            SplitProblem {
+                items,
+                pp,
+                vpp: 1,
+                rank_time: vec![link as f64; pp as usize],
+                rank_bytes: (0..pp as usize).map(|r| extra[r] as f64).collect(),
+                // 1F1B: rank r holds p − r micro-batches.
+                in_flight: (0..pp).map(|r| (pp - r) as f64).collect(),
+                usable: usable as f64,
+            }
+        })
+}
+
+/// The same with p ∈ {1, 2, 3} and v ∈ {2, 3} (interleaved in-flight counts
+/// are taken as given numbers: the solvers treat them as data).
+fn interleaved_instance() -> impl Strategy<Value = SplitProblem> {
+    (instance(), 1u32..=3, 2u32..=3).prop_filter_map("S ≤ layers", |(mut p, pp, vpp)| {
+        if pp * vpp > p.layers() {
+            return None;
+        }
+        p.pp = pp;
+        p.vpp = vpp;
+        p.rank_time = vec![p.rank_time[0]; pp as usize];
+        p.rank_bytes = (0..pp as usize).map(|r| 2.0 * r as f64).collect();
+        p.in_flight = (0..pp).map(|r| ((2 * (pp - r - 1) + (vpp - 1) * pp + 1) as f64 / vpp as f64)).collect();
+        Some(p)
+    })
+}
+
+/// Every contiguous split with a layer per chunk: (slowest rank time,
+/// slowest chunk, largest bytes, fits) for each.
+fn all_splits(p: &SplitProblem) -> Vec<(f64, f64, f64, bool)> {
+    let n = p.items.len();
+    let s = p.chunks();
+    let mut out = Vec::new();
+    let mut bounds = vec![0usize; s + 1];
+    bounds[s] = n;
+    fn rec(p: &SplitProblem, c: usize, bounds: &mut Vec<usize>, out: &mut Vec<(f64, f64, f64, bool)>) {
+        let s = bounds.len() - 1;
+        if c == s {
+            if bounds.windows(2).all(|w| p.items[w[0]..w[1]].iter().any(|i| i.layer)) {
+                let pr = p.price(bounds);
+                out.push((pr.max_time(), pr.max_chunk_time(), pr.max_bytes(), p.fits(&pr)));
+            }
+            return;
+        }
+        for b in bounds[c - 1] + 1..bounds[s] {
+            bounds[c] = b;
+            rec(p, c + 1, bounds, out);
+        }
+    }
+    if s == 1 {
+        let pr = p.price(&bounds);
+        out.push((pr.max_time(), pr.max_chunk_time(), pr.max_bytes(), p.fits(&pr)));
+    } else {
+        rec(p, 1, &mut bounds, &mut out);
+    }
+    out
+}
+
+/// Brute-force optimum: least slowest rank time over fitting splits, then
+/// least slowest chunk, then least largest bytes; or, if none fits, the
+/// least largest bytes.
+fn brute(p: &SplitProblem) -> Result<(f64, f64), f64> {
+    let all = all_splits(p);
+    let fit: Vec<_> = all.iter().filter(|x| x.3).collect();
+    if fit.is_empty() {
+        return Err(all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min));
+    }
+    let t = fit.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let c = fit.iter().filter(|x| x.0 == t).map(|x| x.1).fold(f64::INFINITY, f64::min);
+    let m = fit.iter().filter(|x| x.0 == t && x.1 == c).map(|x| x.2).fold(f64::INFINITY, f64::min);
+    Ok((t, m))
+}
+
+fn check_split(p: &SplitProblem, s: &Split) {
+    assert_eq!(s.bounds.len(), p.chunks() + 1);
+    assert_eq!(s.layers.iter().sum::<u32>(), p.layers());
+    assert!(s.layers.iter().all(|k| *k >= 1), "empty chunk in {:?}", s.layers);
+    assert!(p.fits(&s.priced), "split {:?} does not fit: {:?}", s.layers, s.priced);
+    assert!(s.optimal);
+}
+
+fn compare(p: &SplitProblem, got: Result<Split, SplitError>, want: Result<(f64, f64), f64>) -> Result<(), TestCaseError> {
+    match (got, want) {
+        (Ok(s), Ok((t, m))) => {
+            check_split(p, &s);
+            prop_assert!(close(s.priced.max_time(), t), "time {} vs oracle {} for {:?}", s.priced.max_time(), t, s.layers);
+            prop_assert!(close(s.priced.max_bytes(), m), "bytes {} vs oracle {} for {:?}", s.priced.max_bytes(), m, s.layers);
+        }
+        (Err(SplitError::Infeasible { peak, usable, .. }), Err(m)) => {
+            prop_assert!(close(peak, m), "min-max peak {} vs oracle {}", peak, m);
+            prop_assert!(peak > usable);
+        }
+        (g, w) => prop_assert!(false, "solver {:?} but oracle {:?}", g, w),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// The DP is exact: it matches brute force on small instances.
+    #[test]
+    fn dp_matches_brute_force(p in instance()) {
+        compare(&p, dp::solve(&p), brute(&p))?;
+    }
+
+    /// The ILP reaches the DP's optimum (time, then memory), or both say
+    /// no split fits with the same least largest memory.
+    #[test]
+    fn ilp_matches_dp(p in instance()) {
+        let want = match dp::solve(&p) {
+            Ok(s) => Ok((s.priced.max_time(), s.priced.max_bytes())),
+            Err(SplitError::Infeasible { peak, .. }) => Err(peak),
+            Err(e) => return Err(TestCaseError::fail(format!("DP failed: {e}"))),
+        };
+        compare(&p, ilp::solve(&p, &ilp::Options::default()), want)?;
+    }
+
+    /// The layer-count relaxation the search prunes with never exceeds the
+    /// optimum, says "no split fits" only when none does, and is the
+    /// optimum itself for one layer kind with v = 1 (and pinned items no
+    /// larger in working set than a layer).
+    #[test]
+    fn relaxation_bounds_the_optimum(p in instance()) {
+        let lb = p.relaxation();
+        match brute(&p) {
+            Ok((t, _)) => {
+                let lb = lb.ok_or_else(|| TestCaseError::fail("relaxation says infeasible but a split fits"))?;
+                prop_assert!(lb <= t * (1.0 + 1e-12), "bound {} above optimum {}", lb, t);
+                let layers: Vec<_> = p.items.iter().filter(|i| i.layer).collect();
+                let one_kind = layers.windows(2).all(|w| w[0] == w[1]);
+                let small_pins = p.items.iter().filter(|i| !i.layer).all(|i| i.working_set <= layers[0].working_set);
+                if one_kind && small_pins {
+                    prop_assert!(close(lb, t), "one kind: bound {} but optimum {}", lb, t);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The same for interleaved instances (lower bound only).
+    #[test]
+    fn relaxation_bounds_the_optimum_interleaved(p in interleaved_instance()) {
+        if let Ok((t, _)) = brute(&p) {
+            let lb = p.relaxation().ok_or_else(|| TestCaseError::fail("relaxation says infeasible but a split fits"))?;
+            prop_assert!(lb <= t * (1.0 + 1e-12), "bound {} above optimum {}", lb, t);
+        }
+    }
+
+    /// With v > 1 (ranks holding several chunks) the ILP matches brute force.
+    #[test]
+    fn ilp_matches_brute_force_interleaved(p in interleaved_instance()) {
+        compare(&p, ilp::solve(&p, &ilp::Options::default()), brute(&p))?;
+    }
+}
+
+/// Three identical layers on two stages, worked by hand. Items: head
+/// (t 1, s 10), layers (t 4, s 20, a 5, w 3), tail (t 3, s 10); rank 0
+/// holds 2 micro-batches, rank 1 one; usable 100.
+/// Splits: [1 | 2]: times 1+4 = 5 and 8+3 = 11; [2 | 1]: 9 and 7.
+/// Memory [2 | 1]: rank 0 = 10 + 40 + 2·10 + 3 = 73, rank 1 = 20 + 10 + 5 + 3 = 38.
+/// So the optimum is [2, 1] with slowest time 9.
+#[test]
+fn hand_worked_two_stages() {
+    let layer = Item {
+        time: 4.0,
+        states: 20.0,
+        activation: 5.0,
+        working_set: 3.0,
+        layer: true,
+    };
+    let head = Item {
+        time: 1.0,
+        states: 10.0,
+        ..Item::default()
+    };
+    let tail = Item {
+        time: 3.0,
+        states: 10.0,
+        ..Item::default()
+    };
+    let mut p = SplitProblem {
+        items: vec![head, layer, layer, layer, tail],
+        pp: 2,
+        vpp: 1,
+        rank_time: vec![0.0; 2],
+        rank_bytes: vec![0.0; 2],
+        in_flight: vec![2.0, 1.0],
+        usable: 100.0,
+    };
+    for s in [dp::solve(&p).unwrap(), ilp::solve(&p, &ilp::Options::default()).unwrap()] {
+        assert_eq!(s.layers, vec![2, 1]);
+        assert_eq!(s.priced.rank_time, vec![9.0, 7.0]);
+        assert_eq!(s.priced.rank_bytes, vec![73.0, 38.0]);
+    }
+    // With 70 usable bytes [2 | 1] overflows (73); [1 | 2]: rank 0 =
+    // 10 + 20 + 2·5 + 3 = 43, rank 1 = 40 + 10 + 10 + 3 = 63 fits, slower.
+    p.usable = 70.0;
+    for s in [dp::solve(&p).unwrap(), ilp::solve(&p, &ilp::Options::default()).unwrap()] {
+        assert_eq!(s.layers, vec![1, 2]);
+        assert_eq!(s.priced.max_time(), 11.0);
+    }
+    // With 60 neither fits; the min-max-memory split is [1 | 2] at 63,
+    // over by 3 on pipeline stage 1.
+    p.usable = 60.0;
+    for e in [dp::solve(&p).unwrap_err(), ilp::solve(&p, &ilp::Options::default()).unwrap_err()] {
+        assert_eq!(
+            e,
+            SplitError::Infeasible {
+                split: vec![1, 2],
+                stage: 1,
+                peak: 63.0,
+                usable: 60.0
+            }
+        );
+        let text = e.to_string();
+        assert!(text.contains("pipeline stage 1"), "{text}");
+        assert!(text.contains("over by"), "{text}");
+    }
+}
+
+#[test]
+fn more_stages_than_layers() {
+    let layer = Item {
+        time: 1.0,
+        layer: true,
+        ..Item::default()
+    };
+    let p = SplitProblem {
+        items: vec![Item::default(), layer, layer, layer, Item::default()],
+        pp: 4,
+        vpp: 1,
+        rank_time: vec![0.0; 4],
+        rank_bytes: vec![0.0; 4],
+        in_flight: vec![1.0; 4],
+        usable: 1.0,
+    };
+    let want = SplitError::TooManyStages {
+        stages: 4,
+        pp: 4,
+        vpp: 1,
+        layers: 3,
+    };
+    assert_eq!(ilp::solve(&p, &ilp::Options::default()).unwrap_err(), want);
+    assert_eq!(dp::solve(&p).unwrap_err(), want);
+    assert!(want.to_string().contains("only 3 transformer layers"));
+}
+
+/// A solver that stops before finding any split reports HiGHS's status as
+/// an error, never a panic.
+#[test]
+fn solver_failure_is_an_error() {
+    // 40 distinct layers on 8 stages, no time to solve.
+    let items: Vec<Item> = (0..40)
+        .map(|i| Item {
+            time: 1.0 + (i * 7 % 13) as f64,
+            states: 1.0 + (i * 5 % 11) as f64,
+            activation: 1.0,
+            working_set: (i % 3) as f64,
+            layer: true,
+        })
+        .collect();
+    let p = SplitProblem {
+        items,
+        pp: 8,
+        vpp: 1,
+        rank_time: vec![0.0; 8],
+        rank_bytes: vec![0.0; 8],
+        in_flight: (0..8).map(|r| (8 - r) as f64).collect(),
+        usable: 1e9,
+    };
+    let e = ilp::solve(
+        &p,
+        &ilp::Options {
+            time_limit_s: 0.0,
+            ..ilp::Options::default()
+        },
+    )
+    .unwrap_err();
+    match &e {
+        SplitError::Solver { status } => assert!(!status.is_empty()),
+        other => panic!("expected a solver error, got {other:?}"),
+    }
+    assert!(e.to_string().contains("HiGHS"), "{e}");
+}
