@@ -266,7 +266,15 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let s = setup(&a.job)?;
     let pr = s.problem();
     let inner = a.tp as u64 * a.pp as u64 * a.cp as u64;
-    for (flag, v) in [("--tp", a.tp), ("--pp", a.pp), ("--cp", a.cp), ("--ep", a.ep), ("--etp", a.etp), ("--vpp", a.vpp), ("--mbs", a.mbs)] {
+    for (flag, v) in [
+        ("--tp", a.tp),
+        ("--pp", a.pp),
+        ("--cp", a.cp),
+        ("--ep", a.ep),
+        ("--etp", a.etp),
+        ("--vpp", a.vpp),
+        ("--mbs", a.mbs),
+    ] {
         if v == 0 {
             bail!("{flag} must be at least 1");
         }
@@ -285,6 +293,13 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
             (s.world / inner) as u32
         }
     };
+    if s.job.global_batch < dp as u64 {
+        return Err(InputError::Job(format!(
+            "global batch {} is smaller than D = {}: every replica needs at least one sequence",
+            s.job.global_batch, dp
+        ))
+        .into());
+    }
     let layout = Layout {
         dp,
         tp: a.tp,
@@ -312,7 +327,11 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(best) = result.top.first() {
         report.best = Some(Row::of(1, best));
         if report.is_valid() {
-            let faster = result.all.iter().filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s).count();
+            let faster = result
+                .all
+                .iter()
+                .filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s)
+                .count();
             report.rank_among_valid = Some(faster + 1);
         }
     }
@@ -344,7 +363,14 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
         }
         ListWhat::Clusters => {
             for c in &cat.clusters {
-                writeln!(out, "{:<16} {:>6} × {:<10} {}", c.name, c.total_gpus(), c.gpu, c.display)?;
+                writeln!(
+                    out,
+                    "{:<16} {:>6} × {:<10} {}",
+                    c.name,
+                    c.total_gpus(),
+                    c.gpu,
+                    c.display
+                )?;
             }
         }
         ListWhat::Gpus => {

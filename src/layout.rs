@@ -11,7 +11,19 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Activation recomputation (Korthikanti et al. 2022).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Keep every activation.
@@ -397,11 +409,32 @@ mod tests {
     #[test]
     fn group_span_by_stride() {
         // 8 GPUs per node. TP8 stride 1: one node.
-        assert_eq!(GroupSpan::of(8, 1, 8), GroupSpan { size: 8, per_domain: 8, domains: 1 });
+        assert_eq!(
+            GroupSpan::of(8, 1, 8),
+            GroupSpan {
+                size: 8,
+                per_domain: 8,
+                domains: 1
+            }
+        );
         // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
-        assert_eq!(GroupSpan::of(8, 8, 8), GroupSpan { size: 8, per_domain: 1, domains: 8 });
+        assert_eq!(
+            GroupSpan::of(8, 8, 8),
+            GroupSpan {
+                size: 8,
+                per_domain: 1,
+                domains: 8
+            }
+        );
         // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
-        assert_eq!(GroupSpan::of(16, 2, 8), GroupSpan { size: 16, per_domain: 4, domains: 4 });
+        assert_eq!(
+            GroupSpan::of(16, 2, 8),
+            GroupSpan {
+                size: 16,
+                per_domain: 4,
+                domains: 4
+            }
+        );
     }
 
     #[test]

@@ -7,12 +7,12 @@
 //! communication, schedule), [`rules`] rejects layouts with reasons,
 //! [`search`] enumerates and ranks layouts, and [`render`] prints results.
 
-pub mod error;
-pub mod spec;
-pub mod cost;
-pub mod layout;
-pub mod rules;
-pub mod search;
 pub mod cli;
+pub mod cost;
+pub mod error;
+pub mod layout;
 pub mod render;
 pub mod report;
+pub mod rules;
+pub mod search;
+pub mod spec;

@@ -140,7 +140,12 @@ pub struct SearchReport {
 impl SearchReport {
     /// Build the report of a finished search.
     pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
-        let rows = r.top.iter().enumerate().map(|(i, c)| Row::of(i + 1, c)).collect();
+        let rows = r
+            .top
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Row::of(i + 1, c))
+            .collect();
         let rejections = r
             .rejections
             .iter()

@@ -187,8 +187,14 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if model.mla.is_none() && a.kv_heads % l.tp != 0 && l.tp % a.kv_heads != 0 {
         v.insert(Rule::KvHeadsTp);
     }
-    let ffn_bad = if model.moe_layers() < a.layers { a.ffn % t != 0 } else { false }
-        || model.moe.as_ref().is_some_and(|m| m.expert_ffn % l.etp as u64 != 0);
+    let ffn_bad = if model.moe_layers() < a.layers {
+        a.ffn % t != 0
+    } else {
+        false
+    } || model
+        .moe
+        .as_ref()
+        .is_some_and(|m| m.expert_ffn % l.etp as u64 != 0);
     if ffn_bad {
         v.insert(Rule::FfnTp);
     }
@@ -228,7 +234,9 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if l.sp && t > 1 && job.seq_len % sp_factor != 0 {
         v.insert(Rule::SpSeq);
     }
-    if a.position_embedding == crate::spec::model::PositionEmbedding::Learned && job.seq_len > a.max_seq {
+    if a.position_embedding == crate::spec::model::PositionEmbedding::Learned
+        && job.seq_len > a.max_seq
+    {
         v.insert(Rule::MaxSeq);
     }
     match &model.moe {
@@ -275,12 +283,20 @@ fn divisors(n: u64, upto: u64) -> Vec<u64> {
 }
 
 fn list(v: &[u64]) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Sentences for every rule `l` breaks. `memory` is `(peak, usable,
 /// dominant component name, its bytes)` when the memory rule is broken.
-pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f64, &str, f64)>) -> Vec<Violation> {
+pub fn explain(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    memory: Option<(f64, f64, &str, f64)>,
+) -> Vec<Violation> {
     let set = violations(pr, policy, l);
     let model = pr.model;
     let a = &model.architecture;
@@ -316,16 +332,24 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                     "T = {} spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
                     l.tp, dom
                 ),
-                format!("use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"),
+                format!(
+                    "use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"
+                ),
             ),
             Rule::HeadsTp => {
                 let ok: Vec<u64> = divisors(a.heads as u64, dom)
                     .into_iter()
-                    .filter(|t| model.mla.is_some() || (a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0))
+                    .filter(|t| {
+                        model.mla.is_some()
+                            || (a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0)
+                    })
                     .collect();
                 push(
                     rule,
-                    format!("{} attention heads are not divisible by T = {}", a.heads, l.tp),
+                    format!(
+                        "{} attention heads are not divisible by T = {}",
+                        a.heads, l.tp
+                    ),
                     format!("valid T inside a {}-GPU node: {}", dom, list(&ok)),
                 )
             }
@@ -345,7 +369,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             }
             Rule::FfnTp => push(
                 rule,
-                format!("FFN width {} (or expert FFN over ETP = {}) is not divisible by T = {}", a.ffn, l.etp, l.tp),
+                format!(
+                    "FFN width {} (or expert FFN over ETP = {}) is not divisible by T = {}",
+                    a.ffn, l.etp, l.tp
+                ),
                 "choose T (and ETP) dividing the FFN width".into(),
             ),
             Rule::LayersPp => {
@@ -359,7 +386,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         l.vpp
                     )
                 } else {
-                    format!("{} layers do not split evenly over p·v = {} stages", a.layers, chunks)
+                    format!(
+                        "{} layers do not split evenly over p·v = {} stages",
+                        a.layers, chunks
+                    )
                 };
                 let ok: Vec<u64> = divisors(a.layers as u64, a.layers as u64)
                     .into_iter()
@@ -401,7 +431,11 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         l.pp
                     )
                 };
-                push(rule, msg, "use v = 1, or a global batch / micro-batch giving m a multiple of p".into())
+                push(
+                    rule,
+                    msg,
+                    "use v = 1, or a global batch / micro-batch giving m a multiple of p".into(),
+                )
             }
             Rule::Batch => push(
                 rule,
@@ -424,7 +458,11 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                 "choose C with s % 2C = 0".into(),
             ),
             Rule::SpSeq => {
-                let f = if l.cp > 1 { l.cp as u64 * lcm(2, l.tp as u64) } else { l.tp as u64 };
+                let f = if l.cp > 1 {
+                    l.cp as u64 * lcm(2, l.tp as u64)
+                } else {
+                    l.tp as u64
+                };
                 push(
                     rule,
                     format!(
@@ -437,12 +475,19 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         f,
                         job.seq_len % f
                     ),
-                    format!("use s = {} or {}", job.seq_len / f * f, (job.seq_len / f + 1) * f),
+                    format!(
+                        "use s = {} or {}",
+                        job.seq_len / f * f,
+                        (job.seq_len / f + 1) * f
+                    ),
                 )
             }
             Rule::MaxSeq => push(
                 rule,
-                format!("sequence {} exceeds the learned position table of {}", job.seq_len, a.max_seq),
+                format!(
+                    "sequence {} exceeds the learned position table of {}",
+                    job.seq_len, a.max_seq
+                ),
                 format!("use s ≤ {}", a.max_seq),
             ),
             Rule::Experts => {
@@ -456,7 +501,11 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         l.ep * l.etp
                     ),
                 };
-                push(rule, msg, "choose E dividing the experts and E·ETP dividing T·C·D".into())
+                push(
+                    rule,
+                    msg,
+                    "choose E dividing the experts and E·ETP dividing T·C·D".into(),
+                )
             }
             Rule::EpNeedsSp => push(
                 rule,
@@ -465,7 +514,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             ),
             Rule::Zero3Pp => push(
                 rule,
-                format!("ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path", l.pp),
+                format!(
+                    "ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path",
+                    l.pp
+                ),
                 "use ZeRO-1 with pipeline parallelism, or p = 1".into(),
             ),
             Rule::Policy => push(

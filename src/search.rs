@@ -37,7 +37,12 @@ pub fn better(a: &Candidate, b: &Candidate) -> Ordering {
         .tokens_per_s
         .partial_cmp(&a.eval.tokens_per_s)
         .unwrap_or(Ordering::Equal)
-        .then(a.eval.peak_bytes.partial_cmp(&b.eval.peak_bytes).unwrap_or(Ordering::Equal))
+        .then(
+            a.eval
+                .peak_bytes
+                .partial_cmp(&b.eval.peak_bytes)
+                .unwrap_or(Ordering::Equal),
+        )
 }
 
 /// Values a search may take; `None` means "search all".
@@ -112,7 +117,10 @@ impl Filter {
                 "vpp" | "v" => f.vpp = Some(num()?),
                 "mbs" | "b" | "micro_batch" => f.micro_batch = Some(num()?),
                 "zero" => {
-                    let z = v.trim().parse::<u8>().map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
+                    let z = v
+                        .trim()
+                        .parse::<u8>()
+                        .map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
                     if z > 3 {
                         return Err(format!("`{part}`: ZeRO stage must be 0-3"));
                     }
@@ -137,7 +145,11 @@ impl Filter {
                     f.order = Some(match v.trim() {
                         "tp-cp-ep-dp-pp" => RankOrder::TpCpEpDpPp,
                         "tp-cp-ep-pp-dp" => RankOrder::TpCpEpPpDp,
-                        _ => return Err(format!("`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp")),
+                        _ => {
+                            return Err(format!(
+                                "`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp"
+                            ));
+                        }
                     })
                 }
                 other => {
@@ -229,7 +241,12 @@ pub struct SearchResult {
 }
 
 fn divisors(n: u64) -> Vec<u32> {
-    let mut v: Vec<u32> = (1..=n).take_while(|d| d * d <= n).filter(|d| n % d == 0).flat_map(|d| [d, n / d]).map(|d| d as u32).collect();
+    let mut v: Vec<u32> = (1..=n)
+        .take_while(|d| d * d <= n)
+        .filter(|d| n % d == 0)
+        .flat_map(|d| [d, n / d])
+        .map(|d| d as u32)
+        .collect();
     v.sort_unstable();
     v.dedup();
     v
@@ -262,9 +279,15 @@ impl Acc {
         if self.top.len() < k {
             self.top.push(c);
             self.top.sort_by(better);
-        } else if self.top.last().is_some_and(|w| better(&c, w) == Ordering::Less) {
+        } else if self
+            .top
+            .last()
+            .is_some_and(|w| better(&c, w) == Ordering::Less)
+        {
             self.top.pop();
-            let pos = self.top.partition_point(|x| better(x, &c) != Ordering::Greater);
+            let pos = self
+                .top
+                .partition_point(|x| better(x, &c) != Ordering::Greater);
             self.top.insert(pos, c);
         }
     }
@@ -292,7 +315,10 @@ impl Acc {
             self.counts[i] += o.counts[i];
             if let Some(c) = o.near[i].clone() {
                 let rule = Rule::ALL[i];
-                if self.near[i].as_ref().is_none_or(|old| near_miss_better(rule, &c, old)) {
+                if self.near[i]
+                    .as_ref()
+                    .is_none_or(|old| near_miss_better(rule, &c, old))
+                {
                     self.near[i] = Some(c);
                 }
             }
@@ -381,8 +407,16 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
             .filter(|v| *v == 1 || layers % (mesh.pp * v) == 0)
             .collect()
     };
-    let sps: &[bool] = if mesh.tp > 1 { &[true, false] } else { &[false] };
-    let orders: &[RankOrder] = if mesh.dp > 1 && mesh.pp > 1 { &RankOrder::ALL } else { &RankOrder::ALL[..1] };
+    let sps: &[bool] = if mesh.tp > 1 {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    let orders: &[RankOrder] = if mesh.dp > 1 && mesh.pp > 1 {
+        &RankOrder::ALL
+    } else {
+        &RankOrder::ALL[..1]
+    };
     let zeros: Vec<u8> = if mesh.dp * mesh.cp > 1 || mesh.ep > 1 {
         space.zero_stages.clone()
     } else {
@@ -465,7 +499,10 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
 pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let start = Instant::now();
     let meshes = meshes(pr, space);
-    let bar = indicatif::ProgressBar::with_draw_target(Some(meshes.len() as u64), indicatif::ProgressDrawTarget::hidden());
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(meshes.len() as u64),
+        indicatif::ProgressDrawTarget::hidden(),
+    );
     let shown = AtomicBool::new(false);
     let done = AtomicU64::new(0);
     let k = space.top_k.max(1);
@@ -524,7 +561,9 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 }
             });
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if start.elapsed() > Duration::from_secs(1) && !shown.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if start.elapsed() > Duration::from_secs(1)
+                && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                 bar.set_message("searching layouts");
             }

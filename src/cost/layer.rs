@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
+use crate::cost::Problem;
 use crate::cost::comm;
 use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::memory::{self, ActivationTerms};
-use crate::cost::Problem;
 use crate::layout::{Layout, Placement, Recompute};
 
 /// Cost of one item on one rank for one micro-batch.
@@ -39,7 +39,12 @@ pub struct ItemCost {
 impl ItemCost {
     /// Forward + backward + recompute + exposed communication, seconds.
     pub fn time(&self) -> f64 {
-        self.fwd_compute + self.bwd_compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+        self.fwd_compute
+            + self.bwd_compute
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
     }
 
     /// Forward time only (compute and its exposed communication), seconds.
@@ -126,8 +131,16 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // MLP outputs; with SP all-gather + reduce-scatter pairs of the same
     // volume), two in backward, and forward's again under full recompute.
     let tp_bytes = tokens * h * 2.0;
-    let tp_one = if l.tp > 1 { tp_collective(tp_bytes, pl, pr) } else { 0.0 };
-    let passes = if l.recompute == Recompute::Full { 3.0 } else { 2.0 };
+    let tp_one = if l.tp > 1 {
+        tp_collective(tp_bytes, pl, pr)
+    } else {
+        0.0
+    };
+    let passes = if l.recompute == Recompute::Full {
+        3.0
+    } else {
+        2.0
+    };
 
     // CP ring: C−1 steps each way, each moving this rank's K and V chunk
     // (GQA-narrow, ÷T), overlapped with 1/C of the attention core.
@@ -145,7 +158,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let steps = cp - 1.0;
         let f = steps * (step - attn_f / cp).max(0.0);
         let b = steps * (2.0 * step - 2.5 * attn_f / cp).max(0.0);
-        let r = if l.recompute == Recompute::Full { f } else { 0.0 };
+        let r = if l.recompute == Recompute::Full {
+            f
+        } else {
+            0.0
+        };
         f + b + r
     };
 
@@ -188,21 +205,64 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 .moe
                 .as_ref()
                 .map(|m| {
-                    m.shared_experts as f64 * model.mlp_params(m.shared_expert_ffn.unwrap_or(m.expert_ffn)) / tp
+                    m.shared_experts as f64
+                        * model.mlp_params(m.shared_expert_ffn.unwrap_or(m.expert_ffn))
+                        / tp
                         + h * m.experts as f64
                 })
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
-            let attn_act = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
+            let attn_act = memory::layer_activation_bytes(
+                &attn_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                l.recompute,
+                job.flash_attention,
+            );
             let exp_act = memory::moe_expert_activation_bytes(model, pairs, etp, tokens / tp);
-            let full = if l.recompute == Recompute::Full { 0.0 } else { exp_act };
-            let working = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention)
-                + exp_act;
+            let full = if l.recompute == Recompute::Full {
+                0.0
+            } else {
+                exp_act
+            };
+            let working = memory::layer_activation_bytes(
+                &attn_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                Recompute::None,
+                job.flash_attention,
+            ) + exp_act;
             (attn + shared, experts, attn_act + full, working)
         } else {
-            let params = attention_params_rank(pr, tp) + model.mlp_params(a.ffn) / tp + 2.0 * model.norm_params();
-            let act = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
-            let working = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention);
+            let params = attention_params_rank(pr, tp)
+                + model.mlp_params(a.ffn) / tp
+                + 2.0 * model.norm_params();
+            let act = memory::layer_activation_bytes(
+                &dense_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                l.recompute,
+                job.flash_attention,
+            );
+            let working = memory::layer_activation_bytes(
+                &dense_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                Recompute::None,
+                job.flash_attention,
+            );
             (params, 0.0, act, working)
         };
         ItemCost {
@@ -219,7 +279,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         }
     };
     let dense = item(false);
-    let moe = if model.moe.is_some() { item(true) } else { ItemCost::default() };
+    let moe = if model.moe.is_some() {
+        item(true)
+    } else {
+        ItemCost::default()
+    };
 
     // Embedding: a lookup (memory-bound) and its gradient; weights V·h/T.
     let vocab = padded_vocab(a.vocab, l.tp) as f64;
@@ -232,7 +296,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let embedding = ItemCost {
         fwd_compute: compute::elementwise_time(2.0 * emb_bytes, &pr.rates),
         bwd_compute: compute::elementwise_time(3.0 * emb_bytes, &pr.rates),
-        tp_comm: if l.tp > 1 { tp_one * if shape.sp { 0.5 } else { 1.0 } } else { 0.0 },
+        tp_comm: if l.tp > 1 {
+            tp_one * if shape.sp { 0.5 } else { 1.0 }
+        } else {
+            0.0
+        },
         params: vocab * h / tp + pos,
         activation: emb_bytes / rep_div,
         ..ItemCost::default()
@@ -261,7 +329,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // Pipeline p2p per micro-batch and chunk boundary: activations forward,
     // gradients backward, `b·(s/C)·h` bf16 (÷T with SP's scattered send).
     let p2p = if l.pp > 1 {
-        2.0 * comm::p2p(tokens * h * 2.0 / rep_div, pl.pp.crosses_domains(), &pr.links)
+        2.0 * comm::p2p(
+            tokens * h * 2.0 / rep_div,
+            pl.pp.crosses_domains(),
+            &pr.links,
+        )
     } else {
         0.0
     };

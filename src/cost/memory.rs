@@ -41,8 +41,18 @@ impl ModelStates {
 ///
 /// Example (field case M1): P = 7e9, Megatron recipe 2/4/12, ZeRO-1, D' = 8:
 /// `(2+4)·7e9 + 12·7e9/8 = 52.5e9` bytes.
-pub fn model_states(params: f64, recipe: &Recipe, zero: u8, shard: f64, unit_params: f64) -> ModelStates {
-    let (w, g, o) = (recipe.weight_bytes, recipe.grad_bytes, recipe.optimizer_bytes);
+pub fn model_states(
+    params: f64,
+    recipe: &Recipe,
+    zero: u8,
+    shard: f64,
+    unit_params: f64,
+) -> ModelStates {
+    let (w, g, o) = (
+        recipe.weight_bytes,
+        recipe.grad_bytes,
+        recipe.optimizer_bytes,
+    );
     let d = shard.max(1.0);
     match zero {
         0 => ModelStates {
@@ -160,7 +170,12 @@ pub fn layer_activation_bytes(
 /// one micro-batch: per routed token-expert pair the permuted input `2h`
 /// (gathered over ETP) and the expert intermediates (`2·2f + 2f` gated,
 /// `2f + 2f` otherwise, f ÷ ETP); plus the router input `2h` per local token.
-pub fn moe_expert_activation_bytes(model: &Model, pairs_per_rank: f64, etp: f64, local_tokens: f64) -> f64 {
+pub fn moe_expert_activation_bytes(
+    model: &Model,
+    pairs_per_rank: f64,
+    etp: f64,
+    local_tokens: f64,
+) -> f64 {
     let Some(m) = &model.moe else { return 0.0 };
     let a = &model.architecture;
     let h = a.hidden as f64;
@@ -227,15 +242,21 @@ pub struct MemoryBreakdown {
 impl MemoryBreakdown {
     /// Allocated bytes at the peak.
     pub fn total(&self) -> f64 {
-        self.weights + self.grads + self.optimizer + self.activations + self.logits + self.temporaries
+        self.weights
+            + self.grads
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.temporaries
     }
 
     /// Name and bytes of the largest component.
     pub fn dominant(&self) -> (&'static str, f64) {
         let parts = self.parts();
-        parts
-            .into_iter()
-            .fold(("weights", f64::MIN), |best, x| if x.1 > best.1 { x } else { best })
+        parts.into_iter().fold(
+            ("weights", f64::MIN),
+            |best, x| if x.1 > best.1 { x } else { best },
+        )
     }
 
     /// Components as (name, bytes), in report order.

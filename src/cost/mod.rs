@@ -45,7 +45,13 @@ pub struct Problem<'a> {
 
 impl<'a> Problem<'a> {
     /// Build a problem for `world` GPUs of `cluster`.
-    pub fn new(model: &'a Model, gpu: &'a Gpu, cluster: &'a Cluster, job: &'a Job, world: u64) -> Problem<'a> {
+    pub fn new(
+        model: &'a Model,
+        gpu: &'a Gpu,
+        cluster: &'a Cluster,
+        job: &'a Job,
+        world: u64,
+    ) -> Problem<'a> {
         Problem {
             model,
             gpu,
@@ -54,7 +60,11 @@ impl<'a> Problem<'a> {
             world,
             rates: Rates::of(gpu),
             links: Links::of(cluster),
-            model_flops: compute::model_flops_per_step(model, job.global_batch as f64, job.seq_len as f64),
+            model_flops: compute::model_flops_per_step(
+                model,
+                job.global_batch as f64,
+                job.seq_len as f64,
+            ),
         }
     }
 
@@ -183,7 +193,11 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     for j in 0..l.vpp {
         let c = j * l.pp + rank;
         let (s, e) = chunk_layers(l, layers, c, chunks);
-        let first_moe = model.moe.as_ref().map(|x| x.first_k_dense).unwrap_or(u32::MAX);
+        let first_moe = model
+            .moe
+            .as_ref()
+            .map(|x| x.first_k_dense)
+            .unwrap_or(u32::MAX);
         let n_moe = e.saturating_sub(s.max(first_moe));
         let n_dense = (e - s) - n_moe;
         n_layers += e - s;
@@ -206,7 +220,9 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let logits = if is_last { lc.output.working_set } else { 0.0 };
     // Temporaries: one layer's backward working set; SP all-gather buffer;
     // CP double-buffered KV; unfused attention scores during forward.
-    let mut temporaries = items.working_set.min(lc.dense.working_set.max(lc.moe.working_set));
+    let mut temporaries = items
+        .working_set
+        .min(lc.dense.working_set.max(lc.moe.working_set));
     if l.sp && l.tp > 1 {
         temporaries += lc.tokens * model.architecture.hidden as f64 * 2.0;
     }
@@ -214,13 +230,24 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         temporaries += 2.0 * lc.tokens * 2.0 * model.kv_width() as f64 / l.tp as f64 * 2.0;
     }
     if !pr.job.flash_attention {
-        temporaries += memory::score_matrix_bytes(lc.tokens, pr.job.seq_len as f64, model.architecture.heads as f64, l.tp as f64);
+        temporaries += memory::score_matrix_bytes(
+            lc.tokens,
+            pr.job.seq_len as f64,
+            model.architecture.heads as f64,
+            l.tp as f64,
+        );
     }
     // ZeRO-3 gathers two layers (current + prefetch) at a time.
     let unit = 2.0 * lc.dense.params.max(lc.moe.params);
     let shard = (l.dp * l.cp) as f64;
     let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
-    let expert_states = memory::model_states(items.expert_params, &pr.job.recipe, l.zero, l.edp() as f64, 0.0);
+    let expert_states = memory::model_states(
+        items.expert_params,
+        &pr.job.recipe,
+        l.zero,
+        l.edp() as f64,
+        0.0,
+    );
     let mem = MemoryBreakdown {
         weights: dense_states.weights + expert_states.weights,
         grads: dense_states.grads + expert_states.grads,
@@ -272,13 +299,16 @@ fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f
         0 | 1 => {
             let (reduce, gather) = if l.zero == 0 {
                 (
-                    comm::all_reduce(grads, pl.dp_cp, links) + comm::all_reduce(egrads, pl.edp, links),
+                    comm::all_reduce(grads, pl.dp_cp, links)
+                        + comm::all_reduce(egrads, pl.edp, links),
                     0.0,
                 )
             } else {
                 (
-                    comm::reduce_scatter(grads, pl.dp_cp, links) + comm::reduce_scatter(egrads, pl.edp, links),
-                    comm::all_gather(params, pl.dp_cp, links) + comm::all_gather(eparams, pl.edp, links),
+                    comm::reduce_scatter(grads, pl.dp_cp, links)
+                        + comm::reduce_scatter(egrads, pl.edp, links),
+                    comm::all_gather(params, pl.dp_cp, links)
+                        + comm::all_gather(eparams, pl.edp, links),
                 )
             };
             let reduce_exposed = if pr.job.overlap_grad_reduce {
@@ -294,8 +324,10 @@ fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f
             reduce_exposed + gather_exposed
         }
         z => {
-            let rs = comm::reduce_scatter(grads, pl.dp_cp, links) + comm::reduce_scatter(egrads, pl.edp, links);
-            let ag = comm::all_gather(params, pl.dp_cp, links) + comm::all_gather(eparams, pl.edp, links);
+            let rs = comm::reduce_scatter(grads, pl.dp_cp, links)
+                + comm::reduce_scatter(egrads, pl.edp, links);
+            let ag = comm::all_gather(params, pl.dp_cp, links)
+                + comm::all_gather(eparams, pl.edp, links);
             per_mb = if z == 2 {
                 (rs - bwd_mb).max(0.0)
             } else {
@@ -338,7 +370,11 @@ pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
     while rank < l.pp {
         let rc = rank_cost(pr, l, &lc, rank, m);
         // Ranks this one stands for.
-        let weight = if uniform_middle && rank == 1 { (l.pp - 2) as f64 } else { 1.0 };
+        let weight = if uniform_middle && rank == 1 {
+            (l.pp - 2) as f64
+        } else {
+            1.0
+        };
         let peak = rc.memory.total();
         if peak > worst_peak {
             worst_peak = peak;
@@ -356,7 +392,11 @@ pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
         dp_exposed = dp_exposed.max(exposed);
         per_mb_max = per_mb_max.max(per_mb);
         opt = opt.max(o);
-        rank = if uniform_middle && rank == 1 { l.pp - 1 } else { rank + 1 };
+        rank = if uniform_middle && rank == 1 {
+            l.pp - 1
+        } else {
+            rank + 1
+        };
     }
     let t_max = t_max + per_mb_max;
     let t_sum = t_sum + per_mb_max * l.pp as f64;
@@ -411,8 +451,9 @@ fn schedule_time(t_max: f64, t_sum: f64, m: u64, vpp: u32) -> f64 {
 
 /// m = B/(D·b), or its floor (at least 1) when D·b does not divide B.
 fn micro_batches_or_floor(pr: &Problem, l: &Layout) -> u64 {
-    l.micro_batches(pr.job.global_batch)
-        .unwrap_or_else(|| (pr.job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1))
+    l.micro_batches(pr.job.global_batch).unwrap_or_else(|| {
+        (pr.job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1)
+    })
 }
 
 /// Whether middle pipeline ranks of a uniform split all carry the same

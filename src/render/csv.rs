@@ -73,7 +73,12 @@ fn line(r: &Row) -> Line<'_> {
         split: l
             .split
             .as_ref()
-            .map(|s| s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" "))
+            .map(|s| {
+                s.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .unwrap_or_default(),
         peak_gib: r.peak_gib,
         step_s: r.step_s,

@@ -40,7 +40,11 @@ fn pct(x: f64) -> String {
 
 fn split_text(split: &Option<Vec<u32>>) -> String {
     match split {
-        Some(s) => s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/"),
+        Some(s) => s
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
         None => "uniform".into(),
     }
 }
@@ -56,7 +60,18 @@ impl Exporter for Table {
             head.push("E");
         }
         head.extend([
-            "v", "b", "m", "recompute", "ZeRO", "SP", "order", "peak GiB", "step s", "tokens/s", "TFLOP/s/GPU", "MFU %",
+            "v",
+            "b",
+            "m",
+            "recompute",
+            "ZeRO",
+            "SP",
+            "order",
+            "peak GiB",
+            "step s",
+            "tokens/s",
+            "TFLOP/s/GPU",
+            "MFU %",
             "bubble %",
         ]);
         if split {
@@ -101,7 +116,11 @@ impl Exporter for Table {
             }
         }
         writeln!(w, "{t}")?;
-        writeln!(w, "TFLOP/s and MFU: {}; peak {} TFLOP/s.", r.context.flop_convention, r.context.peak_tflops)?;
+        writeln!(
+            w,
+            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
+            r.context.flop_convention, r.context.peak_tflops
+        )?;
         writeln!(
             w,
             "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
@@ -115,7 +134,10 @@ impl Exporter for Table {
             writeln!(w, "No valid layout: every one breaks a rule below.")?;
         }
         if !r.rejections.is_empty() {
-            writeln!(w, "Rejected (first broken rule), with the best near-miss of each:")?;
+            writeln!(
+                w,
+                "Rejected (first broken rule), with the best near-miss of each:"
+            )?;
             for rj in &r.rejections {
                 match &rj.near_miss {
                     Some(n) => writeln!(
@@ -137,11 +159,25 @@ impl Exporter for Table {
         header(w, &r.context)?;
         let l = &r.layout;
         let e = &r.eval;
-        writeln!(w, "Layout: {}  (m = {} micro-batches, split {})", l.short(), e.micro_batches, split_text(&l.split))?;
+        writeln!(
+            w,
+            "Layout: {}  (m = {} micro-batches, split {})",
+            l.short(),
+            e.micro_batches,
+            split_text(&l.split)
+        )?;
         if r.is_valid() {
-            writeln!(w, "Verdict: VALID — fits with {:.1} GiB to spare.", (e.usable_bytes - e.peak_bytes) / GIB)?;
+            writeln!(
+                w,
+                "Verdict: VALID — fits with {:.1} GiB to spare.",
+                (e.usable_bytes - e.peak_bytes) / GIB
+            )?;
         } else {
-            writeln!(w, "Verdict: REJECTED — breaks {} rule(s):", r.violations.len())?;
+            writeln!(
+                w,
+                "Verdict: REJECTED — breaks {} rule(s):",
+                r.violations.len()
+            )?;
             for v in &r.violations {
                 writeln!(w, "  [{}] {}\n      fix: {}", v.code, v.message, v.remedy)?;
             }
@@ -204,7 +240,14 @@ impl Exporter for Table {
         writeln!(w)?;
         writeln!(w, "Per pipeline stage:")?;
         let mut t = table();
-        t.set_header(vec!["stage", "layers", "ms / micro-batch", "peak GiB", "states GiB", "activations GiB"]);
+        t.set_header(vec![
+            "stage",
+            "layers",
+            "ms / micro-batch",
+            "peak GiB",
+            "states GiB",
+            "activations GiB",
+        ]);
         for rc in &r.ranks {
             let m = &rc.memory;
             t.add_row(vec![

@@ -39,6 +39,17 @@ impl Recipe {
         grad_reduce_bytes: 2.0,
     };
 
+    /// DeepSpeed mixed precision: fp16/bf16 weights (2), fp16 gradients (2)
+    /// plus the fp32 gradient partition the optimizer reads (4), fp32
+    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` (field case M2,
+    /// DeepSpeed #5099).
+    pub const DEEPSPEED: Recipe = Recipe {
+        weight_bytes: 2.0,
+        grad_bytes: 6.0,
+        optimizer_bytes: 12.0,
+        grad_reduce_bytes: 2.0,
+    };
+
     /// Total bytes per parameter when nothing is sharded.
     pub fn total(&self) -> f64 {
         self.weight_bytes + self.grad_bytes + self.optimizer_bytes
@@ -53,6 +64,8 @@ pub enum RecipeName {
     Megatron,
     /// Seed 000's 2/2/12 recipe (bf16 grads).
     Seed,
+    /// DeepSpeed's 2/(2+4)/12 recipe (fp16 grads plus fp32 partition).
+    Deepspeed,
 }
 
 impl RecipeName {
@@ -61,6 +74,7 @@ impl RecipeName {
         match self {
             RecipeName::Megatron => Recipe::MEGATRON_BF16,
             RecipeName::Seed => Recipe::SEED_2_2_12,
+            RecipeName::Deepspeed => Recipe::DEEPSPEED,
         }
     }
 }
@@ -118,7 +132,9 @@ impl Job {
     /// [`InputError::Job`] when the batch or the sequence is zero.
     pub fn check(&self) -> Result<(), InputError> {
         if self.global_batch == 0 {
-            return Err(InputError::Job("--global-batch must be at least 1 sequence".into()));
+            return Err(InputError::Job(
+                "--global-batch must be at least 1 sequence".into(),
+            ));
         }
         if self.seq_len == 0 {
             return Err(InputError::Job("--seq-len must be at least 1 token".into()));
