@@ -107,6 +107,10 @@ struct SearchArgs {
     /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`.
     #[arg(long, value_name = "KEY=VALUE,...")]
     fix: Option<String>,
+    /// Print search counters and wall time to stderr (layouts considered,
+    /// pruned, priced, valid; layouts priced per second).
+    #[arg(long)]
+    stats: bool,
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +262,19 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let pr = s.problem();
     let space = space(a)?;
     let result = search::search(&pr, &space);
+    if a.stats {
+        let st = &result.stats;
+        eprintln!(
+            "stats: considered {} layouts, pruned {}, priced {}, valid {}; search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
+            st.considered,
+            st.pruned,
+            st.evaluated,
+            st.valid,
+            st.seconds * 1e3,
+            st.evaluated as f64 / st.seconds.max(1e-9),
+            rayon::current_num_threads()
+        );
+    }
     let report = SearchReport::new(&pr, &space.policy, &result);
     render::exporter(a.job.format).search(out, &report)
 }

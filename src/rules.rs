@@ -537,10 +537,14 @@ pub fn explain(
             rule: Rule::Memory,
             code: Rule::Memory.code(),
             message: format!(
-                "peak {:.1} GiB exceeds usable {:.1} GiB by {:.1} GiB; largest part: {} {:.1} GiB",
+                "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB",
                 peak / GIB,
                 usable / GIB,
-                (peak - usable) / GIB,
+                if peak - usable < 0.1 * GIB {
+                    format!("{:.0} MiB", (peak - usable) / (1024.0 * 1024.0))
+                } else {
+                    format!("{:.2} GiB", (peak - usable) / GIB)
+                },
                 comp,
                 bytes / GIB
             ),

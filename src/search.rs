@@ -182,6 +182,9 @@ pub struct Space {
     pub top_k: usize,
     /// Keep every valid candidate (for why-not ranks and Pareto plots).
     pub keep_all: bool,
+    /// Drop layouts that exact bounds prove invalid without pricing them
+    /// (off only to check the bounds against brute force).
+    pub prune: bool,
 }
 
 impl Default for Space {
@@ -195,6 +198,7 @@ impl Default for Space {
             policy: Policy::default(),
             top_k: 10,
             keep_all: false,
+            prune: true,
         }
     }
 }
@@ -431,6 +435,12 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                 if flt.recompute.is_some_and(|x| x != r) {
                     continue;
                 }
+                // With flash attention selective recompute keeps and costs
+                // exactly what no recompute does (field case M4), so it is
+                // the same plan: try it only when asked for.
+                if r == Recompute::Selective && pr.job.flash_attention && flt.recompute.is_none() {
+                    continue;
+                }
                 for &z in &zeros {
                     if flt.zero.is_some_and(|x| x != z) {
                         continue;
@@ -528,7 +538,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     order: RankOrder::TpCpEpDpPp,
                     split: None,
                 };
-                overflow[z as usize] = states_lower_bound(pr, &probe) > usable;
+                overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
             }
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
