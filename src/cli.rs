@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cost::Problem;
 use crate::error::InputError;
+use crate::spec::GIB;
+use crate::{checkpoint, explain, plot};
 use crate::layout::{Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
@@ -111,6 +113,27 @@ struct SearchArgs {
     /// pruned, priced, valid; layouts priced per second).
     #[arg(long)]
     stats: bool,
+    /// Why is no layout like this one ranked first? A partial assignment
+    /// (keys as for --fix, e.g. `tp=16,pp=2`): prints the best matching
+    /// layout, its rank and its gap to the winner part by part, or why none
+    /// matching is valid and the best near-miss.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    why_not: Option<String>,
+    #[command(flatten)]
+    extras: Extras,
+}
+
+/// Pictures and a token budget, for `search` and `explain`.
+#[derive(Debug, Args)]
+struct Extras {
+    /// Write schedule.svg (pipeline schedule), memory.svg (memory per stage)
+    /// and pareto.svg (throughput vs peak memory) into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Token budget for the time to train, e.g. `15T`, `300B`, `2e12`
+    /// (suffixes K, M, B, T).
+    #[arg(long, value_name = "TOKENS")]
+    tokens: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -156,6 +179,8 @@ struct ExplainArgs {
     /// Explicit layers per pipeline chunk, e.g. `19,21,21,19`.
     #[arg(long, value_delimiter = ',')]
     split: Option<Vec<u32>>,
+    #[command(flatten)]
+    extras: Extras,
 }
 
 #[derive(Debug, Args)]
@@ -260,7 +285,12 @@ fn space(a: &SearchArgs) -> Result<Space> {
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let s = setup(&a.job)?;
     let pr = s.problem();
-    let space = space(a)?;
+    let mut space = space(a)?;
+    let tokens = tokens_flag(&a.extras, a.job.format)?;
+    if a.why_not.is_some() && a.job.format == Format::Csv {
+        bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
+    }
+    space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
     if a.stats {
         let st = &result.stats;
@@ -275,8 +305,80 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             rayon::current_num_threads()
         );
     }
-    let report = SearchReport::new(&pr, &space.policy, &result);
+    let mut report = SearchReport::new(&pr, &space.policy, &result);
+    search_extras(&pr, &space, &result, &mut report, a.why_not.as_deref(), tokens, a.extras.plot.as_deref())?;
     render::exporter(a.job.format).search(out, &report)
+}
+
+/// `--tokens` parsed; an error for CSV output, which has no place for it.
+fn tokens_flag(e: &Extras, format: Format) -> Result<Option<f64>> {
+    match &e.tokens {
+        None => Ok(None),
+        Some(_) if format == Format::Csv => bail!("--tokens is printed as a table or JSON, not CSV; drop --format csv"),
+        Some(t) => Ok(Some(checkpoint::parse_tokens(t).map_err(|e| anyhow::anyhow!("--tokens: {e}"))?)),
+    }
+}
+
+/// Checkpoint plan and time to train of the winner, the why-not answer and
+/// the pictures of a search.
+fn search_extras(
+    pr: &Problem,
+    space: &Space,
+    result: &search::SearchResult,
+    report: &mut SearchReport,
+    why_not: Option<&str>,
+    tokens: Option<f64>,
+    plot: Option<&std::path::Path>,
+) -> Result<()> {
+    let Some(win) = result.top.first() else {
+        if let Some(q) = why_not {
+            report.why_not = Some(explain::why_not(pr, space, &result.all, q).map_err(|e| anyhow::anyhow!("--why-not: {e}"))?);
+        }
+        if plot.is_some() {
+            bail!("--plot: no valid layout to draw");
+        }
+        return Ok(());
+    };
+    let ck = checkpoint::plan(pr, &win.layout, &win.eval);
+    report.time_to_train = tokens.map(|t| checkpoint::time_to_train(t, &win.eval, ck.waste_fraction, pr.world, pr.job.tokens_per_step()));
+    report.checkpoint = Some(ck);
+    let mut marks = vec![plot::Mark {
+        label: format!("#1 {}", win.layout.short()),
+        peak_gib: win.eval.peak_bytes / GIB,
+        tokens_per_s: win.eval.tokens_per_s,
+    }];
+    if let Some(q) = why_not {
+        let w = explain::why_not(pr, space, &result.all, q).map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
+        if let Some(b) = &w.best {
+            marks.push(plot::Mark {
+                label: format!("best with {q} (#{})", b.rank),
+                peak_gib: b.peak_gib,
+                tokens_per_s: b.tokens_per_s,
+            });
+        } else if let Some(n) = &w.near_miss {
+            marks.push(plot::Mark {
+                label: format!("near-miss with {q} (rejected)"),
+                peak_gib: n.eval.peak_bytes / GIB,
+                tokens_per_s: n.eval.tokens_per_s,
+            });
+        }
+        report.why_not = Some(w);
+    }
+    if let Some(dir) = plot {
+        let (files, note) = plot::write_all(dir, pr, &win.layout, &win.eval, &result.all, &marks)?;
+        report_plots(&files, note);
+    }
+    Ok(())
+}
+
+/// Say on stderr which pictures were written (stdout stays parseable).
+fn report_plots(files: &[PathBuf], note: Option<String>) {
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    if let Some(n) = note {
+        eprintln!("note: {n}");
+    }
 }
 
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
@@ -332,6 +434,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         order: a.order,
         split: a.split.clone(),
     };
+    let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = Policy::default();
     let mut report = ExplainReport::new(&pr, &policy, &layout);
     // Place it among all valid layouts.
@@ -350,7 +453,30 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
                 .filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s)
                 .count();
             report.rank_among_valid = Some(faster + 1);
+            report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
+    }
+    if !report.is_valid() {
+        report.fixes = Some(explain::smallest_fixes(&pr, &policy, &layout));
+    }
+    let ck = checkpoint::plan(&pr, &layout, &report.eval);
+    report.time_to_train = tokens.map(|t| checkpoint::time_to_train(t, &report.eval, ck.waste_fraction, pr.world, pr.job.tokens_per_step()));
+    report.checkpoint = Some(ck);
+    if let Some(dir) = &a.extras.plot {
+        let mut marks = vec![plot::Mark {
+            label: format!("{} ({})", layout.short(), if report.is_valid() { "explained" } else { "explained, rejected" }),
+            peak_gib: report.eval.peak_bytes / GIB,
+            tokens_per_s: report.eval.tokens_per_s,
+        }];
+        if let Some(best) = result.top.first() {
+            marks.push(plot::Mark {
+                label: format!("#1 {}", best.layout.short()),
+                peak_gib: best.eval.peak_bytes / GIB,
+                tokens_per_s: best.eval.tokens_per_s,
+            });
+        }
+        let (files, note) = plot::write_all(dir, &pr, &layout, &report.eval, &result.all, &marks)?;
+        report_plots(&files, note);
     }
     render::exporter(a.job.format).explain(out, &report)
 }

@@ -6,6 +6,9 @@
 //! its rank placement, [`cost`] is the pure cost model (memory, compute,
 //! communication, schedule), [`rules`] rejects layouts with reasons,
 //! [`search`] enumerates and ranks layouts, and [`render`] prints results.
+//! [`explain`] finds the smallest fixes of rejected layouts and answers
+//! why-not questions, [`checkpoint`] sizes checkpoints, their interval and
+//! the time to train, and [`plot`] draws SVG pictures.
 
 pub mod cli;
 pub mod cost;
@@ -16,3 +19,6 @@ pub mod report;
 pub mod rules;
 pub mod search;
 pub mod spec;
+pub mod checkpoint;
+pub mod explain;
+pub mod plot;

@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
+use crate::checkpoint::{CheckpointPlan, TimeToTrain};
 use crate::cost::{self, Evaluation, Problem, RankCost};
+use crate::explain::{Fixes, Gap, WhyNot};
 use crate::layout::Layout;
 use crate::rules::{self, Policy, Violation};
 use crate::search::{Candidate, SearchResult};
@@ -135,6 +137,15 @@ pub struct SearchReport {
     pub valid: u64,
     /// Wall time of the search, seconds.
     pub seconds: f64,
+    /// Checkpoint size and interval of the winner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointPlan>,
+    /// Time to train the `--tokens` budget with the winner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train: Option<TimeToTrain>,
+    /// Answer to `--why-not`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<WhyNot>,
 }
 
 impl SearchReport {
@@ -175,6 +186,9 @@ impl SearchReport {
             evaluated: r.stats.evaluated,
             valid: r.stats.valid,
             seconds: r.stats.seconds,
+            checkpoint: None,
+            time_to_train: None,
+            why_not: None,
         }
     }
 }
@@ -207,6 +221,18 @@ pub struct ExplainReport {
     pub rank_among_valid: Option<usize>,
     /// The best layout of the search, if one was run.
     pub best: Option<Row>,
+    /// For a valid layout: its gap to the best, part by part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_to_best: Option<Gap>,
+    /// For a rejected layout: the smallest changes that make it valid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Fixes>,
+    /// Checkpoint size and interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointPlan>,
+    /// Time to train the `--tokens` budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train: Option<TimeToTrain>,
 }
 
 impl ExplainReport {
@@ -222,6 +248,10 @@ impl ExplainReport {
             violations,
             rank_among_valid: None,
             best: None,
+            gap_to_best: None,
+            fixes: None,
+            checkpoint: None,
+            time_to_train: None,
         }
     }
 

@@ -152,6 +152,15 @@ impl Exporter for Table {
                 }
             }
         }
+        if let Some(c) = &r.checkpoint {
+            super::extras::checkpoint(w, c, true, "#1")?;
+        }
+        if let Some(t) = &r.time_to_train {
+            super::extras::time_to_train(w, t, "#1")?;
+        }
+        if let Some(q) = &r.why_not {
+            super::extras::why_not(w, q)?;
+        }
         Ok(())
     }
 
@@ -181,6 +190,9 @@ impl Exporter for Table {
             for v in &r.violations {
                 writeln!(w, "  [{}] {}\n      fix: {}", v.code, v.message, v.remedy)?;
             }
+            if let Some(f) = &r.fixes {
+                super::extras::fixes(w, f)?;
+            }
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
             writeln!(
@@ -191,6 +203,9 @@ impl Exporter for Table {
                 best.tokens_per_s,
                 100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
             )?;
+            if let Some(g) = r.gap_to_best.as_ref().filter(|_| rank > 1) {
+                super::extras::gap(w, g)?;
+            }
         }
         writeln!(w)?;
         writeln!(
@@ -260,6 +275,13 @@ impl Exporter for Table {
             ]);
         }
         writeln!(w, "{t}")?;
+        if let Some(c) = &r.checkpoint {
+            writeln!(w)?;
+            super::extras::checkpoint(w, c, false, "this layout")?;
+        }
+        if let Some(t) = &r.time_to_train {
+            super::extras::time_to_train(w, t, "this layout")?;
+        }
         Ok(())
     }
 }
