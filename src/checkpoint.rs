@@ -88,7 +88,11 @@ pub struct CheckpointPlan {
 /// `(141,107,412,992, 282,214,825,984, 564,429,651,968)`, 14·P in all.
 pub fn state_bytes(params: f64, weight_bytes: f64, optimizer_bytes: f64) -> (f64, f64, f64) {
     let master = MASTER_BYTES.min(optimizer_bytes);
-    (params * weight_bytes, params * master, params * (optimizer_bytes - master))
+    (
+        params * weight_bytes,
+        params * master,
+        params * (optimizer_bytes - master),
+    )
 }
 
 /// First-order optimal checkpoint interval `τ* = √(2·C·M)`, seconds, for a
@@ -123,7 +127,8 @@ pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
 pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     let recipe = &pr.job.recipe;
     let params = pr.model.total_params();
-    let (weights, master, moments) = state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
+    let (weights, master, moments) =
+        state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
     let n = pr.world as f64;
     let small = n * SMALL_STATE_BYTES_PER_RANK;
     let total = weights + master + moments + small;
@@ -133,11 +138,20 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     let mut per_rank_stage = 0;
     for rc in cost::rank_costs(pr, l) {
         let owned = |p: f64, d: f64| -> f64 {
-            let w = if l.zero >= 3 { p * recipe.weight_bytes / d } else { p * recipe.weight_bytes };
-            let o = if l.zero >= 1 { p * recipe.optimizer_bytes / d } else { p * recipe.optimizer_bytes };
+            let w = if l.zero >= 3 {
+                p * recipe.weight_bytes / d
+            } else {
+                p * recipe.weight_bytes
+            };
+            let o = if l.zero >= 1 {
+                p * recipe.optimizer_bytes / d
+            } else {
+                p * recipe.optimizer_bytes
+            };
             w + o
         };
-        let bytes = owned(rc.params, shard) + owned(rc.expert_params, edp) + SMALL_STATE_BYTES_PER_RANK;
+        let bytes =
+            owned(rc.params, shard) + owned(rc.expert_params, edp) + SMALL_STATE_BYTES_PER_RANK;
         if bytes > per_rank {
             per_rank = bytes;
             per_rank_stage = rc.rank;
@@ -197,7 +211,13 @@ pub struct TimeToTrain {
 ///
 /// Example: 15e12 tokens at 30,000 tokens/s take 5e8 s = 5,787.0 days;
 /// on 64 GPUs 8,888,889 GPU-hours.
-pub fn time_to_train(tokens: f64, eval: &Evaluation, waste: f64, gpus: u64, tokens_per_step: f64) -> TimeToTrain {
+pub fn time_to_train(
+    tokens: f64,
+    eval: &Evaluation,
+    waste: f64,
+    gpus: u64,
+    tokens_per_step: f64,
+) -> TimeToTrain {
     let tps = eval.tokens_per_s;
     let good = tps * (1.0 - waste);
     let secs = tokens / tps;
@@ -229,7 +249,11 @@ pub fn parse_tokens(text: &str) -> Result<f64, String> {
                 'M' => 1e6,
                 'B' | 'G' => 1e9,
                 'T' => 1e12,
-                _ => return Err(format!("`{text}`: unknown suffix `{c}`; use K, M, B or T (e.g. 15T)")),
+                _ => {
+                    return Err(format!(
+                        "`{text}`: unknown suffix `{c}`; use K, M, B or T (e.g. 15T)"
+                    ));
+                }
             };
             (&t[..t.len() - 1], scale)
         }
@@ -241,7 +265,9 @@ pub fn parse_tokens(text: &str) -> Result<f64, String> {
         .map_err(|_| format!("`{text}`: not a number of tokens; write e.g. 15T, 300B or 2e12"))?;
     let v = v * scale;
     if !(v.is_finite() && v >= 1.0) {
-        return Err(format!("`{text}`: the token budget must be at least 1 token"));
+        return Err(format!(
+            "`{text}`: the token budget must be at least 1 token"
+        ));
     }
     Ok(v)
 }

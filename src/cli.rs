@@ -9,14 +9,14 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cost::Problem;
 use crate::error::InputError;
-use crate::spec::GIB;
-use crate::{checkpoint, explain, plot};
 use crate::layout::{Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
 use crate::search::{self, Filter, Space};
+use crate::spec::GIB;
 use crate::spec::{Catalog, Cluster, Gpu, Job, Model, RecipeName};
+use crate::{checkpoint, explain, plot};
 
 /// meshplan: rank the parallel layouts of an LLM training job on a GPU cluster.
 #[derive(Debug, Parser)]
@@ -306,7 +306,15 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         );
     }
     let mut report = SearchReport::new(&pr, &space.policy, &result);
-    search_extras(&pr, &space, &result, &mut report, a.why_not.as_deref(), tokens, a.extras.plot.as_deref())?;
+    search_extras(
+        &pr,
+        &space,
+        &result,
+        &mut report,
+        a.why_not.as_deref(),
+        tokens,
+        a.extras.plot.as_deref(),
+    )?;
     render::exporter(a.job.format).search(out, &report)
 }
 
@@ -314,8 +322,12 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
 fn tokens_flag(e: &Extras, format: Format) -> Result<Option<f64>> {
     match &e.tokens {
         None => Ok(None),
-        Some(_) if format == Format::Csv => bail!("--tokens is printed as a table or JSON, not CSV; drop --format csv"),
-        Some(t) => Ok(Some(checkpoint::parse_tokens(t).map_err(|e| anyhow::anyhow!("--tokens: {e}"))?)),
+        Some(_) if format == Format::Csv => {
+            bail!("--tokens is printed as a table or JSON, not CSV; drop --format csv")
+        }
+        Some(t) => Ok(Some(
+            checkpoint::parse_tokens(t).map_err(|e| anyhow::anyhow!("--tokens: {e}"))?,
+        )),
     }
 }
 
@@ -332,7 +344,10 @@ fn search_extras(
 ) -> Result<()> {
     let Some(win) = result.top.first() else {
         if let Some(q) = why_not {
-            report.why_not = Some(explain::why_not(pr, space, &result.all, q).map_err(|e| anyhow::anyhow!("--why-not: {e}"))?);
+            report.why_not = Some(
+                explain::why_not(pr, space, &result.all, q)
+                    .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?,
+            );
         }
         if plot.is_some() {
             bail!("--plot: no valid layout to draw");
@@ -340,7 +355,15 @@ fn search_extras(
         return Ok(());
     };
     let ck = checkpoint::plan(pr, &win.layout, &win.eval);
-    report.time_to_train = tokens.map(|t| checkpoint::time_to_train(t, &win.eval, ck.waste_fraction, pr.world, pr.job.tokens_per_step()));
+    report.time_to_train = tokens.map(|t| {
+        checkpoint::time_to_train(
+            t,
+            &win.eval,
+            ck.waste_fraction,
+            pr.world,
+            pr.job.tokens_per_step(),
+        )
+    });
     report.checkpoint = Some(ck);
     let mut marks = vec![plot::Mark {
         label: format!("#1 {}", win.layout.short()),
@@ -348,7 +371,8 @@ fn search_extras(
         tokens_per_s: win.eval.tokens_per_s,
     }];
     if let Some(q) = why_not {
-        let w = explain::why_not(pr, space, &result.all, q).map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
+        let w = explain::why_not(pr, space, &result.all, q)
+            .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
         if let Some(b) = &w.best {
             marks.push(plot::Mark {
                 label: format!("best with {q} (#{})", b.rank),
@@ -460,11 +484,27 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         report.fixes = Some(explain::smallest_fixes(&pr, &policy, &layout));
     }
     let ck = checkpoint::plan(&pr, &layout, &report.eval);
-    report.time_to_train = tokens.map(|t| checkpoint::time_to_train(t, &report.eval, ck.waste_fraction, pr.world, pr.job.tokens_per_step()));
+    report.time_to_train = tokens.map(|t| {
+        checkpoint::time_to_train(
+            t,
+            &report.eval,
+            ck.waste_fraction,
+            pr.world,
+            pr.job.tokens_per_step(),
+        )
+    });
     report.checkpoint = Some(ck);
     if let Some(dir) = &a.extras.plot {
         let mut marks = vec![plot::Mark {
-            label: format!("{} ({})", layout.short(), if report.is_valid() { "explained" } else { "explained, rejected" }),
+            label: format!(
+                "{} ({})",
+                layout.short(),
+                if report.is_valid() {
+                    "explained"
+                } else {
+                    "explained, rejected"
+                }
+            ),
             peak_gib: report.eval.peak_bytes / GIB,
             tokens_per_s: report.eval.tokens_per_s,
         }];

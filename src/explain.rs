@@ -133,7 +133,10 @@ pub fn apply(l: &Layout, changes: &[Change], world: u64) -> Option<Layout> {
             return None;
         }
         n.dp = (world / inner) as u32;
-        if n.split.as_ref().is_some_and(|s| s.len() != (n.pp * n.vpp) as usize) {
+        if n.split
+            .as_ref()
+            .is_some_and(|s| s.len() != (n.pp * n.vpp) as usize)
+        {
             n.split = None;
         }
     }
@@ -144,7 +147,10 @@ pub fn apply(l: &Layout, changes: &[Change], world: u64) -> Option<Layout> {
 }
 
 fn divisors(n: u64) -> Vec<u32> {
-    (1..=n.min(1 << 20)).filter(|d| n % d == 0).map(|d| d as u32).collect()
+    (1..=n.min(1 << 20))
+        .filter(|d| n % d == 0)
+        .map(|d| d as u32)
+        .collect()
 }
 
 /// Candidate single changes of `l`: every other T, p, C dividing N (C ≤ 16,
@@ -167,7 +173,9 @@ pub fn candidate_changes(pr: &Problem, l: &Layout) -> Vec<Change> {
         }
     }
     if l.world() != n && n % (l.tp as u64 * l.pp as u64 * l.cp as u64).max(1) == 0 {
-        out.push(Change::Dp((n / (l.tp as u64 * l.pp as u64 * l.cp as u64)) as u32));
+        out.push(Change::Dp(
+            (n / (l.tp as u64 * l.pp as u64 * l.cp as u64)) as u32,
+        ));
     }
     if let Some(m) = &pr.model.moe {
         for e in divisors(m.experts as u64) {
@@ -257,16 +265,21 @@ fn relief(before: &Evaluation, after: &Evaluation) -> Option<(String, f64, f64)>
         .zip(after.memory.parts().iter())
         .map(|(b, a)| (b.0, b.1, a.1))
         .filter(|(_, b, a)| a < b)
-        .max_by(|x, y| (x.1 - x.2).partial_cmp(&(y.1 - y.2)).unwrap_or(Ordering::Equal))
+        .max_by(|x, y| {
+            (x.1 - x.2)
+                .partial_cmp(&(y.1 - y.2))
+                .unwrap_or(Ordering::Equal)
+        })
         .map(|(n, b, a)| (n.to_string(), b / GIB, a / GIB))
 }
 
 fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
     let mut out: Vec<String> = changes.iter().map(|c| c.describe(l)).collect();
-    if new.dp != l.dp && !changes.iter().any(|c| matches!(c, Change::Dp(_))) {
-        if let Some(last) = out.last_mut() {
-            last.push_str(&format!(" (D {} → {})", l.dp, new.dp));
-        }
+    if new.dp != l.dp
+        && !changes.iter().any(|c| matches!(c, Change::Dp(_)))
+        && let Some(last) = out.last_mut()
+    {
+        last.push_str(&format!(" (D {} → {})", l.dp, new.dp));
     }
     if new.sp != l.sp && !changes.iter().any(|c| matches!(c, Change::Sp(_))) {
         out.push(format!("SP {}", if new.sp { "on" } else { "off" }));
@@ -310,13 +323,17 @@ pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
         })
     };
     // Nearest working fix per knob (or knob pair).
-    let mut best: std::collections::BTreeMap<(usize, usize), Fix> = std::collections::BTreeMap::new();
-    let keep = |best: &mut std::collections::BTreeMap<(usize, usize), Fix>, key: (usize, usize), f: Fix| {
+    let mut best: std::collections::BTreeMap<(usize, usize), Fix> =
+        std::collections::BTreeMap::new();
+    let keep = |best: &mut std::collections::BTreeMap<(usize, usize), Fix>,
+                key: (usize, usize),
+                f: Fix| {
         let replace = match best.get(&key) {
             None => true,
             Some(old) => {
                 f.distance < old.distance - 1e-9
-                    || ((f.distance - old.distance).abs() < 1e-9 && f.eval.time.step < old.eval.time.step)
+                    || ((f.distance - old.distance).abs() < 1e-9
+                        && f.eval.time.step < old.eval.time.step)
             }
         };
         if replace {
@@ -348,7 +365,11 @@ pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
             .step
             .partial_cmp(&b.eval.time.step)
             .unwrap_or(Ordering::Equal)
-            .then(a.distance.partial_cmp(&b.distance).unwrap_or(Ordering::Equal))
+            .then(
+                a.distance
+                    .partial_cmp(&b.distance)
+                    .unwrap_or(Ordering::Equal),
+            )
     });
     Fixes {
         original_peak_gib: original.peak_bytes / GIB,
@@ -394,7 +415,11 @@ pub struct Gap {
 /// (TP, CP, EP, PP, DP) and the optimizer step.
 pub fn gap(winner: &TimeBreakdown, this: &TimeBreakdown) -> Gap {
     let pairs: [(&'static str, f64, f64); 9] = [
-        ("compute (GEMM efficiency, stage balance)", winner.compute, this.compute),
+        (
+            "compute (GEMM efficiency, stage balance)",
+            winner.compute,
+            this.compute,
+        ),
         ("recompute", winner.recompute, this.recompute),
         ("pipeline bubble", winner.bubble, this.bubble),
         ("TP communication", winner.tp_comm, this.tp_comm),
@@ -466,9 +491,15 @@ pub struct WhyNot {
 /// Fixed values of `a`, overridden by those of `b`; an error when both fix
 /// the same key to different values.
 fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
-    fn one<T: PartialEq + Copy + std::fmt::Debug>(key: &str, x: Option<T>, y: Option<T>) -> Result<Option<T>, String> {
+    fn one<T: PartialEq + Copy + std::fmt::Debug>(
+        key: &str,
+        x: Option<T>,
+        y: Option<T>,
+    ) -> Result<Option<T>, String> {
         match (x, y) {
-            (Some(u), Some(v)) if u != v => Err(format!("--fix sets {key}={u:?} but --why-not asks {key}={v:?}")),
+            (Some(u), Some(v)) if u != v => Err(format!(
+                "--fix sets {key}={u:?} but --why-not asks {key}={v:?}"
+            )),
             (u, v) => Ok(v.or(u)),
         }
     }
@@ -489,7 +520,10 @@ fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
 
 /// Rank of a candidate with prices `e` among `all`: 1 + those strictly better.
 fn rank_of(all: &[Candidate], c: &Candidate) -> usize {
-    all.iter().filter(|x| better(x, c) == Ordering::Less).count() + 1
+    all.iter()
+        .filter(|x| better(x, c) == Ordering::Less)
+        .count()
+        + 1
 }
 
 /// A concrete layout for a question that matches nothing enumerated: the
@@ -499,7 +533,11 @@ fn probe(pr: &Problem, f: &Filter) -> Layout {
     let pp = f.pp.unwrap_or(1);
     let cp = f.cp.unwrap_or(1);
     let inner = tp as u64 * pp as u64 * cp as u64;
-    let dp = f.dp.unwrap_or(if pr.world % inner == 0 { (pr.world / inner) as u32 } else { 1 });
+    let dp = f.dp.unwrap_or(if pr.world % inner == 0 {
+        (pr.world / inner) as u32
+    } else {
+        1
+    });
     Layout {
         dp,
         tp,
@@ -526,11 +564,19 @@ fn probe(pr: &Problem, f: &Filter) -> Layout {
 ///
 /// # Errors
 /// A sentence when the query does not parse or contradicts `--fix`.
-pub fn why_not(pr: &Problem, space: &Space, all: &[Candidate], query: &str) -> Result<WhyNot, String> {
+pub fn why_not(
+    pr: &Problem,
+    space: &Space,
+    all: &[Candidate],
+    query: &str,
+) -> Result<WhyNot, String> {
     let asked = Filter::parse(query)?;
     let filter = merge(&space.filter, &asked)?;
     let winner = all.iter().min_by(|a, b| better(a, b));
-    let best = all.iter().filter(|c| filter.matches(&c.layout)).min_by(|a, b| better(a, b));
+    let best = all
+        .iter()
+        .filter(|c| filter.matches(&c.layout))
+        .min_by(|a, b| better(a, b));
     let matching_valid = all.iter().filter(|c| filter.matches(&c.layout)).count();
     let sub_space = Space {
         filter: filter.clone(),
@@ -559,7 +605,11 @@ pub fn why_not(pr: &Problem, space: &Space, all: &[Candidate], query: &str) -> R
         return Ok(out);
     }
     // Nothing matching is valid: find the best near-miss.
-    let mut candidates: Vec<Candidate> = sub.rejections.iter().filter_map(|r| r.near_miss.clone()).collect();
+    let mut candidates: Vec<Candidate> = sub
+        .rejections
+        .iter()
+        .filter_map(|r| r.near_miss.clone())
+        .collect();
     if sub.stats.considered == 0 {
         let dom = pr.cluster.fast_domain();
         if filter.tp.is_some_and(|t| t > dom) && !space.policy.allow_tp_across_domains {
@@ -581,16 +631,25 @@ pub fn why_not(pr: &Problem, space: &Space, all: &[Candidate], query: &str) -> R
             let e = crate::cost::evaluate(pr, &l);
             let v = rules::explain(pr, &space.policy, &l, memory_note(&e));
             let why = if v.is_empty() {
-                format!("the search bounds exclude it (max C {}, max micro-batch {}, max v {})", space.max_cp, space.max_micro_batch, space.max_vpp)
+                format!(
+                    "the search bounds exclude it (max C {}, max micro-batch {}, max v {})",
+                    space.max_cp, space.max_micro_batch, space.max_vpp
+                )
             } else {
-                v.iter().map(|x| format!("[{}] {}", x.code, x.message)).collect::<Vec<_>>().join("; ")
+                v.iter()
+                    .map(|x| format!("[{}] {}", x.code, x.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             };
-            out.note = Some(format!("no layout matching `{query}` can be built for {} GPUs: {why}", pr.world));
+            out.note = Some(format!(
+                "no layout matching `{query}` can be built for {} GPUs: {why}",
+                pr.world
+            ));
             return Ok(out);
         }
     }
     // The fastest near-miss (each breaks exactly one rule).
-    if let Some(c) = candidates.into_iter().min_by(|a, b| better(a, b)) {
+    if let Some(c) = candidates.into_iter().min_by(better) {
         let violations = rules::explain(pr, &space.policy, &c.layout, memory_note(&c.eval));
         let fixes = smallest_fixes(pr, &space.policy, &c.layout);
         out.near_miss = Some(NearMiss {

@@ -10,15 +10,15 @@
 //! why-not questions, [`checkpoint`] sizes checkpoints, their interval and
 //! the time to train, and [`plot`] draws SVG pictures.
 
+pub mod checkpoint;
 pub mod cli;
 pub mod cost;
 pub mod error;
+pub mod explain;
 pub mod layout;
+pub mod plot;
 pub mod render;
 pub mod report;
 pub mod rules;
 pub mod search;
 pub mod spec;
-pub mod checkpoint;
-pub mod explain;
-pub mod plot;

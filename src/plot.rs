@@ -73,7 +73,11 @@ fn stage_order(p: u32, v: u32, m: u32, s: u32) -> Vec<(Pass, u32, u32)> {
         if v == 1 {
             (Pass::Backward, 0, k)
         } else {
-            (Pass::Backward, v - 1 - (k % group) / p, (k / group) * p + k % p)
+            (
+                Pass::Backward,
+                v - 1 - (k % group) / p,
+                (k / group) * p + k % p,
+            )
         }
     };
     let mut out = Vec::with_capacity(2 * total as usize);
@@ -104,10 +108,13 @@ pub fn simulate(fwd: &[f64], bwd: &[f64], m: u32, v: u32) -> Result<Vec<Block>, 
         return Err("schedule needs equal, non-empty stage times and m, v ≥ 1".into());
     }
     if v > 1 && (p == 1 || m % p != 0) {
-        return Err(format!("interleaving needs p > 1 and m a multiple of p (p = {p}, m = {m})"));
+        return Err(format!(
+            "interleaving needs p > 1 and m a multiple of p (p = {p}, m = {m})"
+        ));
     }
     let orders: Vec<Vec<(Pass, u32, u32)>> = (0..p).map(|s| stage_order(p, v, m, s)).collect();
-    let mut end: HashMap<(Pass, u32, u32, u32), f64> = HashMap::with_capacity((2 * p * v * m) as usize);
+    let mut end: HashMap<(Pass, u32, u32, u32), f64> =
+        HashMap::with_capacity((2 * p * v * m) as usize);
     let mut next = vec![0usize; p as usize];
     let mut clock = vec![0.0f64; p as usize];
     let mut blocks = Vec::with_capacity((2 * p * v * m) as usize);
@@ -136,7 +143,11 @@ pub fn simulate(fwd: &[f64], bwd: &[f64], m: u32, v: u32) -> Result<Vec<Block>, 
                     },
                 };
                 let start = clock[su].max(ready);
-                let dur = if pass == Pass::Forward { fwd[su] } else { bwd[su] };
+                let dur = if pass == Pass::Forward {
+                    fwd[su]
+                } else {
+                    bwd[su]
+                };
                 let stop = start + dur;
                 end.insert((pass, s, c, mb), stop);
                 blocks.push(Block {
@@ -179,7 +190,12 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
             .0
             .partial_cmp(&points[b].0)
             .unwrap_or(std::cmp::Ordering::Equal)
-            .then(points[b].1.partial_cmp(&points[a].1).unwrap_or(std::cmp::Ordering::Equal))
+            .then(
+                points[b]
+                    .1
+                    .partial_cmp(&points[a].1)
+                    .unwrap_or(std::cmp::Ordering::Equal),
+            )
     });
     let mut best = f64::NEG_INFINITY;
     let mut out = Vec::new();
@@ -247,13 +263,24 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
     let span = makespan(&blocks) * 1e3;
     let busy: f64 = blocks.iter().map(|x| x.end - x.start).sum::<f64>() * 1e3;
     let idle = 1.0 - busy / (span * p as f64);
-    let kind = if v > 1 { format!("interleaved 1F1B, v = {v}") } else { "1F1B".into() };
+    let kind = if v > 1 {
+        format!("interleaved 1F1B, v = {v}")
+    } else {
+        "1F1B".into()
+    };
     let title = if md as u64 == m {
         format!("Pipeline schedule ({kind}): p = {p}, m = {m} micro-batches")
     } else {
         format!("Pipeline schedule ({kind}): p = {p}, first {md} of m = {m} micro-batches drawn")
     };
-    let root = SVGBackend::new(path, (1280, 140 + 56 * p.min(16) + if p > 16 { 16 * (p - 16) } else { 0 })).into_drawing_area();
+    let root = SVGBackend::new(
+        path,
+        (
+            1280,
+            140 + 56 * p.min(16) + if p > 16 { 16 * (p - 16) } else { 0 },
+        ),
+    )
+    .into_drawing_area();
     root.fill(&WHITE).map_err(plot_err(path))?;
     let (top, rest) = root.split_vertically(64);
     top.draw(&Text::new(title, (16, 8), ("sans-serif", 22).into_font()))
@@ -276,15 +303,26 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
         l.short(),
         100.0 * idle
     );
-    top.draw(&Text::new(sub, (16, 38), ("sans-serif", 14).into_font().color(&RGBColor(80, 80, 80))))
-        .map_err(plot_err(path))?;
+    top.draw(&Text::new(
+        sub,
+        (16, 38),
+        ("sans-serif", 14).into_font().color(&RGBColor(80, 80, 80)),
+    ))
+    .map_err(plot_err(path))?;
     // Legend in the header, clear of the blocks.
-    for (k, (color, name)) in [(FWD, "forward"), (BWD, "backward (incl. recompute)")].iter().enumerate() {
+    for (k, (color, name)) in [(FWD, "forward"), (BWD, "backward (incl. recompute)")]
+        .iter()
+        .enumerate()
+    {
         let x0 = 980 + 150 * k as i32 - if k == 1 { 40 } else { 0 };
         top.draw(&Rectangle::new([(x0, 12), (x0 + 14, 26)], color.filled()))
             .map_err(plot_err(path))?;
-        top.draw(&Text::new(name.to_string(), (x0 + 20, 13), ("sans-serif", 14).into_font()))
-            .map_err(plot_err(path))?;
+        top.draw(&Text::new(
+            name.to_string(),
+            (x0 + 20, 13),
+            ("sans-serif", 14).into_font(),
+        ))
+        .map_err(plot_err(path))?;
     }
     let xmax = span * 1.02;
     // Stage s is drawn as the band around y = p − 1 − s (stage 0 on top).
@@ -322,7 +360,10 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
             .draw_series(mine.iter().map(|x| {
                 let c = lighten(color, 0.45 * x.chunk as f64 / v as f64);
                 let mut r = Rectangle::new(
-                    [(x.start * 1e3, row(x.stage) - 0.38), (x.end * 1e3, row(x.stage) + 0.38)],
+                    [
+                        (x.start * 1e3, row(x.stage) - 0.38),
+                        (x.end * 1e3, row(x.stage) + 0.38),
+                    ],
                     c.filled(),
                 );
                 r.set_margin(0, 0, 0, 1);
@@ -331,12 +372,18 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
             .map_err(plot_err(path))?;
         let labels: Vec<Text<(f64, f64), String>> = mine
             .iter()
-            .filter(|x| (x.end - x.start) * 1e3 * px_per_ms >= 7.0 * (1 + (x.micro_batch + 1).ilog10()) as f64 + 4.0)
+            .filter(|x| {
+                (x.end - x.start) * 1e3 * px_per_ms
+                    >= 7.0 * (1 + (x.micro_batch + 1).ilog10()) as f64 + 4.0
+            })
             .map(|x| {
                 Text::new(
                     format!("{}", x.micro_batch + 1),
                     ((x.start + x.end) * 0.5e3, row(x.stage)),
-                    label_font.clone().color(&WHITE).pos(Pos::new(HPos::Center, VPos::Center)),
+                    label_font
+                        .clone()
+                        .color(&WHITE)
+                        .pos(Pos::new(HPos::Center, VPos::Center)),
                 )
             })
             .collect();
@@ -365,12 +412,19 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
     let p = ranks.len().max(1) as u32;
     let usable = pr.usable_bytes() / GIB;
     let physical = pr.gpu.memory_gib;
-    let top_gib = ranks.iter().map(|r| r.memory.total() / GIB).fold(physical, f64::max) * 1.18;
+    let top_gib = ranks
+        .iter()
+        .map(|r| r.memory.total() / GIB)
+        .fold(physical, f64::max)
+        * 1.18;
     let root = SVGBackend::new(path, (960 + 12 * p.saturating_sub(16), 640)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err(path))?;
     // Stage s is the bar centred on x = s.
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("Memory per pipeline stage: {}", l.short()), ("sans-serif", 18))
+        .caption(
+            format!("Memory per pipeline stage: {}", l.short()),
+            ("sans-serif", 18),
+        )
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(64)
@@ -395,7 +449,17 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
         .draw()
         .map_err(plot_err(path))?;
     let half = 0.36;
-    for (k, name) in ["weights", "gradients", "optimizer", "activations", "logits", "temporaries"].iter().enumerate() {
+    for (k, name) in [
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "logits",
+        "temporaries",
+    ]
+    .iter()
+    .enumerate()
+    {
         let color = PART_COLORS[k];
         let rects: Vec<Rectangle<(f64, f64)>> = ranks
             .iter()
@@ -403,7 +467,10 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
                 let parts = r.memory.parts();
                 let below: f64 = parts[..k].iter().map(|x| x.1).sum::<f64>() / GIB;
                 let x = r.rank as f64;
-                Rectangle::new([(x - half, below), (x + half, below + parts[k].1 / GIB)], color.filled())
+                Rectangle::new(
+                    [(x - half, below), (x + half, below + parts[k].1 / GIB)],
+                    color.filled(),
+                )
             })
             .collect();
         chart
@@ -415,18 +482,29 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
     let red = RGBColor(200, 30, 30);
     let x_ends = [-0.5, p as f64 - 0.5];
     chart
-        .draw_series(LineSeries::new(x_ends.map(|x| (x, usable)), red.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            x_ends.map(|x| (x, usable)),
+            red.stroke_width(2),
+        ))
         .map_err(plot_err(path))?
         .label(format!("usable {usable:.1} GiB"))
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], red.stroke_width(2)));
     let grey = RGBColor(90, 90, 90);
     chart
-        .draw_series(DashedLineSeries::new(x_ends.map(|x| (x, physical)), 6, 4, grey.stroke_width(1)))
+        .draw_series(DashedLineSeries::new(
+            x_ends.map(|x| (x, physical)),
+            6,
+            4,
+            grey.stroke_width(1),
+        ))
         .map_err(plot_err(path))?
         .label(format!("{} HBM {physical:.1} GiB", pr.gpu.name))
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], grey.stroke_width(1)));
     // Totals above the bars.
-    let font = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
+    let font = ("sans-serif", 12)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
     if p <= 32 {
         chart
             .draw_series(ranks.iter().map(|r| {
@@ -475,15 +553,25 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
     pts.dedup_by(|a, b| (a.0 - b.0).abs() < 0.01 && (a.1 - b.1).abs() < 0.5);
     let front: Vec<(f64, f64)> = pareto_front(&pts).into_iter().map(|i| pts[i]).collect();
     let usable = pr.usable_bytes() / GIB;
-    let xs = pts.iter().map(|p| p.0).chain(marks.iter().map(|m| m.peak_gib));
-    let ys = pts.iter().map(|p| p.1).chain(marks.iter().map(|m| m.tokens_per_s));
+    let xs = pts
+        .iter()
+        .map(|p| p.0)
+        .chain(marks.iter().map(|m| m.peak_gib));
+    let ys = pts
+        .iter()
+        .map(|p| p.1)
+        .chain(marks.iter().map(|m| m.tokens_per_s));
     let xmax = xs.fold(usable, f64::max) * 1.05;
     let ymax = ys.fold(1.0, f64::max) * 1.12;
     let root = SVGBackend::new(path, (1024, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err(path))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("Throughput vs peak memory: {} valid layouts ({} on the Pareto front)", all.len(), front.len()),
+            format!(
+                "Throughput vs peak memory: {} valid layouts ({} on the Pareto front)",
+                all.len(),
+                front.len()
+            ),
             ("sans-serif", 18),
         )
         .margin(14)
@@ -498,12 +586,21 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
         .light_line_style(RGBColor(240, 240, 240))
         .x_desc("peak memory of the worst rank (GiB)")
         .y_desc("tokens per second")
-        .y_label_formatter(&|y| if *y >= 1e6 { format!("{:.1}M", y / 1e6) } else { format!("{:.0}k", y / 1e3) })
+        .y_label_formatter(&|y| {
+            if *y >= 1e6 {
+                format!("{:.1}M", y / 1e6)
+            } else {
+                format!("{:.0}k", y / 1e3)
+            }
+        })
         .draw()
         .map_err(plot_err(path))?;
     let grey = RGBColor(150, 150, 150);
     chart
-        .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 2, grey.mix(0.6).filled())))
+        .draw_series(
+            pts.iter()
+                .map(|&(x, y)| Circle::new((x, y), 2, grey.mix(0.6).filled())),
+        )
         .map_err(plot_err(path))?
         .label("valid layout")
         .legend(move |(x, y)| Circle::new((x + 7, y), 3, grey.filled()));
@@ -514,19 +611,36 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
         .label("Pareto front")
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], blue.stroke_width(2)));
     chart
-        .draw_series(front.iter().map(|&(x, y)| Circle::new((x, y), 3, blue.filled())))
+        .draw_series(
+            front
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y), 3, blue.filled())),
+        )
         .map_err(plot_err(path))?;
     let red = RGBColor(200, 30, 30);
     chart
-        .draw_series(DashedLineSeries::new([(usable, 0.0), (usable, ymax)], 6, 4, red.stroke_width(1)))
+        .draw_series(DashedLineSeries::new(
+            [(usable, 0.0), (usable, ymax)],
+            6,
+            4,
+            red.stroke_width(1),
+        ))
         .map_err(plot_err(path))?
         .label(format!("usable {usable:.1} GiB"))
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], red.stroke_width(1)));
-    let mark_colors = [RGBColor(214, 39, 40), RGBColor(148, 103, 189), RGBColor(44, 160, 44)];
+    let mark_colors = [
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(44, 160, 44),
+    ];
     for (i, mk) in marks.iter().enumerate() {
         let c = mark_colors[i % mark_colors.len()];
         chart
-            .draw_series(std::iter::once(TriangleMarker::new((mk.peak_gib, mk.tokens_per_s), 9, c.filled())))
+            .draw_series(std::iter::once(TriangleMarker::new(
+                (mk.peak_gib, mk.tokens_per_s),
+                9,
+                c.filled(),
+            )))
             .map_err(plot_err(path))?
             .label(mk.label.clone())
             .legend(move |(x, y)| TriangleMarker::new((x + 7, y), 6, c.filled()));
@@ -557,7 +671,8 @@ pub fn write_all(
     all: &[Candidate],
     marks: &[Mark],
 ) -> Result<(Vec<PathBuf>, Option<String>)> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--plot: cannot create the directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--plot: cannot create the directory {}", dir.display()))?;
     let mut files = Vec::new();
     let mut note = None;
     let schedule = dir.join("schedule.svg");
@@ -596,7 +711,13 @@ mod tests {
         let mut ev: Vec<(f64, i32)> = b
             .iter()
             .filter(|x| x.stage == 0)
-            .map(|x| if x.pass == Pass::Forward { (x.start, 1) } else { (x.end, -1) })
+            .map(|x| {
+                if x.pass == Pass::Forward {
+                    (x.start, 1)
+                } else {
+                    (x.end, -1)
+                }
+            })
             .collect();
         ev.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let peak = ev.iter().scan(0, |s, e| {
@@ -620,7 +741,10 @@ mod tests {
         assert!((makespan(&b) - 28.0).abs() < 1e-12, "{}", makespan(&b));
         let closed = crate::cost::schedule::pipeline_time(&[3.0, 6.0, 3.0], 4, 1);
         assert_eq!(closed, 30.0);
-        let s1b0 = b.iter().find(|x| x.stage == 1 && x.pass == Pass::Backward && x.micro_batch == 0).unwrap();
+        let s1b0 = b
+            .iter()
+            .find(|x| x.stage == 1 && x.pass == Pass::Backward && x.micro_batch == 0)
+            .unwrap();
         assert_eq!((s1b0.start, s1b0.end), (6.0, 10.0));
     }
 
@@ -647,7 +771,13 @@ mod tests {
     fn pareto_front_hand_made() {
         // (GiB, tokens/s): (10, 5) and (20, 8) and (30, 9) are on the front;
         // (25, 7) is dominated by (20, 8); (10, 4) by (10, 5).
-        let pts = [(20.0, 8.0), (25.0, 7.0), (10.0, 5.0), (30.0, 9.0), (10.0, 4.0)];
+        let pts = [
+            (20.0, 8.0),
+            (25.0, 7.0),
+            (10.0, 5.0),
+            (30.0, 9.0),
+            (10.0, 4.0),
+        ];
         assert_eq!(pareto_front(&pts), vec![2, 0, 3]);
     }
 

@@ -103,15 +103,30 @@ fn checkpoint_llama3_70b_megatron_by_hand() {
     assert_eq!(c.moments_bytes, 564_429_651_968.0);
     assert_eq!(c.small_state_bytes, 1_048_576.0);
     assert_eq!(c.total_bytes, 987_752_939_520.0);
-    assert!(rel(c.per_rank_bytes, 30_876_807_168.0) < 1e-12, "per rank {}", c.per_rank_bytes);
+    assert!(
+        rel(c.per_rank_bytes, 30_876_807_168.0) < 1e-12,
+        "per rank {}",
+        c.per_rank_bytes
+    );
     assert!(rel(c.write_s, 9.877_529_395_2) < 1e-12, "C = {}", c.write_s);
     assert_eq!(c.nodes, 8);
     assert!(rel(c.job_mtbf_s, 2_850_750.0) < 1e-12);
-    assert!((c.interval_s - 7504.4476).abs() < 1e-3, "τ* = {}", c.interval_s);
-    assert!(rel(c.waste_fraction, 0.002_632_446_761) < 1e-8, "W = {}", c.waste_fraction);
+    assert!(
+        (c.interval_s - 7504.4476).abs() < 1e-3,
+        "τ* = {}",
+        c.interval_s
+    );
+    assert!(
+        rel(c.waste_fraction, 0.002_632_446_761) < 1e-8,
+        "W = {}",
+        c.waste_fraction
+    );
     // Without the distributed optimizer (ZeRO-0) the rank holds its whole
     // optimizer shard: 14·P_r + 16,384; the checkpoint total is unchanged.
-    let l0 = Layout { zero: 0, ..l.clone() };
+    let l0 = Layout {
+        zero: 0,
+        ..l.clone()
+    };
     let c0 = checkpoint::plan(&pr, &l0, &cost::evaluate(&pr, &l0));
     assert!(rel(c0.per_rank_bytes, 14.0 * 8_821_940_224.0 + 16_384.0) < 1e-12);
     assert_eq!(c0.total_bytes, c.total_bytes);
@@ -147,8 +162,15 @@ fn oom_layout_names_dominant_part_and_a_valid_fix() {
     let e = cost::evaluate(&pr, &l);
     assert!(!e.fits(), "peak {} GiB", e.peak_bytes / meshplan::spec::GIB);
     let v = rules::explain(&pr, &policy, &l, memory_note(&e));
-    let mem = v.iter().find(|x| x.rule == Rule::Memory).expect("memory rule broken");
-    assert!(mem.message.contains("largest part: activations"), "{}", mem.message);
+    let mem = v
+        .iter()
+        .find(|x| x.rule == Rule::Memory)
+        .expect("memory rule broken");
+    assert!(
+        mem.message.contains("largest part: activations"),
+        "{}",
+        mem.message
+    );
     assert_eq!(e.memory.dominant().0, "activations");
 
     let fixes = explain::smallest_fixes(&pr, &policy, &l);
@@ -161,12 +183,20 @@ fn oom_layout_names_dominant_part_and_a_valid_fix() {
         assert_eq!(fx.layout.world(), 64);
     }
     let cheapest = fixes.cheapest().expect("a cheapest fix");
-    assert!(fixes.fixes.iter().all(|x| x.eval.time.step >= cheapest.eval.time.step));
+    assert!(
+        fixes
+            .fixes
+            .iter()
+            .all(|x| x.eval.time.step >= cheapest.eval.time.step)
+    );
     // The explain report of the fixed layout says it is valid.
     assert!(ExplainReport::new(&pr, &policy, &cheapest.layout).is_valid());
     // Full recompute alone keeps only each layer's input and fits.
     assert!(
-        fixes.fixes.iter().any(|x| x.changes == ["recompute none → full"]),
+        fixes
+            .fixes
+            .iter()
+            .any(|x| x.changes == ["recompute none → full"]),
         "{:?}",
         fixes.fixes.iter().map(|x| &x.changes).collect::<Vec<_>>()
     );
@@ -206,7 +236,12 @@ fn divisibility_fix_proposes_nearest_valid_sizes() {
         // Every fix changes T to a divisor of the 64 heads within the
         // 8-GPU node, with D = 64/(T·p·C).
         assert!([1, 2, 4, 8].contains(&fx.layout.tp), "{:?}", fx.changes);
-        assert!(fx.changes[0].starts_with("T 3 → ") || fx.changes.iter().any(|c| c.starts_with("T 3 → ")), "{:?}", fx.changes);
+        assert!(
+            fx.changes[0].starts_with("T 3 → ")
+                || fx.changes.iter().any(|c| c.starts_with("T 3 → ")),
+            "{:?}",
+            fx.changes
+        );
         assert_eq!(fx.layout.world(), 64);
         assert!(search::judge(&pr, &policy, &fx.layout).0.is_empty());
     }
@@ -235,16 +270,29 @@ fn why_not_tp8_pp1_rank_and_gap() {
     // T = 8, p = 1.
     let mut all = r.all.clone();
     all.sort_by(better);
-    let pos = all.iter().position(|c| c.layout.tp == 8 && c.layout.pp == 1).unwrap();
-    let strictly_better = all.iter().filter(|c| better(c, &all[pos]) == std::cmp::Ordering::Less).count();
+    let pos = all
+        .iter()
+        .position(|c| c.layout.tp == 8 && c.layout.pp == 1)
+        .unwrap();
+    let strictly_better = all
+        .iter()
+        .filter(|c| better(c, &all[pos]) == std::cmp::Ordering::Less)
+        .count();
     assert_eq!(best.rank, strictly_better + 1);
-    assert!(best.rank > 1, "T = 8 is not the winner on dgx64 (T = 4 wins)");
+    assert!(
+        best.rank > 1,
+        "T = 8 is not the winner on dgx64 (T = 4 wins)"
+    );
     assert_eq!(w.valid_total, r.stats.valid as usize);
     let winner = w.winner.as_ref().unwrap();
     assert_eq!(winner.tokens_per_s, r.top[0].eval.tokens_per_s);
     let gap = w.gap.as_ref().unwrap();
     let sum: f64 = gap.parts.iter().map(|p| p.delta_s).sum();
-    assert!((sum - gap.delta_s).abs() < 1e-9 * gap.this_step_s, "{sum} vs {}", gap.delta_s);
+    assert!(
+        (sum - gap.delta_s).abs() < 1e-9 * gap.this_step_s,
+        "{sum} vs {}",
+        gap.delta_s
+    );
     assert!(gap.delta_s > 0.0);
     assert_eq!(gap.delta_s, best.step_s - winner.step_s);
 }
@@ -258,8 +306,15 @@ fn why_not_tp16_explains_the_domain_rule() {
     let (r, space) = full_search(&pr);
     let w = explain::why_not(&pr, &space, &r.all, "tp=16,pp=2").unwrap();
     assert!(w.best.is_none());
-    assert!(w.note.as_deref().unwrap_or("").contains("NVLink domain"), "{:?}", w.note);
-    let n = w.near_miss.as_ref().expect("a near-miss priced across nodes");
+    assert!(
+        w.note.as_deref().unwrap_or("").contains("NVLink domain"),
+        "{:?}",
+        w.note
+    );
+    let n = w
+        .near_miss
+        .as_ref()
+        .expect("a near-miss priced across nodes");
     assert_eq!((n.layout.tp, n.layout.pp), (16, 2));
     assert!(n.violations.iter().any(|v| v.rule == Rule::TpDomain));
     assert!(n.rank_if_allowed > 1);
@@ -274,7 +329,10 @@ fn why_not_impossible_query_says_why() {
     let w = explain::why_not(&pr, &space, &r.all, "tp=3").unwrap();
     assert_eq!(w.matching_considered, 0);
     let note = w.note.unwrap();
-    assert!(note.contains("heads-tp") && note.contains("mesh-size"), "{note}");
+    assert!(
+        note.contains("heads-tp") && note.contains("mesh-size"),
+        "{note}"
+    );
     assert!(explain::why_not(&pr, &space, &r.all, "tq=3").is_err());
 }
 
@@ -291,13 +349,30 @@ fn tmp_dir(name: &str) -> PathBuf {
 #[test]
 fn cli_why_not_prints_rank_and_gap() {
     let out = meshplan()
-        .args(["search", "--model", "70b", "--cluster", "dgx64", "--why-not", "tp=8,pp=1", "--top", "3"])
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--why-not",
+            "tp=8,pp=1",
+            "--top",
+            "3",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("Why not tp=8,pp=1?"), "{text}");
-    let line = text.lines().find(|l| l.starts_with("Best matching layout:")).expect(&text);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Best matching layout:"))
+        .expect(&text);
     assert!(line.contains("tp=8 pp=1"), "{line}");
     // "… — rank R of N, …"
     let after = line.split(" rank ").nth(1).unwrap();
@@ -321,7 +396,11 @@ fn flags_of(short: &str) -> Vec<String> {
                 }
             }
             _ => {
-                let flag = if k == "mbs" { "--mbs".to_string() } else { format!("--{k}") };
+                let flag = if k == "mbs" {
+                    "--mbs".to_string()
+                } else {
+                    format!("--{k}")
+                };
                 out.push(flag);
                 out.push(v.to_string());
             }
@@ -343,7 +422,11 @@ fn cli_explain_oom_fix_is_valid_and_plots_parse() {
         .arg(&dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("REJECTED"), "{text}");
     assert!(text.contains("largest part: activations"), "{text}");
@@ -354,14 +437,20 @@ fn cli_explain_oom_fix_is_valid_and_plots_parse() {
         .expect(&text)
         .to_string();
     let out2 = meshplan().args(base).args(flags_of(&fix)).output().unwrap();
-    assert!(out2.status.success(), "{}", String::from_utf8_lossy(&out2.stderr));
+    assert!(
+        out2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out2.stderr)
+    );
     let text2 = String::from_utf8(out2.stdout).unwrap();
     assert!(text2.contains("Verdict: VALID"), "{fix}\n{text2}");
 
     for name in ["schedule.svg", "memory.svg", "pareto.svg"] {
         let path = dir.join(name);
-        let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name} is not well-formed XML: {e}"));
+        let svg =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let doc = roxmltree::Document::parse(&svg)
+            .unwrap_or_else(|e| panic!("{name} is not well-formed XML: {e}"));
         let root = doc.root_element();
         assert_eq!(root.tag_name().name(), "svg", "{name}");
         let texts: Vec<String> = doc
@@ -370,12 +459,26 @@ fn cli_explain_oom_fix_is_valid_and_plots_parse() {
             .filter_map(|n| n.text().map(str::to_string))
             .collect();
         assert!(!texts.is_empty(), "{name} has no text");
-        let shapes = doc.descendants().filter(|n| n.has_tag_name("rect") || n.has_tag_name("circle") || n.has_tag_name("polygon")).count();
+        let shapes = doc
+            .descendants()
+            .filter(|n| {
+                n.has_tag_name("rect") || n.has_tag_name("circle") || n.has_tag_name("polygon")
+            })
+            .count();
         assert!(shapes > 3, "{name} draws {shapes} shapes");
         match name {
-            "schedule.svg" => assert!(texts.iter().any(|t| t.contains("Pipeline schedule")), "{texts:?}"),
-            "memory.svg" => assert!(texts.iter().any(|t| t.contains("usable 77.5 GiB")), "{texts:?}"),
-            _ => assert!(texts.iter().any(|t| t.contains("Pareto front")), "{texts:?}"),
+            "schedule.svg" => assert!(
+                texts.iter().any(|t| t.contains("Pipeline schedule")),
+                "{texts:?}"
+            ),
+            "memory.svg" => assert!(
+                texts.iter().any(|t| t.contains("usable 77.5 GiB")),
+                "{texts:?}"
+            ),
+            _ => assert!(
+                texts.iter().any(|t| t.contains("Pareto front")),
+                "{texts:?}"
+            ),
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -384,14 +487,35 @@ fn cli_explain_oom_fix_is_valid_and_plots_parse() {
 #[test]
 fn cli_bad_tokens_and_csv_are_clear_errors() {
     let out = meshplan()
-        .args(["search", "--model", "70b", "--cluster", "dgx64", "--tokens", "15X"])
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--tokens",
+            "15X",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--tokens") && err.contains("unknown suffix"), "{err}");
+    assert!(
+        err.contains("--tokens") && err.contains("unknown suffix"),
+        "{err}"
+    );
     let out = meshplan()
-        .args(["search", "--model", "70b", "--cluster", "dgx64", "--why-not", "tp=8", "--format", "csv"])
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--why-not",
+            "tp=8",
+            "--format",
+            "csv",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

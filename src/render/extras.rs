@@ -66,16 +66,32 @@ pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
     writeln!(
         w,
         "Smallest {} that make it valid, each priced by the cost model ({} changed layouts tried; original: peak {:.1} GiB, step {:.2} s):",
-        if f.pairs { "pairs of changes (no single change works)" } else { "changes" },
+        if f.pairs {
+            "pairs of changes (no single change works)"
+        } else {
+            "changes"
+        },
         f.tried,
         f.original_peak_gib,
         f.original_step_s
     )?;
     let mut t = table();
-    t.set_header(vec!["", "change", "peak GiB", "step s", "Δ step", "tokens/s", "memory relieved"]);
+    t.set_header(vec![
+        "",
+        "change",
+        "peak GiB",
+        "step s",
+        "Δ step",
+        "tokens/s",
+        "memory relieved",
+    ]);
     for (i, x) in f.fixes.iter().enumerate() {
         t.add_row(vec![
-            if i == 0 { "cheapest".to_string() } else { String::new() },
+            if i == 0 {
+                "cheapest".to_string()
+            } else {
+                String::new()
+            },
             x.changes.join(" + "),
             format!("{:.1}", x.peak_gib),
             format!("{:.2}", x.eval.time.step),
@@ -162,7 +178,12 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             if b.rank == 1 || (win.tokens_per_s - b.tokens_per_s).abs() < 1e-9 {
                 writeln!(w, "It is (tied with) the winner.")?;
             } else {
-                writeln!(w, "Winner: {} at {:.0} tokens/s", win.layout.short(), win.tokens_per_s)?;
+                writeln!(
+                    w,
+                    "Winner: {} at {:.0} tokens/s",
+                    win.layout.short(),
+                    win.tokens_per_s
+                )?;
                 if let Some(g) = &q.gap {
                     gap(w, g)?;
                 }
@@ -170,7 +191,10 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         }
         _ => {
             if !q.rejections.is_empty() {
-                writeln!(w, "No matching layout is valid. Matching layouts rejected (first broken rule):")?;
+                writeln!(
+                    w,
+                    "No matching layout is valid. Matching layouts rejected (first broken rule):"
+                )?;
                 for r in &q.rejections {
                     match &r.near_miss {
                         Some(n) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
@@ -201,7 +225,12 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
 ///
 /// # Errors
 /// I/O errors of `w`.
-pub fn checkpoint(w: &mut dyn Write, c: &CheckpointPlan, brief: bool, who: &str) -> std::io::Result<()> {
+pub fn checkpoint(
+    w: &mut dyn Write,
+    c: &CheckpointPlan,
+    brief: bool,
+    who: &str,
+) -> std::io::Result<()> {
     let per_param = (c.weights_bytes + c.master_bytes + c.moments_bytes) / c.params;
     if brief {
         writeln!(
@@ -231,11 +260,31 @@ pub fn checkpoint(w: &mut dyn Write, c: &CheckpointPlan, brief: bool, who: &str)
     )?;
     let mut t = table();
     t.set_header(vec!["part", "bytes per parameter", "size"]);
-    t.add_row(vec!["bf16 weights".to_string(), format!("{:.0}", c.weights_bytes / c.params), bytes(c.weights_bytes)]);
-    t.add_row(vec!["fp32 master weights".to_string(), format!("{:.0}", c.master_bytes / c.params), bytes(c.master_bytes)]);
-    t.add_row(vec!["Adam moments (m, v)".to_string(), format!("{:.0}", c.moments_bytes / c.params), bytes(c.moments_bytes)]);
-    t.add_row(vec!["scaler, step, RNG (16 KiB/rank)".to_string(), "-".to_string(), bytes(c.small_state_bytes)]);
-    t.add_row(vec!["total".to_string(), format!("{per_param:.0}"), bytes(c.total_bytes)]);
+    t.add_row(vec![
+        "bf16 weights".to_string(),
+        format!("{:.0}", c.weights_bytes / c.params),
+        bytes(c.weights_bytes),
+    ]);
+    t.add_row(vec![
+        "fp32 master weights".to_string(),
+        format!("{:.0}", c.master_bytes / c.params),
+        bytes(c.master_bytes),
+    ]);
+    t.add_row(vec![
+        "Adam moments (m, v)".to_string(),
+        format!("{:.0}", c.moments_bytes / c.params),
+        bytes(c.moments_bytes),
+    ]);
+    t.add_row(vec![
+        "scaler, step, RNG (16 KiB/rank)".to_string(),
+        "-".to_string(),
+        bytes(c.small_state_bytes),
+    ]);
+    t.add_row(vec![
+        "total".to_string(),
+        format!("{per_param:.0}"),
+        bytes(c.total_bytes),
+    ]);
     right_align(&mut t, 1);
     writeln!(w, "{t}")?;
     writeln!(
