@@ -624,12 +624,16 @@ pub fn why_not(
                 filter.tp.unwrap_or(0),
                 dom
             ));
-            candidates.extend(r.top.iter().cloned());
-            candidates.extend(r.rejections.iter().filter_map(|x| x.near_miss.clone()));
+            // Prefer layouts whose only fault is the domain rule.
+            if r.top.is_empty() {
+                candidates.extend(r.rejections.iter().filter_map(|x| x.near_miss.clone()));
+            } else {
+                candidates.extend(r.top.iter().cloned());
+            }
         } else {
             let l = probe(pr, &filter);
-            let e = crate::cost::evaluate(pr, &l);
-            let v = rules::explain(pr, &space.policy, &l, memory_note(&e));
+            // Structural rules only: the probe's other values are arbitrary.
+            let v = rules::explain(pr, &space.policy, &l, None);
             let why = if v.is_empty() {
                 format!(
                     "the search bounds exclude it (max C {}, max micro-batch {}, max v {})",
