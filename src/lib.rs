@@ -16,3 +16,4 @@ pub mod search;
 pub mod cli;
 pub mod render;
 pub mod report;
+pub mod generate;
