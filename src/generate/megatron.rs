@@ -364,8 +364,11 @@ pub fn megatron(plan: &Plan) -> Megatron {
         if x.shared_experts > 0 {
             let w = x.shared_experts as u64 * x.shared_expert_ffn.unwrap_or(x.expert_ffn);
             moe_args.push(
-                val("--moe-shared-expert-intermediate-size", w)
-                    .note(format!("{} shared experts", x.shared_experts)),
+                val("--moe-shared-expert-intermediate-size", w).note(format!(
+                    "{} shared expert{}",
+                    x.shared_experts,
+                    if x.shared_experts == 1 { "" } else { "s" }
+                )),
             );
         }
         if x.first_k_dense > 0 {
