@@ -34,6 +34,8 @@ enum Command {
     Explain(ExplainArgs),
     /// List the shipped models, clusters or GPUs.
     List(ListArgs),
+    /// Write launch files (Megatron-LM, SLURM, plan.json, checklist) for a plan.
+    Generate(GenerateArgs),
 }
 
 /// Model, hardware and job: shared by every planning command.
@@ -181,6 +183,66 @@ struct ExplainArgs {
     split: Option<Vec<u32>>,
     #[command(flatten)]
     extras: Extras,
+}
+
+/// `generate`: which plan, and where to write it. With no layout flags and
+/// no `--plan`, the best layout of a default search (or the `--rank`-th).
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("layout").multiple(true).args(["dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute", "zero", "sp", "order", "split"])))]
+struct GenerateArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Directory to write the files into (created if missing).
+    #[arg(long, default_value = "plan")]
+    out: PathBuf,
+    /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
+    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = clap::value_parser!(u64).range(1..))]
+    rank: Option<u64>,
+    /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
+    #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]
+    plan: Option<PathBuf>,
+    /// Allow T beyond one NVLink domain (as `search --allow-tp-across-nodes`).
+    #[arg(long)]
+    allow_tp_across_nodes: bool,
+    /// Data-parallel size D (default: what the GPUs leave).
+    #[arg(long)]
+    dp: Option<u32>,
+    /// Tensor-parallel size T (default 1 when any layout flag is given).
+    #[arg(long)]
+    tp: Option<u32>,
+    /// Pipeline-parallel size p (default 1).
+    #[arg(long)]
+    pp: Option<u32>,
+    /// Context-parallel size C (default 1).
+    #[arg(long)]
+    cp: Option<u32>,
+    /// Expert-parallel size E (default 1).
+    #[arg(long)]
+    ep: Option<u32>,
+    /// Expert tensor-parallel size ETP (default 1).
+    #[arg(long)]
+    etp: Option<u32>,
+    /// Virtual pipeline stages per rank v (default 1).
+    #[arg(long)]
+    vpp: Option<u32>,
+    /// Micro-batch size b (default 1).
+    #[arg(long)]
+    mbs: Option<u32>,
+    /// Activation recompute (default none).
+    #[arg(long, value_enum)]
+    recompute: Option<Recompute>,
+    /// ZeRO stage (default 1 = Megatron distributed optimizer).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    zero: Option<u8>,
+    /// Sequence parallelism.
+    #[arg(long)]
+    sp: bool,
+    /// Rank order (default tp-cp-ep-dp-pp).
+    #[arg(long, value_enum)]
+    order: Option<RankOrder>,
+    /// Explicit layers per pipeline chunk in model order, e.g. `19,21,21,19`.
+    #[arg(long, value_delimiter = ',')]
+    split: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Args)]
@@ -569,6 +631,137 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -> Result<Layout> {
+    if let Some(file) = &a.plan {
+        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
+            file: file.clone(),
+            source,
+        })?;
+        let input = crate::generate::PlanInput::parse(&text, file, a.rank.unwrap_or(1))?;
+        input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
+        return Ok(input.layout);
+    }
+    let explicit = [a.dp, a.tp, a.pp, a.cp, a.ep, a.etp, a.vpp, a.mbs]
+        .iter()
+        .any(Option::is_some)
+        || a.recompute.is_some()
+        || a.zero.is_some()
+        || a.sp
+        || a.order.is_some()
+        || a.split.is_some();
+    if !explicit {
+        let k = a.rank.unwrap_or(1) as usize;
+        let space = Space {
+            top_k: k,
+            policy: policy.clone(),
+            ..Space::default()
+        };
+        let result = search::search(pr, &space);
+        return match result.top.get(k - 1) {
+            Some(c) => Ok(c.layout.clone()),
+            None => bail!(
+                "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
+                result.top.len(),
+                s.model.name,
+                s.world
+            ),
+        };
+    }
+    let (tp, pp, cp) = (a.tp.unwrap_or(1), a.pp.unwrap_or(1), a.cp.unwrap_or(1));
+    let (ep, etp, vpp, mbs) = (
+        a.ep.unwrap_or(1),
+        a.etp.unwrap_or(1),
+        a.vpp.unwrap_or(1),
+        a.mbs.unwrap_or(1),
+    );
+    for (flag, v) in [
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--cp", cp),
+        ("--ep", ep),
+        ("--etp", etp),
+        ("--vpp", vpp),
+        ("--mbs", mbs),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    let inner = tp as u64 * pp as u64 * cp as u64;
+    let dp = match a.dp {
+        Some(0) => bail!("--dp must be at least 1"),
+        Some(d) => d,
+        None => {
+            if !s.world.is_multiple_of(inner) {
+                bail!(
+                    "T·p·C = {} does not divide the {} GPUs; give --dp explicitly or change the sizes",
+                    inner,
+                    s.world
+                );
+            }
+            (s.world / inner) as u32
+        }
+    };
+    Ok(Layout {
+        dp,
+        tp,
+        pp,
+        cp,
+        ep,
+        etp,
+        vpp,
+        micro_batch: mbs,
+        recompute: a.recompute.unwrap_or(Recompute::None),
+        zero: a.zero.unwrap_or(1),
+        sp: a.sp,
+        order: a.order.unwrap_or(RankOrder::TpCpEpDpPp),
+        split: a.split.clone(),
+    })
+}
+
+fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
+    if a.job.format == Format::Csv {
+        bail!("--format csv: generate prints the checklist (table) or the plan (json)");
+    }
+    let s = setup(&a.job)?;
+    let pr = s.problem();
+    let policy = Policy {
+        allow_tp_across_domains: a.allow_tp_across_nodes,
+        ..Policy::default()
+    };
+    let layout = generate_layout(a, &s, &pr, &policy)?;
+    let bundle = crate::generate::generate(&pr, &policy, &layout)?;
+    let paths = crate::generate::write(&bundle.files, &a.out)?;
+    if a.job.format == Format::Json {
+        out.write_all(
+            bundle
+                .file(crate::generate::PLAN_FILE)
+                .unwrap_or_default()
+                .as_bytes(),
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} on {} GPUs of {}: {}",
+        s.model.name,
+        s.world,
+        s.cluster.name,
+        layout.short()
+    )?;
+    for p in &paths {
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    writeln!(out)?;
+    out.write_all(
+        bundle
+            .file(crate::generate::CHECKLIST)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    Ok(())
+}
+
 /// Run a parsed command line, writing to standard output.
 ///
 /// # Errors
@@ -581,5 +774,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Search(a) => run_search(a, &mut out),
         Command::Explain(a) => run_explain(a, &mut out),
         Command::List(a) => run_list(a, &mut out),
+        Command::Generate(a) => run_generate(a, &mut out),
     }
 }

@@ -371,6 +371,69 @@ pub fn coords_of(l: &Layout, rank: u64) -> Coords {
     }
 }
 
+/// The axes of a rank-order string, fastest-varying first
+/// (`tp-cp-ep-dp-pp` → `[Tp, Cp, Ep, Dp, Pp]`).
+pub fn order_axes(order: RankOrder) -> [Axis; 5] {
+    match order {
+        RankOrder::TpCpEpDpPp => [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
+        RankOrder::TpCpEpPpDp => [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Pp, Axis::Dp],
+    }
+}
+
+/// Process groups of a rank grid, as Megatron-LM builds them
+/// (`megatron/core/parallel_state.py`, `generate_masked_orthogonal_rank_groups`,
+/// FACTS §3).
+///
+/// `sizes[k]` is the size of the k-th axis of the order string (fastest
+/// first; global rank = Σ index_k · stride_k with stride_k the product of
+/// the sizes before k). `mask[k]` selects the axes a group spans: a group is
+/// the set of ranks that differ only in the masked coordinates. Groups are
+/// listed in order of the unmasked coordinates (fastest first); inside a
+/// group ranks are listed in order of the masked coordinates (fastest first).
+/// Returns `world / Π masked sizes` groups of `Π masked sizes` ranks each,
+/// world = Π sizes.
+///
+/// Example (FACTS §3, world 16, order tp-cp-ep-dp-pp, TP2 CP2 DP2 PP2): the
+/// `dp-cp` mask gives `[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], …`.
+pub fn orthogonal_groups(sizes: &[u32], mask: &[bool]) -> Vec<Vec<u64>> {
+    let mut strides = Vec::with_capacity(sizes.len());
+    let mut acc = 1u64;
+    for &s in sizes {
+        strides.push(acc);
+        acc *= s.max(1) as u64;
+    }
+    let pick = |m: bool| -> (Vec<u64>, Vec<u64>) {
+        sizes
+            .iter()
+            .zip(&strides)
+            .zip(mask)
+            .filter(|(_, k)| **k == m)
+            .map(|((s, d), _)| ((*s).max(1) as u64, *d))
+            .unzip()
+    };
+    let (in_shape, in_stride) = pick(true);
+    let (out_shape, out_stride) = pick(false);
+    // Decompose `index` over `shape` (fastest first) and dot with `stride`.
+    let place = |mut index: u64, shape: &[u64], stride: &[u64]| -> u64 {
+        let mut r = 0;
+        for (s, d) in shape.iter().zip(stride) {
+            r += (index % s) * d;
+            index /= s;
+        }
+        r
+    };
+    let group_size: u64 = in_shape.iter().product();
+    let groups: u64 = out_shape.iter().product();
+    (0..groups)
+        .map(|g| {
+            let base = place(g, &out_shape, &out_stride);
+            (0..group_size)
+                .map(|i| base + place(i, &in_shape, &in_stride))
+                .collect()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,5 +510,40 @@ mod tests {
         let l = layout(4, 8, 2, 1, RankOrder::TpCpEpDpPp);
         let (_, _, s_dp, s_pp) = dense_strides(&l);
         assert_eq!((s_dp, s_pp), (8, 32));
+    }
+
+    #[test]
+    fn orthogonal_groups_worked_example() {
+        // FACTS.md §3 (computed with Megatron's code): world 16,
+        // order tp-cp-ep-dp-pp with TP2 CP2 EP1 DP2 PP2.
+        let sizes = [2, 2, 1, 2, 2];
+        let g = |m: [bool; 5]| orthogonal_groups(&sizes, &m);
+        assert_eq!(
+            &g([true, false, false, false, false])[..2],
+            &[vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(
+            &g([false, true, false, false, false])[..3],
+            &[vec![0, 2], vec![1, 3], vec![4, 6]]
+        );
+        assert_eq!(
+            &g([false, false, false, true, false])[..2],
+            &[vec![0, 4], vec![1, 5]]
+        );
+        assert_eq!(
+            &g([false, false, false, false, true])[..2],
+            &[vec![0, 8], vec![1, 9]]
+        );
+        assert_eq!(g([false, true, false, true, false])[0], vec![0, 2, 4, 6]);
+        // Expert grid ETP1 CP1 EP4 EDP2 PP2: ep [0..4], expert-dp [0, 4].
+        let e = [1, 1, 4, 2, 2];
+        assert_eq!(
+            orthogonal_groups(&e, &[false, false, true, false, false])[1],
+            vec![4, 5, 6, 7]
+        );
+        assert_eq!(
+            orthogonal_groups(&e, &[false, false, false, true, false])[0],
+            vec![0, 4]
+        );
     }
 }

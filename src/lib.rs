@@ -8,13 +8,15 @@
 //! [`search`] enumerates and ranks layouts, and [`render`] prints results.
 //! [`explain`] finds the smallest fixes of rejected layouts and answers
 //! why-not questions, [`checkpoint`] sizes checkpoints, their interval and
-//! the time to train, and [`plot`] draws SVG pictures.
+//! the time to train, [`plot`] draws SVG pictures, and [`generate`] writes
+//! launch files (Megatron-LM, SLURM, an engine-neutral plan file).
 
 pub mod checkpoint;
 pub mod cli;
 pub mod cost;
 pub mod error;
 pub mod explain;
+pub mod generate;
 pub mod layout;
 pub mod plot;
 pub mod render;
