@@ -16,3 +16,5 @@ pub mod search;
 pub mod cli;
 pub mod render;
 pub mod report;
+pub mod validate;
+pub mod calibrate;
