@@ -673,7 +673,14 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.overlap_grad_reduce = false;
             job.overlap_param_gather = false;
             job.tp_comm_overlap = false;
-            assume.push("software: Megatron-LM 2021/22 — fp16, no flash attention, no DP overlap, no distributed optimizer".into());
+            // The asynchronous backward TP all-reduce came to Megatron-LM after
+            // the April 2021 release that Table 1 of Narayanan et al. used.
+            job.async_tp_backward = fam == Family::Kor22;
+            assume.push(format!(
+                "software: Megatron-LM {} — fp16, no flash attention, no DP overlap, no distributed optimizer, async backward TP all-reduce {}",
+                if fam == Family::Kor22 { "2022" } else { "April 2021" },
+                job.async_tp_backward
+            ));
         }
         Family::Bloom => {
             // Megatron-DeepSpeed: ZeRO-1 over DP, fp16 (2+2 bytes + 12/D) or,
@@ -691,6 +698,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.overlap_grad_reduce = false;
             job.overlap_param_gather = false;
             job.tp_comm_overlap = false;
+            job.async_tp_backward = false;
             assume.push(format!(
                 "software: Megatron-DeepSpeed — ZeRO-1, {} bytes/param unsharded + 12/D, no flash attention, no DP overlap, no dropout",
                 if bf16opt { "2+2+4 (BF16Optimizer)" } else { "2+2 (fp16)" }
