@@ -104,7 +104,11 @@ fn check_frac(file: &Path, field: &str, v: Option<f64>) -> Result<(), InputError
     if let Some(x) = v
         && !(x.is_finite() && x > 0.0 && x <= 1.0)
     {
-        return Err(InputError::field(file, field, format!("must be a fraction in (0, 1], found {x}")));
+        return Err(InputError::field(
+            file,
+            field,
+            format!("must be a fraction in (0, 1], found {x}"),
+        ));
     }
     Ok(())
 }
@@ -131,7 +135,11 @@ impl Overlay {
     /// [`InputError::Field`] naming the first bad field.
     pub fn check(&self, file: &Path) -> Result<(), InputError> {
         if self.gpu.trim().is_empty() {
-            return Err(InputError::field(file, "gpu", "is empty; name the GPU profile, e.g. `a100-80g`"));
+            return Err(InputError::field(
+                file,
+                "gpu",
+                "is empty; name the GPU profile, e.g. `a100-80g`",
+            ));
         }
         check_frac(file, "efficiency.gemm", self.efficiency.gemm)?;
         check_frac(file, "efficiency.attention", self.efficiency.attention)?;
@@ -187,7 +195,10 @@ impl Overlay {
             return Err(InputError::field(
                 file,
                 "gpu",
-                format!("the overlay is for GPU `{}`, but cluster `{cluster}` has `{gpu}` GPUs", self.gpu),
+                format!(
+                    "the overlay is for GPU `{}`, but cluster `{cluster}` has `{gpu}` GPUs",
+                    self.gpu
+                ),
             ));
         }
         Ok(())
@@ -211,7 +222,14 @@ const NAMES: [&str; 6] = [
 
 fn get(gpu: &Gpu, cl: &Cluster) -> [f64; 6] {
     let e = &gpu.efficiency;
-    [e.gemm, e.attention, e.memory, e.kernel_overhead_us.max(0.1), cl.collective.intra, cl.collective.inter]
+    [
+        e.gemm,
+        e.attention,
+        e.memory,
+        e.kernel_overhead_us.max(0.1),
+        cl.collective.intra,
+        cl.collective.inter,
+    ]
 }
 
 fn bounds(i: usize) -> (f64, f64) {
@@ -251,18 +269,25 @@ pub struct Fit {
 fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     let n = b.len();
     for c in 0..n {
-        let p = (c..n).max_by(|&i, &j| a[i][c].abs().partial_cmp(&a[j][c].abs()).unwrap_or(std::cmp::Ordering::Equal))?;
+        let p = (c..n).max_by(|&i, &j| {
+            a[i][c]
+                .abs()
+                .partial_cmp(&a[j][c].abs())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })?;
         if a[p][c].abs() < 1e-300 {
             return None;
         }
         a.swap(c, p);
         b.swap(c, p);
-        for r in c + 1..n {
-            let f = a[r][c] / a[c][c];
-            for k in c..n {
-                a[r][k] -= f * a[c][k];
+        let (top, rest) = a.split_at_mut(c + 1);
+        let pivot = &top[c];
+        for (i, row) in rest.iter_mut().enumerate() {
+            let f = row[c] / pivot[c];
+            for (x, y) in row[c..].iter_mut().zip(&pivot[c..]) {
+                *x -= f * y;
             }
-            b[r] -= f * b[c];
+            b[c + 1 + i] -= f * b[c];
         }
     }
     let mut x = vec![0.0; n];
@@ -302,7 +327,10 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
         }
     }
     if cases.is_empty() {
-        return Err(format!("no row of the file ran on `{}` with a measured step time or TFLOP/s", gpu0.name));
+        return Err(format!(
+            "no row of the file ran on `{}` with a measured step time or TFLOP/s",
+            gpu0.name
+        ));
     }
     let th0 = get(&gpu0, &cases[0].0.cluster);
     let phi0: Vec<f64> = th0.iter().map(|x| x.ln()).collect();
@@ -321,7 +349,11 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
                 (cost::evaluate(&pr, &c.layout).time.step / t).ln()
             })
             .collect();
-        r.extend(phi.iter().zip(&phi0).map(|(p, q)| PRIOR_WEIGHT.sqrt() * (p - q)));
+        r.extend(
+            phi.iter()
+                .zip(&phi0)
+                .map(|(p, q)| PRIOR_WEIGHT.sqrt() * (p - q)),
+        );
         r
     };
     let clamp = |phi: &mut [f64]| {
@@ -373,7 +405,11 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
             clamp(&mut cand);
             let rc = residuals(&cand);
             if sq(&rc) < sq(&r) {
-                let moved = cand.iter().zip(&phi).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let moved = cand
+                    .iter()
+                    .zip(&phi)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max);
                 phi = cand;
                 r = rc;
                 mu = (mu / 10.0).max(1e-12);

@@ -51,6 +51,10 @@ struct ValidateArgs {
     /// Output format (`table` or `json`).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Also search each row's model, GPU count and global batch (its
+    /// micro-batch fixed) and print where the published layout ranks.
+    #[arg(long)]
+    plan: bool,
 }
 
 #[derive(Debug, Args)]
@@ -431,14 +435,46 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => None,
     };
+    if a.format == Format::Csv {
+        bail!("--format csv is not available for validate; use table or json");
+    }
     let report = validate::validate(&rows, &cat, overlay.as_ref());
+    let plans: Vec<validate::PlanCheck> = if a.plan {
+        rows.iter()
+            .filter(|r| report.rows.iter().any(|x| x.id == r.id && (x.tflops.is_some() || x.step_s.is_some())))
+            .filter_map(|r| validate::build_case(r, &cat, overlay.as_ref()).ok())
+            .map(|c| validate::plan_check(&c))
+            .collect()
+    } else {
+        Vec::new()
+    };
     match a.format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
+            let v = serde_json::json!({ "report": report, "plans": plans });
+            serde_json::to_writer_pretty(&mut *out, &v)?;
             writeln!(out)?;
         }
-        Format::Table => validate::write_table(out, &report)?,
-        Format::Csv => bail!("--format csv is not available for validate; use table or json"),
+        _ => {
+            validate::write_table(out, &report)?;
+            if a.plan {
+                writeln!(out)?;
+                writeln!(out, "Plan quality (search with the row's model, GPUs, global batch, micro-batch fixed):")?;
+                for p in &plans {
+                    match p.rank {
+                        Some(rank) => writeln!(
+                            out,
+                            "  {:<12} published layout ranks {rank} of {} valid; best {} ({:.0} vs {:.0} tokens/s)",
+                            p.id,
+                            p.valid,
+                            p.best.as_ref().map(|b| b.0.as_str()).unwrap_or("-"),
+                            p.best.as_ref().map(|b| b.1).unwrap_or(0.0),
+                            p.published_tokens_per_s
+                        )?,
+                        None => writeln!(out, "  {:<12} published layout REJECTED by {}", p.id, p.rejected_by.join(", "))?,
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -158,7 +158,11 @@ struct Cells<'a> {
 
 impl Cells<'_> {
     fn text(&self, col: &'static str) -> &str {
-        self.index.get(col).and_then(|i| self.rec.get(*i)).unwrap_or("").trim()
+        self.index
+            .get(col)
+            .and_then(|i| self.rec.get(*i))
+            .unwrap_or("")
+            .trim()
     }
 
     fn err(&self, col: &str, problem: String) -> InputError {
@@ -169,7 +173,11 @@ impl Cells<'_> {
         )
     }
 
-    fn opt<T: std::str::FromStr>(&self, col: &'static str, what: &str) -> Result<Option<T>, InputError> {
+    fn opt<T: std::str::FromStr>(
+        &self,
+        col: &'static str,
+        what: &str,
+    ) -> Result<Option<T>, InputError> {
         let v = self.text(col);
         if v.is_empty() {
             return Ok(None);
@@ -186,7 +194,11 @@ impl Cells<'_> {
 
     fn opt_text(&self, col: &'static str) -> Option<String> {
         let v = self.text(col);
-        if v.is_empty() { None } else { Some(v.to_string()) }
+        if v.is_empty() {
+            None
+        } else {
+            Some(v.to_string())
+        }
     }
 }
 
@@ -198,7 +210,9 @@ impl Cells<'_> {
 /// required cell (`id`, `hidden`, `seq`, `num_gpus`, `tp`, `pp`, `dp`,
 /// `gbs`, `gpu`, `vocab`) or a cell that is not a number.
 pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError> {
-    let mut rdr = csv::ReaderBuilder::new().flexible(false).from_reader(text.as_bytes());
+    let mut rdr = csv::ReaderBuilder::new()
+        .flexible(false)
+        .from_reader(text.as_bytes());
     let headers = rdr
         .headers()
         .map_err(|e| InputError::Syntax {
@@ -216,7 +230,10 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
                 return Err(InputError::field(
                     file,
                     col,
-                    format!("missing column; the header must name all of: {}", COLUMNS.join(",")),
+                    format!(
+                        "missing column; the header must name all of: {}",
+                        COLUMNS.join(",")
+                    ),
                 ));
             }
         }
@@ -228,7 +245,12 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
             detail: e.to_string(),
         })?;
         let line = rec.position().map(|p| p.line() as usize).unwrap_or(i + 2);
-        let id = index.get("id").and_then(|j| rec.get(*j)).unwrap_or("").trim().to_string();
+        let id = index
+            .get("id")
+            .and_then(|j| rec.get(*j))
+            .unwrap_or("")
+            .trim()
+            .to_string();
         let c = Cells {
             file,
             line,
@@ -240,7 +262,8 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
             return Err(c.err("id", "is empty but required".into()));
         }
         let text_req = |col: &'static str| -> Result<String, InputError> {
-            c.opt_text(col).ok_or_else(|| c.err(col, "is empty but required".into()))
+            c.opt_text(col)
+                .ok_or_else(|| c.err(col, "is empty but required".into()))
         };
         let frac = "a number";
         let whole = "a whole number";
@@ -357,7 +380,12 @@ impl FlopConvention {
     /// FLOPs of one step under this convention.
     pub fn flops(self, model: &Model, job: &Job, vocab_padded: f64) -> f64 {
         let a = &model.architecture;
-        let (l, h, b, s) = (a.layers as f64, a.hidden as f64, job.global_batch as f64, job.seq_len as f64);
+        let (l, h, b, s) = (
+            a.layers as f64,
+            a.hidden as f64,
+            job.global_batch as f64,
+            job.seq_len as f64,
+        );
         match self {
             FlopConvention::NarayananEq3 => compute::narayanan_eq3_flops(l, h, vocab_padded, b, s),
             FlopConvention::Korthikanti => {
@@ -396,12 +424,19 @@ pub struct Case {
 impl Case {
     /// The cost-model problem of this case.
     pub fn problem(&self) -> Problem<'_> {
-        Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.row.num_gpus)
+        Problem::new(
+            &self.model,
+            &self.gpu,
+            &self.cluster,
+            &self.job,
+            self.row.num_gpus,
+        )
     }
 
     /// FLOPs of one step in the row's convention.
     pub fn flops(&self) -> f64 {
-        self.convention.flops(&self.model, &self.job, self.vocab_padded)
+        self.convention
+            .flops(&self.model, &self.job, self.vocab_padded)
     }
 
     /// Measured step time, seconds, and whether it was derived from a
@@ -468,7 +503,10 @@ pub fn size_in(text: &str) -> Option<f64> {
 /// The integer after `key` in `text` (e.g. `NHEADS=64`).
 fn number_after(text: &str, key: &str) -> Option<u64> {
     let at = text.find(key)? + key.len();
-    let digits: String = text[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().ok()
 }
 
@@ -479,9 +517,18 @@ fn gpu_name(text: &str) -> Option<&'static str> {
         return None;
     }
     if t.contains("a100") {
-        return Some(if t.contains("40g") { "a100-40g" } else { "a100-80g" });
+        return Some(if t.contains("40g") {
+            "a100-40g"
+        } else {
+            "a100-80g"
+        });
     }
-    for (key, name) in [("h100", "h100-sxm"), ("h800", "h800"), ("h200", "h200"), ("b200", "b200")] {
+    for (key, name) in [
+        ("h100", "h100-sxm"),
+        ("h800", "h800"),
+        ("h200", "h200"),
+        ("b200", "b200"),
+    ] {
         if t.contains(key) {
             return Some(name);
         }
@@ -523,9 +570,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let notes = &row.notes;
 
     // --- Hardware.
-    let gname = gpu_name(&row.gpu).ok_or_else(|| format!("GPU `{}` matches no shipped GPU profile", row.gpu))?;
+    let gname = gpu_name(&row.gpu)
+        .ok_or_else(|| format!("GPU `{}` matches no shipped GPU profile", row.gpu))?;
     let mut gpu = cat.gpu(gname).map_err(|e| e.to_string())?.clone();
-    let cname = cluster_name(row, gname, cat).ok_or_else(|| format!("no shipped cluster has {gname} GPUs"))?;
+    let cname = cluster_name(row, gname, cat)
+        .ok_or_else(|| format!("no shipped cluster has {gname} GPUs"))?;
     let mut cluster = cat.cluster(&cname).map_err(|e| e.to_string())?.clone();
     cluster.nodes = (row.num_gpus.div_ceil(cluster.gpus_per_node as u64)).max(1) as u32;
     assume.push(format!(
@@ -534,7 +583,10 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     ));
     if let Some(o) = overlay {
         if o.gpu != gpu.name {
-            return Err(format!("the overlay is for GPU `{}`, this row runs on `{}`", o.gpu, gpu.name));
+            return Err(format!(
+                "the overlay is for GPU `{}`, this row runs on `{}`",
+                o.gpu, gpu.name
+            ));
         }
         o.apply_gpu(&mut gpu);
         o.apply_cluster(&mut cluster);
@@ -555,7 +607,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             None => return Err("heads not stated".into()),
         },
     };
-    if heads == 0 || h % heads as u64 != 0 {
+    if heads == 0 || !h.is_multiple_of(heads as u64) {
         return Err(format!("hidden {h} is not divisible by {heads} heads"));
     }
     let kv_heads = row.kv_heads.unwrap_or_else(|| {
@@ -570,7 +622,10 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         Ok(v) if row.vocab.starts_with('~') && fam == Family::Bloom => {
             // BLOOM's tokenizer has 250,680 entries, padded to 250,880
             // (bigscience/bloom config.json vocab_size).
-            assume.push(format!("vocab: 250880 for `{}` (BLOOM tokenizer padded, bigscience/bloom config.json)", row.vocab));
+            assume.push(format!(
+                "vocab: 250880 for `{}` (BLOOM tokenizer padded, bigscience/bloom config.json)",
+                row.vocab
+            ));
             let _ = v;
             250_880
         }
@@ -606,7 +661,9 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         dropout,
     };
     if heads % kv_heads.max(1) != 0 {
-        return Err(format!("{heads} heads are not a multiple of {kv_heads} kv heads"));
+        return Err(format!(
+            "{heads} heads are not a multiple of {kv_heads} kv heads"
+        ));
     }
     let mut model = Model {
         name: row.id.clone(),
@@ -622,7 +679,9 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             global_batch: row.gbs,
         },
     };
-    let stated = number_after(notes, "Size col='").map(|b| b as f64 * 1e9).or_else(|| size_in(&row.model));
+    let stated = number_after(notes, "Size col='")
+        .map(|b| b as f64 * 1e9)
+        .or_else(|| size_in(&row.model));
     match row.layers {
         Some(_) => {
             // Tied or untied: whichever matches the stated size.
@@ -751,7 +810,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             assume.push("recompute: none (not stated; Megatron default)".into());
             Recompute::None
         }
-        Some(other) => return Err(format!("recompute `{other}` is not full, selective or none")),
+        Some(other) => {
+            return Err(format!(
+                "recompute `{other}` is not full, selective or none"
+            ));
+        }
     };
     let sp = match row.sp.as_deref() {
         Some("yes") => true,
@@ -762,7 +825,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             assume.push(format!(
                 "sp: {} (not stated; {})",
                 if on { "on" } else { "off" },
-                if on { "--tp-comm-overlap requires it" } else { "Megatron default" }
+                if on {
+                    "--tp-comm-overlap requires it"
+                } else {
+                    "Megatron default"
+                }
             ));
             on
         }
@@ -772,7 +839,10 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         Family::Nar21 | Family::Kor22 => 0,
         Family::Bloom => 1,
         _ => {
-            if has("--use-distributed-optimizer") || job.overlap_param_gather || fam == Family::Other {
+            if has("--use-distributed-optimizer")
+                || job.overlap_param_gather
+                || fam == Family::Other
+            {
                 1
             } else {
                 0
@@ -782,7 +852,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     if mbs == 0 || vpp == 0 {
         return Err("mbs and vpp must be at least 1".into());
     }
-    if row.gbs % (row.dp as u64 * mbs as u64) != 0 {
+    if !row.gbs.is_multiple_of(row.dp as u64 * mbs as u64) {
         assume.push(format!(
             "gbs {} is not a multiple of dp·mbs = {}: m rounded down to {}",
             row.gbs,
@@ -795,20 +865,25 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let split = if fam == Family::Bloom && has("type:transformer|embedding") && row.pp > 1 {
         let slots = layers + 2;
         let p = row.pp;
-        let mut s: Vec<u32> = (0..p).map(|i| slots / p + u32::from(i < slots % p)).collect();
+        let mut s: Vec<u32> = (0..p)
+            .map(|i| slots / p + u32::from(i < slots % p))
+            .collect();
         s[0] = s[0].saturating_sub(1);
         let last = s.len() - 1;
         s[last] = s[last].saturating_sub(1);
         if s.iter().sum::<u32>() != layers || s.contains(&0) {
             None
         } else {
-            assume.push(format!("split: {:?} (embedding takes a slot on the first and last stage)", s));
+            assume.push(format!(
+                "split: {:?} (embedding takes a slot on the first and last stage)",
+                s
+            ));
             Some(s)
         }
     } else {
         None
     };
-    if layers % (row.pp * vpp) != 0 && split.is_none() {
+    if !layers.is_multiple_of(row.pp * vpp) && split.is_none() {
         assume.push(format!(
             "{layers} layers over {} stages: uneven, the first stages take one more",
             row.pp * vpp
@@ -982,7 +1057,11 @@ pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
 }
 
 /// nvidia-smi model of the Megatron-DeepSpeed rows (BLOOMPQ, PyTorch 1.11
@@ -1002,13 +1081,21 @@ pub const CONTEXT_GIB_DS: f64 = 5.5;
 /// the run fits on a GPU with `memory_gib` (and `reserve_gib` for current
 /// software, whose test is the same as `search`'s: allocated ≤ memory −
 /// reserve).
-pub fn nvidia_smi_gib(family: Family, allocated_gib: f64, memory_gib: f64, reserve_gib: f64) -> (f64, bool) {
+pub fn nvidia_smi_gib(
+    family: Family,
+    allocated_gib: f64,
+    memory_gib: f64,
+    reserve_gib: f64,
+) -> (f64, bool) {
     match family {
         Family::Bloom => {
             let smi = ALLOCATOR_FACTOR_DS * allocated_gib + CONTEXT_GIB_DS;
             (smi, smi <= memory_gib)
         }
-        _ => (allocated_gib + reserve_gib, allocated_gib <= memory_gib - reserve_gib),
+        _ => (
+            allocated_gib + reserve_gib,
+            allocated_gib <= memory_gib - reserve_gib,
+        ),
     }
 }
 
@@ -1034,7 +1121,9 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
                 .map(|t| Metric::new(flops / t / n / 1e12, pred_tflops, true))
         });
     let mut assumptions = case.assumptions.clone();
-    let mut step = case.measured_step().map(|(m, d)| Metric::new(m, pred_step, d));
+    let mut step = case
+        .measured_step()
+        .map(|(m, d)| Metric::new(m, pred_step, d));
     // A row that gives both TFLOP/s and step time must agree with itself
     // through its FLOP convention; if not, one of the two was logged for
     // another setting (e.g. a different batch) and the step time is not used.
@@ -1047,7 +1136,12 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
             ));
         }
     }
-    let (smi, fits) = nvidia_smi_gib(case.family, e.peak_bytes / GIB, case.gpu.memory_gib, case.gpu.reserve_gib);
+    let (smi, fits) = nvidia_smi_gib(
+        case.family,
+        e.peak_bytes / GIB,
+        case.gpu.memory_gib,
+        case.gpu.reserve_gib,
+    );
     let memory = case.row.measured_mem_gb.map(|m| Metric::new(m, smi, false));
     let throughput_error = if case.measured_tflops().is_some() {
         tflops.map(|m| m.error)
@@ -1083,7 +1177,11 @@ pub fn validate(rows: &[MeasuredRow], cat: &Catalog, overlay: OverlayRef) -> Val
         match build_case(row, cat, overlay) {
             Ok(case) => {
                 let (r, _) = compare(&case);
-                if r.tflops.is_none() && r.step_s.is_none() && r.memory_gib.is_none() && !r.out_of_memory {
+                if r.tflops.is_none()
+                    && r.step_s.is_none()
+                    && r.memory_gib.is_none()
+                    && !r.out_of_memory
+                {
                     skipped.push(Skipped {
                         id: row.id.clone(),
                         reason: "nothing measured (no TFLOP/s, MFU, step time or memory, not out of memory)".into(),
@@ -1156,7 +1254,10 @@ pub fn summarize(rows: &[RowResult]) -> Vec<SummaryLine> {
                 .collect();
             out.extend(stats(name, s.to_string(), &errs));
         }
-        let errs: Vec<(String, f64)> = rows.iter().filter_map(|r| pick(r).map(|e| (r.id.clone(), e))).collect();
+        let errs: Vec<(String, f64)> = rows
+            .iter()
+            .filter_map(|r| pick(r).map(|e| (r.id.clone(), e)))
+            .collect();
         out.extend(stats(name, "all".into(), &errs));
     }
     out
@@ -1173,9 +1274,15 @@ fn fit_lines(rows: &[RowResult]) -> Vec<FitLine> {
             FitLine {
                 source: s.to_string(),
                 ran: of.iter().filter(|r| !r.out_of_memory).count(),
-                ran_predicted_fit: of.iter().filter(|r| !r.out_of_memory && r.predicted_fits).count(),
+                ran_predicted_fit: of
+                    .iter()
+                    .filter(|r| !r.out_of_memory && r.predicted_fits)
+                    .count(),
                 oom: of.iter().filter(|r| r.out_of_memory).count(),
-                oom_predicted_not_fit: of.iter().filter(|r| r.out_of_memory && !r.predicted_fits).count(),
+                oom_predicted_not_fit: of
+                    .iter()
+                    .filter(|r| r.out_of_memory && !r.predicted_fits)
+                    .count(),
             }
         })
         .collect()
@@ -1212,7 +1319,11 @@ pub fn write_table(w: &mut dyn std::io::Write, r: &ValidationReport) -> std::io:
             (_, true) => (
                 "OOM".to_string(),
                 format!("{:.1}", x.predicted_smi_gib),
-                if x.predicted_fits { "fits!".into() } else { "no-fit".into() },
+                if x.predicted_fits {
+                    "fits!".into()
+                } else {
+                    "no-fit".into()
+                },
             ),
             (Some(_), _) => {
                 let (a, b, c) = m(&x.memory_gib, 1);
@@ -1255,7 +1366,11 @@ pub fn write_table(w: &mut dyn std::io::Write, r: &ValidationReport) -> std::io:
                 f.source,
                 f.ran,
                 f.ran_predicted_fit,
-                if f.ran > 0 { 100.0 * f.ran_predicted_fit as f64 / f.ran as f64 } else { 0.0 },
+                if f.ran > 0 {
+                    100.0 * f.ran_predicted_fit as f64 / f.ran as f64
+                } else {
+                    0.0
+                },
                 f.oom,
                 f.oom_predicted_not_fit
             )?;
@@ -1316,7 +1431,14 @@ pub fn plan_check(case: &Case) -> PlanCheck {
     };
     let result = search::search(&pr, &space);
     let rank = if set.is_empty() {
-        Some(result.all.iter().filter(|c| c.eval.tokens_per_s > eval.tokens_per_s).count() + 1)
+        Some(
+            result
+                .all
+                .iter()
+                .filter(|c| c.eval.tokens_per_s > eval.tokens_per_s)
+                .count()
+                + 1,
+        )
     } else {
         None
     };
@@ -1326,6 +1448,9 @@ pub fn plan_check(case: &Case) -> PlanCheck {
         rank,
         valid: result.stats.valid,
         published_tokens_per_s: eval.tokens_per_s,
-        best: result.top.first().map(|c| (c.layout.short(), c.eval.tokens_per_s)),
+        best: result
+            .top
+            .first()
+            .map(|c| (c.layout.short(), c.eval.tokens_per_s)),
     }
 }
