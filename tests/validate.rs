@@ -259,3 +259,18 @@ fn bad_inputs_name_file_and_field() {
         "{e}"
     );
 }
+
+/// Backward TP exposure (cost/layer.rs): hand-worked values. Forward
+/// collectives 2 ms per pass, forward GEMMs 3 ms.
+#[test]
+fn backward_tp_exposure_hand_worked() {
+    use meshplan::cost::layer::backward_tp_exposed;
+    // Without the async path the backward exposes as much as the forward.
+    assert_eq!(backward_tp_exposed(2e-3, 3e-3, false, false), 2e-3);
+    // No SP: both all-reduces hide under 3 ms of weight-gradient GEMMs.
+    assert_eq!(backward_tp_exposed(2e-3, 3e-3, false, true), 0.0);
+    // No SP, 5 ms of collectives against 3 ms: 2 ms stay exposed.
+    assert!((backward_tp_exposed(5e-3, 3e-3, false, true) - 2e-3).abs() < 1e-15);
+    // SP: the row-parallel grad-output all-gathers (half) are exposed: 1 ms.
+    assert!((backward_tp_exposed(2e-3, 3e-3, true, true) - 1e-3).abs() < 1e-15);
+}
