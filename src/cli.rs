@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
+use crate::calibrate::{self, Overlay};
 use crate::cost::Problem;
 use crate::error::InputError;
 use crate::layout::{Layout, RankOrder, Recompute};
@@ -16,6 +17,7 @@ use crate::rules::Policy;
 use crate::search::{self, Filter, Space};
 use crate::spec::GIB;
 use crate::spec::{Catalog, Cluster, Gpu, Job, Model, RecipeName};
+use crate::validate;
 use crate::{checkpoint, explain, plot};
 
 /// meshplan: rank the parallel layouts of an LLM training job on a GPU cluster.
@@ -36,6 +38,42 @@ enum Command {
     List(ListArgs),
     /// Write launch files (Megatron-LM, SLURM, plan.json, checklist) for a plan.
     Generate(GenerateArgs),
+    /// Compare predictions with measured runs (CSV of `published-dev.csv` format).
+    Validate(ValidateArgs),
+    /// Fit a GPU's efficiencies to measured runs and write a profile overlay.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args)]
+struct ValidateArgs {
+    /// Measurement CSV (columns of `tests/data/published-dev.csv`).
+    file: PathBuf,
+    /// Profile overlay written by `meshplan calibrate`, applied to every row
+    /// on its GPU (rows on other GPUs are skipped).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Output format (`table` or `json`).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also search each row's model, GPU count and global batch (its
+    /// micro-batch fixed) and print where the published layout ranks.
+    #[arg(long)]
+    plan: bool,
+}
+
+#[derive(Debug, Args)]
+struct CalibrateArgs {
+    /// Measurement CSV of the user's own runs (same format as `validate`).
+    file: PathBuf,
+    /// GPU profile to fit (`meshplan list gpus`), e.g. `a100-80g`.
+    #[arg(long)]
+    gpu: String,
+    /// Where to write the overlay TOML.
+    #[arg(long)]
+    out: PathBuf,
+    /// Use only these row ids (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    rows: Option<Vec<String>>,
 }
 
 /// Model, hardware and job: shared by every planning command.
@@ -78,6 +116,10 @@ struct JobArgs {
     /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`).
     #[arg(long)]
     hardware_dir: Option<PathBuf>,
+    /// Profile overlay written by `meshplan calibrate`: replaces the GPU's
+    /// efficiencies and the cluster's collective efficiencies.
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -288,8 +330,14 @@ fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Resu
 fn setup(a: &JobArgs) -> Result<Setup> {
     let cat = catalog(&a.models_dir, &a.hardware_dir)?;
     let model = cat.model(&a.model)?.clone();
-    let cluster = cat.cluster(&a.cluster)?.clone();
-    let gpu = cat.gpu(&cluster.gpu)?.clone();
+    let mut cluster = cat.cluster(&a.cluster)?.clone();
+    let mut gpu = cat.gpu(&cluster.gpu)?.clone();
+    if let Some(path) = &a.profile {
+        let o = read_overlay(path)?;
+        o.check_gpu(path, &gpu.name, &cluster.name)?;
+        o.apply_gpu(&mut gpu);
+        o.apply_cluster(&mut cluster);
+    }
     let world = a.gpus.unwrap_or(cluster.total_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());
@@ -762,6 +810,135 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+fn read_overlay(path: &std::path::Path) -> Result<Overlay> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Overlay::from_toml(&text, path)?)
+}
+
+fn read_rows(path: &std::path::Path) -> Result<Vec<validate::MeasuredRow>> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(validate::read_csv(&text, path)?)
+}
+
+fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
+    let rows = read_rows(&a.file)?;
+    let cat = Catalog::shipped()?;
+    let overlay = match &a.profile {
+        Some(p) => {
+            let o = read_overlay(p)?;
+            cat.gpu(&o.gpu)
+                .map_err(|e| InputError::field(p, "gpu", e.to_string()))?;
+            Some(o)
+        }
+        None => None,
+    };
+    if a.format == Format::Csv {
+        bail!("--format csv is not available for validate; use table or json");
+    }
+    let report = validate::validate(&rows, &cat, overlay.as_ref());
+    let plans: Vec<validate::PlanCheck> = if a.plan {
+        rows.iter()
+            .filter(|r| {
+                report
+                    .rows
+                    .iter()
+                    .any(|x| x.id == r.id && (x.tflops.is_some() || x.step_s.is_some()))
+            })
+            .filter_map(|r| validate::build_case(r, &cat, overlay.as_ref()).ok())
+            .map(|c| validate::plan_check(&c))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    match a.format {
+        Format::Json => {
+            let v = serde_json::json!({ "report": report, "plans": plans });
+            serde_json::to_writer_pretty(&mut *out, &v)?;
+            writeln!(out)?;
+        }
+        _ => {
+            validate::write_table(out, &report)?;
+            if a.plan {
+                writeln!(out)?;
+                writeln!(
+                    out,
+                    "Plan quality (search with the row's model, GPUs, global batch, micro-batch fixed):"
+                )?;
+                for p in &plans {
+                    match p.rank {
+                        Some(rank) => writeln!(
+                            out,
+                            "  {:<12} published layout ranks {rank} of {} valid; best {} ({:.0} vs {:.0} tokens/s)",
+                            p.id,
+                            p.valid,
+                            p.best.as_ref().map(|b| b.0.as_str()).unwrap_or("-"),
+                            p.best.as_ref().map(|b| b.1).unwrap_or(0.0),
+                            p.published_tokens_per_s
+                        )?,
+                        None => writeln!(
+                            out,
+                            "  {:<12} published layout REJECTED by {}",
+                            p.id,
+                            p.rejected_by.join(", ")
+                        )?,
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
+    let mut rows = read_rows(&a.file)?;
+    if let Some(ids) = &a.rows {
+        for id in ids {
+            if !rows.iter().any(|r| &r.id == id) {
+                bail!("--rows: no row `{id}` in {}", a.file.display());
+            }
+        }
+        rows.retain(|r| ids.contains(&r.id));
+    }
+    let cat = Catalog::shipped()?;
+    let fit = calibrate::calibrate(&rows, &cat, &a.gpu)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let text = toml::to_string_pretty(&fit.overlay)?;
+    let header = "# meshplan profile overlay (written by `meshplan calibrate`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
+    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Io {
+        file: a.out.clone(),
+        source,
+    })?;
+    writeln!(
+        out,
+        "{:<32} {:>10} {:>10}",
+        "parameter", "shipped", "fitted"
+    )?;
+    for (n, a0, b) in &fit.parameters {
+        writeln!(out, "{n:<32} {a0:>10.4} {b:>10.4}")?;
+    }
+    if let Some(c) = &fit.overlay.calibration {
+        writeln!(
+            out,
+            "{:<16} {:>12} {:>12}",
+            "row", "err before", "err after"
+        )?;
+        for ((id, b), f) in c.rows.iter().zip(&c.error_before).zip(&c.error_after) {
+            writeln!(out, "{id:<16} {:>11.1}% {:>11.1}%", 100.0 * b, 100.0 * f)?;
+        }
+    }
+    for s in &fit.skipped {
+        writeln!(out, "skipped {}: {}", s.id, s.reason)?;
+    }
+    writeln!(out, "wrote {}", a.out.display())?;
+    Ok(())
+}
+
 /// Run a parsed command line, writing to standard output.
 ///
 /// # Errors
@@ -775,5 +952,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Explain(a) => run_explain(a, &mut out),
         Command::List(a) => run_list(a, &mut out),
         Command::Generate(a) => run_generate(a, &mut out),
+        Command::Validate(a) => run_validate(a, &mut out),
+        Command::Calibrate(a) => run_calibrate(a, &mut out),
     }
 }

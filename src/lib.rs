@@ -10,7 +10,10 @@
 //! why-not questions, [`checkpoint`] sizes checkpoints, their interval and
 //! the time to train, [`plot`] draws SVG pictures, and [`generate`] writes
 //! launch files (Megatron-LM, SLURM, an engine-neutral plan file).
+//! [`validate`] compares predictions with published measurements and
+//! [`calibrate`] fits a profile's efficiencies to a user's own runs.
 
+pub mod calibrate;
 pub mod checkpoint;
 pub mod cli;
 pub mod cost;
@@ -24,3 +27,4 @@ pub mod report;
 pub mod rules;
 pub mod search;
 pub mod spec;
+pub mod validate;

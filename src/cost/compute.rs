@@ -172,14 +172,15 @@ pub fn layer_forward(
     }
     // Element-wise traffic per token, bytes (bf16). Norm, residual and
     // dropout act on the full hidden state, replicated across TP unless SP.
+    // Two norms read and write h values each; Megatron fuses bias, dropout
+    // and the residual add into one kernel (`bias_dropout_add_fused_train`,
+    // megatron/core/fusions/fused_bias_dropout.py) that reads the branch
+    // output and the residual and writes the sum (3·2h per use, two uses),
+    // so dropout adds only its 1-byte mask (h per use), not separate passes.
     let rep = if sh.sp { tok / t } else { tok };
     let norms = 2.0 * (2.0 * h + 2.0 * h);
     let residual = 2.0 * (3.0 * 2.0 * h);
-    let dropout = if a.dropout {
-        2.0 * (2.0 * h + 2.0 * h + h)
-    } else {
-        0.0
-    };
+    let dropout = if a.dropout { 2.0 * h } else { 0.0 };
     let hidden_bytes = rep * (norms + residual + dropout);
     let act_width = if moe { ffn } else { a.ffn as f64 };
     let act = if a.gated_mlp { 6.0 } else { 4.0 } * act_width / t;
@@ -196,8 +197,9 @@ pub fn layer_forward(
         let f = m.expert_ffn as f64 / expert_etp;
         local_bytes += moe_pairs_per_rank * (if a.gated_mlp { 6.0 } else { 4.0 } * f + 8.0 * h);
     }
-    // Six kernels of the hidden state, two of the local tensors.
-    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 7.0 * r.overhead;
+    // Four kernels of the hidden state (two norms, two fused
+    // bias-dropout-add), one or two of the local tensors.
+    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 5.0 * r.overhead;
     lt
 }
 

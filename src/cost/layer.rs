@@ -106,6 +106,36 @@ fn exposed_tp(comm: f64, gemm: f64, overlap: bool, tp: f64) -> f64 {
     }
 }
 
+/// Exposed TP communication of one layer's backward, seconds, given the
+/// forward's collective time `per_pass` (two all-reduce equivalents for a
+/// dense layer) and the forward GEMM time `fwd_gemm`.
+///
+/// Megatron-LM's column-parallel linears (QKV, FC1) launch the collective of
+/// the input gradient asynchronously and compute the weight gradient while
+/// it runs (`LinearWithGradAccumulationAndAsyncCommunication` in
+/// `tensor_parallel/layers.py`; with SP the input all-gather for the weight
+/// gradient also runs under the input-gradient GEMM). The weight-gradient
+/// GEMMs of a layer take as long as its forward GEMMs, so:
+/// - without SP: the two all-reduces hide under `fwd_gemm`; only the excess
+///   is exposed;
+/// - with SP: the row-parallel linears' grad-output all-gathers (half of
+///   `per_pass`) are exposed; the column-parallel all-gathers and
+///   reduce-scatters (`per_pass` again) hide under the column-parallel
+///   input- and weight-gradient GEMMs, counted conservatively as `fwd_gemm`.
+///
+/// Without the asynchronous path (Megatron-LM before late 2021) the backward
+/// exposes as much as the forward.
+pub fn backward_tp_exposed(per_pass: f64, fwd_gemm: f64, sp: bool, asynchronous: bool) -> f64 {
+    if !asynchronous {
+        return per_pass;
+    }
+    if sp {
+        0.5 * per_pass + (per_pass - fwd_gemm).max(0.0)
+    } else {
+        (per_pass - fwd_gemm).max(0.0)
+    }
+}
+
 /// Costs of every item kind for layout `l` (per micro-batch on one rank).
 pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let model = pr.model;
@@ -189,7 +219,15 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         }
         // GEMM time the collectives can hide under: forward, backward (2×) and
         // the recomputed forward.
-        let tp_comm = exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp);
+        let tp_comm = if overlap_tp {
+            exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp)
+        } else {
+            // Forward and recomputed forward expose their collectives; the
+            // backward hides part of its own (see `backward_tp_exposed`).
+            let per_pass = tp_comm / passes;
+            per_pass * (passes - 1.0)
+                + backward_tp_exposed(per_pass, f.gemm, shape.sp, job.async_tp_backward)
+        };
         let ep_comm = if moe && l.ep > 1 {
             // Dispatch and combine, each an all-to-all of the routed pairs'
             // hidden states, in forward and again in backward (and in the
@@ -310,15 +348,22 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // (several passes), final norm. The tied case keeps a copy of the
     // embedding on the last stage when p > 1 (Megatron).
     let out_f = compute::gemm_time(tokens, vocab / tp, h, &pr.rates);
-    let ce_bytes = tokens * vocab / tp * 4.0 * 3.0;
+    // Cross-entropy over the local V/T logits in fp32, as Megatron's
+    // `vocab_parallel_cross_entropy` (core/tensor_parallel/cross_entropy.py)
+    // runs it unfused, bytes per logit: forward 38 = cast to fp32 (read 2,
+    // write 4), max (read 4), subtract the max (8), exp (8), sum (4),
+    // normalise to the softmax kept for backward (8); backward 22 = softmax
+    // minus one-hot (8), times the loss gradient (8), cast to bf16 (6).
+    let logits = tokens * vocab / tp;
+    let (ce_fwd, ce_bwd) = (38.0 * logits, 22.0 * logits);
     let out_params = if !a.tied_embeddings || l.pp > 1 {
         vocab * h / tp
     } else {
         0.0
     } + model.norm_params();
     let output = ItemCost {
-        fwd_compute: out_f + compute::elementwise_time(ce_bytes, &pr.rates),
-        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bytes, &pr.rates),
+        fwd_compute: out_f + compute::elementwise_time(ce_fwd, &pr.rates),
+        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates),
         tp_comm: if l.tp > 1 { 2.0 * tp_one } else { 0.0 },
         params: out_params,
         activation: tokens * h * 2.0 / rep_div,
@@ -327,13 +372,19 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     };
 
     // Pipeline p2p per micro-batch and chunk boundary: activations forward,
-    // gradients backward, `b·(s/C)·h` bf16 (÷T with SP's scattered send).
+    // gradients backward, `b·(s/C)·h` bf16. Each TP rank sends only its 1/T
+    // slice: with SP the tensor is already scattered; without SP Megatron's
+    // scatter/gather optimization (Narayanan et al. 2021 §4.1) splits the
+    // replicated tensor over the T ranks (all NICs in parallel) and the
+    // receiver all-gathers it on NVLink.
     let p2p = if l.pp > 1 {
-        2.0 * comm::p2p(
-            tokens * h * 2.0 / rep_div,
-            pl.pp.crosses_domains(),
-            &pr.links,
-        )
+        let slice = tokens * h * 2.0 / tp;
+        let regather = if shape.sp || l.tp == 1 {
+            0.0
+        } else {
+            comm::all_gather(tokens * h * 2.0, pl.tp, &pr.links)
+        };
+        2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), &pr.links) + regather)
     } else {
         0.0
     };

@@ -100,6 +100,11 @@ pub struct Job {
     pub overlap_param_gather: bool,
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     pub tp_comm_overlap: bool,
+    /// Backward TP collectives of column-parallel linears run asynchronously
+    /// under the weight-gradient GEMM (Megatron-LM
+    /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
+    /// since late 2021; `false` models Megatron-LM of April 2021).
+    pub async_tp_backward: bool,
     /// Load of the busiest expert rank over the mean (1.0 = perfectly
     /// balanced routing); multiplies routed-expert compute and all-to-all.
     pub moe_imbalance: f64,
@@ -117,6 +122,7 @@ impl Job {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             tp_comm_overlap: false,
+            async_tp_backward: true,
             moe_imbalance: 1.0,
         }
     }
