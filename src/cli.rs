@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cost::Problem;
 use crate::error::InputError;
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
@@ -67,9 +67,15 @@ struct JobArgs {
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     #[arg(long)]
     tp_comm_overlap: bool,
-    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0.
+    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0; dropless
+    /// routing (Megatron's default) when no capacity factor is given.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`):
+    /// tokens beyond this multiple of the mean load are dropped, so the
+    /// busiest rank computes min(imbalance, factor) times the mean.
+    #[arg(long)]
+    moe_capacity_factor: Option<f64>,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]
     models_dir: Option<PathBuf>,
@@ -100,6 +106,9 @@ struct SearchArgs {
     /// Do not try context parallelism (C = 1).
     #[arg(long)]
     no_cp: bool,
+    /// Only this context-parallel K/V exchange (default: try both).
+    #[arg(long, value_enum)]
+    cp_comm: Option<CpComm>,
     /// Largest micro-batch to try.
     #[arg(long, default_value_t = 16)]
     max_micro_batch: u32,
@@ -158,6 +167,9 @@ struct ExplainArgs {
     /// Expert tensor-parallel size ETP.
     #[arg(long, default_value_t = 1)]
     etp: u32,
+    /// Context-parallel K/V exchange (Megatron `--cp-comm-type p2p|allgather`).
+    #[arg(long, value_enum, default_value_t = CpComm::Ring)]
+    cp_comm: CpComm,
     /// Virtual pipeline stages per rank v.
     #[arg(long, default_value_t = 1)]
     vpp: u32,
@@ -251,6 +263,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.overlap_grad_reduce = !a.no_overlap_grad_reduce;
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;
+    job.moe_capacity_factor = a.moe_capacity_factor;
     job.check()?;
     Ok(Setup {
         model,
@@ -262,10 +275,19 @@ fn setup(a: &JobArgs) -> Result<Setup> {
 }
 
 fn space(a: &SearchArgs) -> Result<Space> {
-    let filter = match &a.fix {
+    let mut filter = match &a.fix {
         Some(text) => Filter::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
         None => Filter::default(),
     };
+    if let Some(c) = a.cp_comm {
+        if filter.cp_comm.is_some_and(|x| x != c) {
+            bail!(
+                "--cp-comm {c} contradicts --fix cp_comm={}",
+                filter.cp_comm.unwrap_or(c)
+            );
+        }
+        filter.cp_comm = Some(c);
+    }
     let max_cp = if a.no_cp { Some(1) } else { a.max_cp };
     Ok(Space {
         max_micro_batch: a.max_micro_batch.max(1),
@@ -457,6 +479,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         sp: a.sp,
         order: a.order,
         split: a.split.clone(),
+        cp_comm: a.cp_comm,
     };
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = Policy::default();

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
 
 /// The shipped catalog.
@@ -64,6 +64,7 @@ pub fn layout(dp: u32, tp: u32, pp: u32, cp: u32) -> Layout {
         sp: tp > 1,
         order: RankOrder::TpCpEpDpPp,
         split: None,
+        cp_comm: CpComm::Ring,
     }
 }
 
