@@ -518,3 +518,109 @@ fn llama3_long_context_plans_use_cp() {
         }
     }
 }
+
+// ------------------------------------------------------------- the binary
+
+fn meshplan(args: &[&str]) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_meshplan"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut a = args.to_vec();
+    a.extend(["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&meshplan(&a)).unwrap();
+    v["rows"].as_array().unwrap().clone()
+}
+
+#[test]
+fn cli_moe_searches_print_plans_with_expert_parallelism() {
+    for (model, cluster) in [("mixtral-8x7b", "dgx64"), ("deepseek-v3", "h800-2048")] {
+        let rows = json_rows(&["search", "--model", model, "--cluster", cluster]);
+        assert!(!rows.is_empty(), "{model}");
+        for r in &rows {
+            assert!(
+                r["layout"]["ep"].as_u64().unwrap() > 1,
+                "{model}: {}",
+                r["layout"]
+            );
+        }
+        let table = meshplan(&[
+            "search",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--top",
+            "3",
+        ]);
+        assert!(table.contains(" ETP "), "{table}");
+        assert!(
+            table.contains("MoE counts active parameters only"),
+            "{table}"
+        );
+    }
+    let text = meshplan(&[
+        "explain",
+        "--model",
+        "mixtral-8x7b",
+        "--cluster",
+        "dgx64",
+        "--pp",
+        "2",
+        "--ep",
+        "8",
+    ]);
+    assert!(text.contains("Verdict: VALID"), "{text}");
+    assert!(text.contains("EP all-to-all (dispatch+combine)"), "{text}");
+    assert!(text.contains("of which expert optimizer"), "{text}");
+}
+
+#[test]
+fn cli_llama3_70b_at_128k() {
+    let args = [
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--seq-len",
+        "131072",
+    ];
+    let mut search = vec!["search"];
+    search.extend(args);
+    search.extend(["--top", "50"]);
+    let rows = json_rows(&search);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        let l = &r["layout"];
+        assert!(
+            l["cp"].as_u64().unwrap() > 1 || l["recompute"] == "full",
+            "{l}"
+        );
+    }
+    // The best layout with C = 1 (and D·C kept): which term overflows.
+    let best = &rows[0]["layout"];
+    let (tp, cp, dp) = (
+        best["tp"].to_string(),
+        best["cp"].as_u64().unwrap(),
+        best["dp"].as_u64().unwrap(),
+    );
+    let dp1 = (dp * cp).to_string();
+    let zero = best["zero"].to_string();
+    let mut explain = vec!["explain"];
+    explain.extend(args);
+    explain.extend(["--tp", &tp, "--dp", &dp1, "--cp", "1", "--zero", &zero]);
+    if best["sp"] == true {
+        explain.push("--sp");
+    }
+    let text = meshplan(&explain);
+    assert!(text.contains("Verdict: REJECTED"), "{text}");
+    assert!(
+        text.contains("[memory]") && text.contains("largest part: activations"),
+        "{text}"
+    );
+}
