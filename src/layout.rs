@@ -205,7 +205,7 @@ impl Layout {
             self.dp, self.tp, self.pp, self.cp
         );
         if self.cp > 1 {
-            s.push_str(&format!(" cp_comm={}", self.cp_comm));
+            s.push_str(&format!(" cp-comm={}", self.cp_comm));
         }
         if self.ep > 1 || self.etp > 1 {
             s.push_str(&format!(" ep={} etp={}", self.ep, self.etp));
