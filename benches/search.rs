@@ -7,10 +7,12 @@
 //! - `search/405b-h100-16k`: Llama-3 405B on 16,384 H100 (seq 8192, global
 //!   batch 2048).
 //! - `search/scaling/N`: how the 70B search grows from 64 to 16,384 GPUs.
+//! - `search/moe/…`: MoE searches with E and ETP (issue 5): Mixtral 8x7B on
+//!   dgx64 and DeepSeek-V3 on 2,048 H800 (`h800-2048`).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use meshplan::cost::{Problem, evaluate};
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::search::{Space, search};
 use meshplan::spec::{Catalog, Job};
 use std::hint::black_box;
@@ -36,6 +38,7 @@ fn bench(c: &mut Criterion) {
         sp: true,
         order: RankOrder::TpCpEpDpPp,
         split: None,
+        cp_comm: CpComm::Ring,
     };
     c.bench_function("evaluate/70b-dgx64", |b| {
         b.iter(|| evaluate(black_box(&pr), black_box(&layout)))
@@ -60,6 +63,20 @@ fn bench(c: &mut Criterion) {
     for n in [64u64, 512, 4096, 16_384] {
         let pr = Problem::new(model, h100, big, &job, n);
         g.bench_function(n.to_string(), |b| b.iter(|| search(black_box(&pr), &space)));
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("search/moe");
+    g.sample_size(10);
+    for (name, cl) in [("mixtral-8x7b", "dgx64"), ("deepseek-v3", "h800-2048")] {
+        let m = cat.model(name).unwrap();
+        let cl = cat.cluster(cl).unwrap();
+        let gpu = cat.gpu(&cl.gpu).unwrap();
+        let job = Job::new(m.defaults.global_batch, m.defaults.seq_len);
+        let pr = Problem::new(m, gpu, cl, &job, cl.total_gpus());
+        g.bench_function(format!("{name}-{}", cl.name), |b| {
+            b.iter(|| search(black_box(&pr), &space))
+        });
     }
     g.finish();
 }

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::calibrate::{self, Overlay};
 use crate::cost::Problem;
 use crate::error::InputError;
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
@@ -107,9 +107,15 @@ struct JobArgs {
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     #[arg(long)]
     tp_comm_overlap: bool,
-    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0.
+    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0; dropless
+    /// routing (Megatron's default) when no capacity factor is given.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`):
+    /// tokens beyond this multiple of the mean load are dropped, so the
+    /// busiest rank computes min(imbalance, factor) times the mean.
+    #[arg(long)]
+    moe_capacity_factor: Option<f64>,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]
     models_dir: Option<PathBuf>,
@@ -144,6 +150,9 @@ struct SearchArgs {
     /// Do not try context parallelism (C = 1).
     #[arg(long)]
     no_cp: bool,
+    /// Only this context-parallel K/V exchange (default: try both).
+    #[arg(long, value_enum)]
+    cp_comm: Option<CpComm>,
     /// Largest micro-batch to try.
     #[arg(long, default_value_t = 16)]
     max_micro_batch: u32,
@@ -202,6 +211,9 @@ struct ExplainArgs {
     /// Expert tensor-parallel size ETP.
     #[arg(long, default_value_t = 1)]
     etp: u32,
+    /// Context-parallel K/V exchange (Megatron `--cp-comm-type p2p|allgather`).
+    #[arg(long, value_enum, default_value_t = CpComm::Ring)]
+    cp_comm: CpComm,
     /// Virtual pipeline stages per rank v.
     #[arg(long, default_value_t = 1)]
     vpp: u32,
@@ -230,7 +242,7 @@ struct ExplainArgs {
 /// `generate`: which plan, and where to write it. With no layout flags and
 /// no `--plan`, the best layout of a default search (or the `--rank`-th).
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("layout").multiple(true).args(["dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute", "zero", "sp", "order", "split"])))]
+#[command(group(clap::ArgGroup::new("layout").multiple(true).args(["dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute", "zero", "sp", "order", "split", "cp_comm"])))]
 struct GenerateArgs {
     #[command(flatten)]
     job: JobArgs,
@@ -285,6 +297,9 @@ struct GenerateArgs {
     /// Explicit layers per pipeline chunk in model order, e.g. `19,21,21,19`.
     #[arg(long, value_delimiter = ',')]
     split: Option<Vec<u32>>,
+    /// Context-parallel K/V exchange when C > 1.
+    #[arg(long, value_enum)]
+    cp_comm: Option<CpComm>,
 }
 
 #[derive(Debug, Args)]
@@ -361,6 +376,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.overlap_grad_reduce = !a.no_overlap_grad_reduce;
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;
+    job.moe_capacity_factor = a.moe_capacity_factor;
     job.check()?;
     Ok(Setup {
         model,
@@ -372,10 +388,19 @@ fn setup(a: &JobArgs) -> Result<Setup> {
 }
 
 fn space(a: &SearchArgs) -> Result<Space> {
-    let filter = match &a.fix {
+    let mut filter = match &a.fix {
         Some(text) => Filter::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
         None => Filter::default(),
     };
+    if let Some(c) = a.cp_comm {
+        if filter.cp_comm.is_some_and(|x| x != c) {
+            bail!(
+                "--cp-comm {c} contradicts --fix cp_comm={}",
+                filter.cp_comm.unwrap_or(c)
+            );
+        }
+        filter.cp_comm = Some(c);
+    }
     let max_cp = if a.no_cp { Some(1) } else { a.max_cp };
     Ok(Space {
         max_micro_batch: a.max_micro_batch.max(1),
@@ -567,6 +592,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         sp: a.sp,
         order: a.order,
         split: a.split.clone(),
+        cp_comm: a.cp_comm,
     };
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = Policy::default();
@@ -696,7 +722,8 @@ fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -
         || a.zero.is_some()
         || a.sp
         || a.order.is_some()
-        || a.split.is_some();
+        || a.split.is_some()
+        || a.cp_comm.is_some();
     if !explicit {
         let k = a.rank.unwrap_or(1) as usize;
         let space = Space {
@@ -764,6 +791,7 @@ fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -
         sp: a.sp,
         order: a.order.unwrap_or(RankOrder::TpCpEpDpPp),
         split: a.split.clone(),
+        cp_comm: a.cp_comm.unwrap_or_default(),
     })
 }
 

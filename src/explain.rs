@@ -509,6 +509,8 @@ fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
         pp: one("pp", a.pp, b.pp)?,
         cp: one("cp", a.cp, b.cp)?,
         ep: one("ep", a.ep, b.ep)?,
+        etp: one("etp", a.etp, b.etp)?,
+        cp_comm: one("cp_comm", a.cp_comm, b.cp_comm)?,
         vpp: one("vpp", a.vpp, b.vpp)?,
         micro_batch: one("mbs", a.micro_batch, b.micro_batch)?,
         recompute: one("recompute", a.recompute, b.recompute)?,
@@ -544,7 +546,7 @@ fn probe(pr: &Problem, f: &Filter) -> Layout {
         pp,
         cp,
         ep: f.ep.unwrap_or(1),
-        etp: 1,
+        etp: f.etp.unwrap_or(1),
         vpp: f.vpp.unwrap_or(1),
         micro_batch: f.micro_batch.unwrap_or(1),
         recompute: f.recompute.unwrap_or(Recompute::None),
@@ -552,6 +554,7 @@ fn probe(pr: &Problem, f: &Filter) -> Layout {
         sp: f.sp.unwrap_or(tp > 1),
         order: f.order.unwrap_or(crate::layout::RankOrder::TpCpEpDpPp),
         split: None,
+        cp_comm: f.cp_comm.unwrap_or_default(),
     }
 }
 

@@ -39,9 +39,16 @@ pub enum Rule {
     CpSeq,
     /// With SP the local sequence s/C not divisible by T [T6].
     SpSeq,
+    /// Context parallelism without fused (flash) attention: Megatron's local
+    /// attention asserts C = 1 ("Context parallelism is only supported by
+    /// TEDotProductAttention!") and Transformer Engine's unfused backend has
+    /// no CP.
+    CpAttention,
     /// Sequence longer than the learned position table [T11].
     MaxSeq,
-    /// Expert parallel on a dense model, experts % E, or (T·C·D) % (E·ETP) [E1, E2, W3].
+    /// Expert parallel on a dense model, experts % E, (T·C·D) % (E·ETP)
+    /// [E1, E2, W3]; with `tp-cp-ep-pp-dp` and p > 1, E·ETP ≠ T·C [W4, W5];
+    /// ETP > 1 on experts with biases [E4].
     Experts,
     /// TP > 1 with EP > 1 needs sequence parallelism (Megatron parallelism guide).
     EpNeedsSp,
@@ -55,7 +62,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in check order.
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 18] = [
         Rule::MeshSize,
         Rule::TpDomain,
         Rule::HeadsTp,
@@ -67,6 +74,7 @@ impl Rule {
         Rule::Batch,
         Rule::CpSeq,
         Rule::SpSeq,
+        Rule::CpAttention,
         Rule::MaxSeq,
         Rule::Experts,
         Rule::EpNeedsSp,
@@ -89,6 +97,7 @@ impl Rule {
             Rule::Batch => "batch",
             Rule::CpSeq => "cp-seq",
             Rule::SpSeq => "sp-seq",
+            Rule::CpAttention => "cp-attention",
             Rule::MaxSeq => "max-seq",
             Rule::Experts => "experts",
             Rule::EpNeedsSp => "ep-needs-sp",
@@ -178,7 +187,7 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if l.world() != pr.world {
         v.insert(Rule::MeshSize);
     }
-    if l.tp > pr.cluster.fast_domain() && !policy.allow_tp_across_domains {
+    if l.tp.max(l.etp) > pr.cluster.fast_domain() && !policy.allow_tp_across_domains {
         v.insert(Rule::TpDomain);
     }
     if a.heads % l.tp != 0 {
@@ -234,6 +243,9 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if l.sp && t > 1 && job.seq_len % sp_factor != 0 {
         v.insert(Rule::SpSeq);
     }
+    if c > 1 && !job.flash_attention {
+        v.insert(Rule::CpAttention);
+    }
     if a.position_embedding == crate::spec::model::PositionEmbedding::Learned
         && job.seq_len > a.max_seq
     {
@@ -247,7 +259,11 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
         }
         Some(moe) => {
             let ranks = t * c * l.dp as u64;
-            if moe.experts % l.ep != 0 || ranks % (l.ep as u64 * l.etp as u64) != 0 {
+            let block = l.ep as u64 * l.etp as u64;
+            let pp_groups_differ =
+                l.order == crate::layout::RankOrder::TpCpEpPpDp && l.pp > 1 && block != t * c;
+            let bias = a.linear_bias && l.etp != 1;
+            if moe.experts % l.ep != 0 || ranks % block != 0 || pp_groups_differ || bias {
                 v.insert(Rule::Experts);
             }
             if l.tp > 1 && l.ep > 1 && !l.sp {
@@ -329,8 +345,8 @@ pub fn explain(
             Rule::TpDomain => push(
                 rule,
                 format!(
-                    "T = {} spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
-                    l.tp, dom
+                    "T = {} (ETP = {}) spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
+                    l.tp, l.etp, dom
                 ),
                 format!(
                     "use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"
@@ -490,23 +506,71 @@ pub fn explain(
                 ),
                 format!("use s ≤ {}", a.max_seq),
             ),
-            Rule::Experts => {
-                let msg = match &model.moe {
-                    None => format!("E = {} / ETP = {} on a dense model", l.ep, l.etp),
-                    Some(m) => format!(
-                        "{} experts over E = {}, and T·C·D = {} over E·ETP = {}: both must divide",
-                        m.experts,
-                        l.ep,
-                        l.tp * l.cp * l.dp,
-                        l.ep * l.etp
-                    ),
-                };
-                push(
+            Rule::Experts => match &model.moe {
+                None => push(
                     rule,
-                    msg,
-                    "choose E dividing the experts and E·ETP dividing T·C·D".into(),
-                )
-            }
+                    format!("E = {} / ETP = {} on a dense model", l.ep, l.etp),
+                    "use E = 1 and ETP = 1".into(),
+                ),
+                Some(m) => {
+                    let tcd = l.tp * l.cp * l.dp;
+                    let block = l.ep * l.etp;
+                    if m.experts % l.ep != 0 || tcd % block != 0 {
+                        let ok: Vec<u64> = divisors(m.experts as u64, m.experts as u64)
+                            .into_iter()
+                            .filter(|e| tcd as u64 % (e * l.etp as u64) == 0)
+                            .collect();
+                        push(
+                            rule,
+                            format!(
+                                "{} experts over E = {} (remainder {}), and T·C·D = {} over E·ETP = {} (remainder {}): both must divide [Megatron E2, W3]",
+                                m.experts,
+                                l.ep,
+                                m.experts % l.ep,
+                                tcd,
+                                block,
+                                tcd % block
+                            ),
+                            format!("with ETP = {}, use E among {}", l.etp, list(&ok)),
+                        );
+                    }
+                    if l.order == crate::layout::RankOrder::TpCpEpPpDp
+                        && l.pp > 1
+                        && block != l.tp * l.cp
+                    {
+                        push(
+                            rule,
+                            format!(
+                                "with order tp-cp-ep-pp-dp and p = {} the expert block E·ETP = {}·{} = {} must equal T·C = {}, or the expert and dense pipeline groups differ [Megatron W4, W5]",
+                                l.pp,
+                                l.ep,
+                                l.etp,
+                                block,
+                                l.tp * l.cp
+                            ),
+                            "use order tp-cp-ep-dp-pp, or E·ETP = T·C".into(),
+                        );
+                    }
+                    if a.linear_bias && l.etp != 1 {
+                        push(
+                            rule,
+                            format!(
+                                "experts with biases need ETP = 1, but ETP = {} [Megatron E4]",
+                                l.etp
+                            ),
+                            "use ETP = 1 (or a bias-free model, --disable-bias-linear)".into(),
+                        );
+                    }
+                }
+            },
+            Rule::CpAttention => push(
+                rule,
+                format!(
+                    "C = {} needs fused (flash) attention: Megatron runs context parallelism only in Transformer Engine's fused attention, and this job turns flash attention off",
+                    l.cp
+                ),
+                "use C = 1, or drop --no-flash-attention".into(),
+            ),
             Rule::EpNeedsSp => push(
                 rule,
                 format!("T = {} with E = {} needs sequence parallelism", l.tp, l.ep),
@@ -537,7 +601,7 @@ pub fn explain(
             rule: Rule::Memory,
             code: Rule::Memory.code(),
             message: format!(
-                "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB",
+                "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB{}",
                 peak / GIB,
                 usable / GIB,
                 if peak - usable < 0.1 * GIB {
@@ -546,7 +610,8 @@ pub fn explain(
                     format!("{:.2} GiB", (peak - usable) / GIB)
                 },
                 comp,
-                bytes / GIB
+                bytes / GIB,
+                if bytes > usable { ", more than the usable memory on its own" } else { "" }
             ),
             remedy: "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)".into(),
         });

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cost::{self, Evaluation, Problem};
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::rules::{self, Policy, Rule, RuleSet};
 
 /// A priced layout.
@@ -58,6 +58,10 @@ pub struct Filter {
     pub cp: Option<u32>,
     /// Fixed E.
     pub ep: Option<u32>,
+    /// Fixed ETP.
+    pub etp: Option<u32>,
+    /// Fixed context-parallel K/V exchange.
+    pub cp_comm: Option<CpComm>,
     /// Fixed v.
     pub vpp: Option<u32>,
     /// Fixed b.
@@ -83,6 +87,8 @@ impl Filter {
             && ok(&self.pp, l.pp)
             && ok(&self.cp, l.cp)
             && ok(&self.ep, l.ep)
+            && ok(&self.etp, l.etp)
+            && ok(&self.cp_comm, l.cp_comm)
             && ok(&self.vpp, l.vpp)
             && ok(&self.micro_batch, l.micro_batch)
             && ok(&self.recompute, l.recompute)
@@ -91,7 +97,8 @@ impl Filter {
             && ok(&self.order, l.order)
     }
 
-    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep vpp mbs recompute zero sp order).
+    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep etp vpp mbs recompute zero sp
+    /// order cp_comm).
     ///
     /// # Errors
     /// A sentence naming the bad key or value.
@@ -114,6 +121,14 @@ impl Filter {
                 "pp" | "p" => f.pp = Some(num()?),
                 "cp" | "c" => f.cp = Some(num()?),
                 "ep" | "e" => f.ep = Some(num()?),
+                "etp" => f.etp = Some(num()?),
+                "cp_comm" | "cp-comm" => {
+                    f.cp_comm = Some(match v.trim() {
+                        "ring" | "p2p" => CpComm::Ring,
+                        "all-gather" | "allgather" => CpComm::AllGather,
+                        _ => return Err(format!("`{part}`: cp_comm is ring or all-gather")),
+                    })
+                }
                 "vpp" | "v" => f.vpp = Some(num()?),
                 "mbs" | "b" | "micro_batch" => f.micro_batch = Some(num()?),
                 "zero" => {
@@ -154,7 +169,7 @@ impl Filter {
                 }
                 other => {
                     return Err(format!(
-                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, vpp, mbs, recompute, zero, sp, order"
+                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, etp, vpp, mbs, recompute, zero, sp, order, cp_comm"
                     ));
                 }
             }
@@ -263,6 +278,7 @@ struct Mesh {
     pp: u32,
     dp: u32,
     ep: u32,
+    etp: u32,
 }
 
 /// Accumulator of one worker.
@@ -371,18 +387,40 @@ fn meshes(pr: &Problem, space: &Space) -> Vec<Mesh> {
                 if f.dp.is_some_and(|x| x != dp) {
                     continue;
                 }
-                let eps: Vec<u32> = match &pr.model.moe {
-                    None => vec![1],
-                    Some(m) => divisors((tp * cp * dp) as u64)
-                        .into_iter()
-                        .filter(|e| m.experts % e == 0)
-                        .collect(),
+                // MoE: ETP over the divisors of T that divide the expert FFN
+                // (Megatron's default ETP = T is among them), E over the
+                // divisors of T·C·D/ETP that divide the experts [E2, W3].
+                // E and ETP re-slice T·C·D; they never multiply N.
+                let experts: Vec<(u32, u32)> = match &pr.model.moe {
+                    None => vec![(1, 1)],
+                    Some(m) => {
+                        let tcd = tp as u64 * cp as u64 * dp as u64;
+                        let mut v = Vec::new();
+                        for etp in divisors(tp as u64) {
+                            if m.expert_ffn % etp as u64 != 0 || f.etp.is_some_and(|x| x != etp) {
+                                continue;
+                            }
+                            for ep in divisors(tcd / etp as u64) {
+                                if m.experts % ep == 0 {
+                                    v.push((ep, etp));
+                                }
+                            }
+                        }
+                        v
+                    }
                 };
-                for ep in eps {
+                for (ep, etp) in experts {
                     if f.ep.is_some_and(|x| x != ep) {
                         continue;
                     }
-                    out.push(Mesh { tp, cp, pp, dp, ep });
+                    out.push(Mesh {
+                        tp,
+                        cp,
+                        pp,
+                        dp,
+                        ep,
+                        etp,
+                    });
                 }
             }
         }
@@ -421,6 +459,11 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
     } else {
         &RankOrder::ALL[..1]
     };
+    let cp_comms: &[CpComm] = if mesh.cp > 1 {
+        &CpComm::ALL
+    } else {
+        &CpComm::ALL[..1]
+    };
     let zeros: Vec<u8> = if mesh.dp * mesh.cp > 1 || mesh.ep > 1 {
         space.zero_stages.clone()
     } else {
@@ -453,21 +496,27 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                             if flt.order.is_some_and(|x| x != order) {
                                 continue;
                             }
-                            f(Layout {
-                                dp: mesh.dp,
-                                tp: mesh.tp,
-                                pp: mesh.pp,
-                                cp: mesh.cp,
-                                ep: mesh.ep,
-                                etp: 1,
-                                vpp: v,
-                                micro_batch: b,
-                                recompute: r,
-                                zero: z,
-                                sp,
-                                order,
-                                split: None,
-                            });
+                            for &cp_comm in cp_comms {
+                                if flt.cp_comm.is_some_and(|x| x != cp_comm) {
+                                    continue;
+                                }
+                                f(Layout {
+                                    dp: mesh.dp,
+                                    tp: mesh.tp,
+                                    pp: mesh.pp,
+                                    cp: mesh.cp,
+                                    ep: mesh.ep,
+                                    etp: mesh.etp,
+                                    vpp: v,
+                                    micro_batch: b,
+                                    recompute: r,
+                                    zero: z,
+                                    sp,
+                                    order,
+                                    split: None,
+                                    cp_comm,
+                                });
+                            }
                         }
                     }
                 }
@@ -502,7 +551,14 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
     let expert = frac * moe * lc.moe.expert_params;
     let unit = 2.0 * lc.dense.params.max(lc.moe.params);
     cost::memory::model_states(params, &pr.job.recipe, l.zero, (l.dp * l.cp) as f64, unit).total()
-        + cost::memory::model_states(expert, &pr.job.recipe, l.zero, l.edp() as f64, 0.0).total()
+        + cost::memory::model_states(
+            expert,
+            &pr.job.recipe,
+            l.zero,
+            l.edp() as f64,
+            2.0 * lc.moe.expert_params,
+        )
+        .total()
 }
 
 /// Run the search for `pr` over `space`.
@@ -529,7 +585,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     pp: mesh.pp,
                     cp: mesh.cp,
                     ep: mesh.ep,
-                    etp: 1,
+                    etp: mesh.etp,
                     vpp: 1,
                     micro_batch: 1,
                     recompute: Recompute::Full,
@@ -537,6 +593,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     sp: true,
                     order: RankOrder::TpCpEpDpPp,
                     split: None,
+                    cp_comm: CpComm::Ring,
                 };
                 overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
             }
@@ -599,5 +656,31 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         all: acc.all,
         rejections,
         stats,
+    }
+}
+
+#[cfg(test)]
+mod moe_tests {
+    use super::*;
+    use crate::spec::Catalog;
+
+    #[test]
+    fn experts_never_multiply_the_world() {
+        // Every mesh of DeepSeek-V3 on 2048 GPUs has D·T·p·C = N, with E·ETP
+        // dividing T·C·D, E dividing the 256 experts and ETP dividing T.
+        let cat = Catalog::shipped().unwrap();
+        let model = cat.model("deepseek-v3").unwrap();
+        let cluster = cat.cluster("h800-2048").unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let job = crate::spec::Job::new(15360, 4096);
+        let pr = Problem::new(model, gpu, cluster, &job, 2048);
+        let ms = meshes(&pr, &Space::default());
+        assert!(ms.iter().any(|m| m.ep == 256) && ms.iter().any(|m| m.etp == 8));
+        for m in ms {
+            assert_eq!(m.dp as u64 * m.tp as u64 * m.pp as u64 * m.cp as u64, 2048);
+            assert_eq!((m.tp * m.cp * m.dp) % (m.ep * m.etp), 0);
+            assert_eq!(256 % m.ep, 0);
+            assert_eq!(m.tp % m.etp, 0);
+        }
     }
 }

@@ -903,6 +903,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         sp,
         order: RankOrder::TpCpEpDpPp,
         split,
+        cp_comm: Default::default(),
     };
     let convention = if fam == Family::Nar21 || notes.contains("Eq.3") || fam == Family::Bloom {
         FlopConvention::NarayananEq3

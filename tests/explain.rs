@@ -58,6 +58,7 @@ fn layout(dp: u32, tp: u32, pp: u32, recompute: Recompute, zero: u8, sp: bool) -
         sp,
         order: RankOrder::TpCpEpDpPp,
         split: None,
+        cp_comm: Default::default(),
     }
 }
 

@@ -175,7 +175,7 @@ fn generate_refuses_layouts_that_break_a_rule() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("[tp-domain] T = 16 spans more than the 8 GPUs"),
+        err.contains("[tp-domain] T = 16") && err.contains("spans more than the 8 GPUs"),
         "{err}"
     );
 }

@@ -64,6 +64,18 @@ fn pruned_equals_brute_force_gpt3_on_64() {
 }
 
 #[test]
+fn pruned_equals_brute_force_mixtral_on_16() {
+    // MoE with E and ETP: the bound must use each mesh's own ETP (expert
+    // states shrink with E·ETP but their optimizer shard grows as EDP falls).
+    compare("mixtral-8x7b", "dgx64", 16, Job::new(64, 4096));
+}
+
+#[test]
+fn pruned_equals_brute_force_qwen3_moe_on_8() {
+    compare("qwen3-30b-a3b", "h800-8", 8, Job::new(64, 4096));
+}
+
+#[test]
 fn the_bound_prunes_something() {
     let f = Fixture::new("70b", "dgx64");
     let job = Job::new(256, 4096);

@@ -149,6 +149,7 @@ fn m3_llama2_7b_h800_peaks_within_5_percent() {
             sp: false,
             order: RankOrder::TpCpEpDpPp,
             split: None,
+            cp_comm: Default::default(),
         };
         let gb = cost::evaluate(&pr, &l).peak_bytes / 1e9;
         let err = gb / measured_gb - 1.0;

@@ -5,9 +5,9 @@
 use serde::Serialize;
 
 use crate::cost::Problem;
-use crate::cost::comm;
 use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::memory::{self, ActivationTerms};
+use crate::cost::{comm, cp, moe as experts};
 use crate::layout::{Layout, Placement, Recompute};
 
 /// Cost of one item on one rank for one micro-batch.
@@ -69,6 +69,16 @@ pub struct LayerCosts {
     pub p2p: f64,
     /// Local tokens per micro-batch on one rank, `b·s/C`.
     pub tokens: f64,
+    /// Context-parallel K/V exchange buffers of one layer in flight, bytes
+    /// ([`cp::buffer_bytes`]; 0 when C = 1).
+    pub cp_buffers: f64,
+    /// Expert dispatch buffers of one MoE layer in flight, bytes
+    /// ([`experts::dispatch_buffer_bytes`]; 0 for dense models).
+    pub ep_buffers: f64,
+    /// Saved routed-token activations of one MoE layer per micro-batch,
+    /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
+    /// 0 under full recompute).
+    pub routed_activation: f64,
 }
 
 /// Vocabulary padded as Megatron does: up to a multiple of `128·T`.
@@ -172,50 +182,56 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         2.0
     };
 
-    // CP ring: C−1 steps each way, each moving this rank's K and V chunk
-    // (GQA-narrow, ÷T), overlapped with 1/C of the attention core.
-    let kv_local = if model.mla.is_some() {
-        (model.q_width() + model.attn_out_width()) as f64 / 2.0 / tp
-    } else {
-        (model.kv_width() as f64 / tp).max(model.head_dim() as f64)
+    // CP: K/V exchange by ring (overlapped with attention per step) or
+    // all-gather (exposed), see `cp`.
+    let kv_bytes = cp::kv_bytes_per_step(model, tokens, tp);
+    let cp_cost = |attn_f: f64, attn_b: f64| -> f64 {
+        cp::exchange_time(
+            l.cp_comm,
+            kv_bytes,
+            l.cp,
+            attn_f,
+            attn_b,
+            l.recompute == Recompute::Full,
+            pl.cp,
+            &pr.links,
+        )
     };
-    let kv_bytes = tokens * 2.0 * kv_local * 2.0;
-    let cp_cost = |attn_f: f64| -> f64 {
-        if l.cp <= 1 {
-            return 0.0;
-        }
-        let step = comm::p2p(kv_bytes, pl.cp.crosses_domains(), &pr.links);
-        let steps = cp - 1.0;
-        let f = steps * (step - attn_f / cp).max(0.0);
-        let b = steps * (2.0 * step - 2.5 * attn_f / cp).max(0.0);
-        let r = if l.recompute == Recompute::Full {
-            f
-        } else {
-            0.0
-        };
-        f + b + r
-    };
+    // MoE: load of the busiest expert rank over the mean (imbalance, capped
+    // by a capacity factor).
+    let load = job.moe_load();
 
     let dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
     let attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
     let item = |moe: bool| -> ItemCost {
-        let (pairs, etp) = match (&model.moe, moe) {
-            (Some(m), true) => {
-                let etp = l.etp as f64;
-                (tokens / tp * m.top_k as f64 * etp * job.moe_imbalance, etp)
-            }
-            _ => (0.0, 1.0),
+        let (pairs, etp) = if moe {
+            let etp = l.etp as f64;
+            (
+                experts::routed_pairs_per_rank(model, tokens, tp, etp, load),
+                etp,
+            )
+        } else {
+            (0.0, 1.0)
         };
         let f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
         let b = compute::layer_backward(&f);
         let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
+        // CP: merging the per-step partial attention results.
+        let (cp_f, cp_b) = cp::split_overhead(model, l.cp_comm, tokens, tp, l.cp, &pr.rates);
+        let rc = rc
+            + if l.recompute == Recompute::Full {
+                cp_f
+            } else {
+                0.0
+            };
         // TP collectives: a dense layer has two per pass; an MoE layer has
-        // the attention one, plus one on the ETP group if experts are split.
-        let tp_count = if moe { 1.0 } else { 2.0 };
+        // the attention one, one more for TP-sharded shared experts, plus
+        // the ETP all-gather / reduce-scatter of the routed pairs.
+        let has_shared = model.moe.as_ref().is_some_and(|m| m.shared_experts > 0);
+        let tp_count = if !moe || has_shared { 2.0 } else { 1.0 };
         let mut tp_comm = tp_count * passes * tp_one;
-        if moe && l.etp > 1 {
-            let etp_span = crate::layout::GroupSpan::of(l.etp, 1, pr.cluster.fast_domain());
-            tp_comm += passes * comm::all_reduce(tp_bytes * l.etp as f64 / tp, etp_span, &pr.links);
+        if moe {
+            tp_comm += experts::etp_comm_time(model, pairs, passes, pl.etp, &pr.links);
         }
         // GEMM time the collectives can hide under: forward, backward (2×) and
         // the recomputed forward.
@@ -228,12 +244,10 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             per_pass * (passes - 1.0)
                 + backward_tp_exposed(per_pass, f.gemm, shape.sp, job.async_tp_backward)
         };
-        let ep_comm = if moe && l.ep > 1 {
-            // Dispatch and combine, each an all-to-all of the routed pairs'
-            // hidden states, in forward and again in backward (and in the
-            // recomputed forward).
-            let bytes = pairs / etp * h * 2.0;
-            2.0 * passes * comm::all_to_all(bytes, pl.ep, &pr.links)
+        // Dispatch and combine all-to-alls, forward and backward (and the
+        // recomputed forward), over the EP group's links.
+        let ep_comm = if moe {
+            experts::ep_comm_time(model, tokens, tp, load, l.recompute, pl.ep, &pr.links)
         } else {
             0.0
         };
@@ -260,7 +274,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 l.recompute,
                 job.flash_attention,
             );
-            let exp_act = memory::moe_expert_activation_bytes(model, pairs, etp, tokens / tp);
+            let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
             let full = if l.recompute == Recompute::Full {
                 0.0
             } else {
@@ -304,11 +318,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             (params, 0.0, act, working)
         };
         ItemCost {
-            fwd_compute: f.total(),
-            bwd_compute: b.total(),
+            fwd_compute: f.total() + cp_f,
+            bwd_compute: b.total() + cp_b,
             recompute: rc,
             tp_comm,
-            cp_comm: cp_cost(f.attention),
+            cp_comm: cp_cost(f.attention, b.attention),
             ep_comm,
             params,
             expert_params,
@@ -388,6 +402,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     } else {
         0.0
     };
+    let (ep_buffers, routed_activation) = match &model.moe {
+        Some(_) => {
+            let pairs = experts::routed_pairs_per_rank(model, tokens, tp, l.etp as f64, load);
+            let routed = if l.recompute == Recompute::Full {
+                0.0
+            } else {
+                experts::routed_activation_bytes(model, pairs, l.etp as f64, tokens, tp)
+            };
+            (
+                experts::dispatch_buffer_bytes(model, tokens, tp, load),
+                routed,
+            )
+        }
+        None => (0.0, 0.0),
+    };
     LayerCosts {
         dense,
         moe,
@@ -395,5 +424,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         output,
         p2p,
         tokens,
+        cp_buffers: cp::buffer_bytes(l.cp_comm, kv_bytes, l.cp),
+        ep_buffers,
+        routed_activation,
     }
 }

@@ -8,8 +8,10 @@
 
 pub mod comm;
 pub mod compute;
+pub mod cp;
 pub mod layer;
 pub mod memory;
+pub mod moe;
 pub mod schedule;
 
 use serde::Serialize;
@@ -19,7 +21,7 @@ use crate::spec::{Cluster, Gpu, Job, Model};
 use comm::Links;
 use compute::Rates;
 use layer::{ItemCost, LayerCosts};
-use memory::MemoryBreakdown;
+use memory::{ExpertMemory, MemoryBreakdown};
 
 /// Everything fixed while layouts vary: the model, the hardware and the job,
 /// with derived rates.
@@ -190,6 +192,7 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let chunks = l.pp * l.vpp;
     let mut items = ItemCost::default();
     let mut n_layers = 0;
+    let mut moe_layers = 0;
     for j in 0..l.vpp {
         let c = j * l.pp + rank;
         let (s, e) = chunk_layers(l, layers, c, chunks);
@@ -201,6 +204,7 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         let n_moe = e.saturating_sub(s.max(first_moe));
         let n_dense = (e - s) - n_moe;
         n_layers += e - s;
+        moe_layers += n_moe;
         add(&mut items, &lc.dense, n_dense as f64);
         add(&mut items, &lc.moe, n_moe as f64);
         if c == 0 {
@@ -226,9 +230,11 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     if l.sp && l.tp > 1 {
         temporaries += lc.tokens * model.architecture.hidden as f64 * 2.0;
     }
-    if l.cp > 1 {
-        temporaries += 2.0 * lc.tokens * 2.0 * model.kv_width() as f64 / l.tp as f64 * 2.0;
-    }
+    // CP K/V exchange buffers (ring or all-gather, `cp::buffer_bytes`) and
+    // the EP dispatch buffers of the MoE layer running (`moe::dispatch_buffer_bytes`).
+    temporaries += lc.cp_buffers;
+    let dispatch = if moe_layers > 0 { lc.ep_buffers } else { 0.0 };
+    temporaries += dispatch;
     if !pr.job.flash_attention {
         temporaries += memory::score_matrix_bytes(
             lc.tokens,
@@ -241,12 +247,15 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let unit = 2.0 * lc.dense.params.max(lc.moe.params);
     let shard = (l.dp * l.cp) as f64;
     let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
+    // Expert states shard over the expert data-parallel group (Megatron's
+    // distributed optimizer shards expert parameters over expert-DP, FACTS
+    // §3); ZeRO-3 gathers one MoE layer's local experts plus a prefetch.
     let expert_states = memory::model_states(
         items.expert_params,
         &pr.job.recipe,
         l.zero,
         l.edp() as f64,
-        0.0,
+        2.0 * lc.moe.expert_params,
     );
     let mem = MemoryBreakdown {
         weights: dense_states.weights + expert_states.weights,
@@ -255,6 +264,14 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         activations,
         logits,
         temporaries,
+        experts: ExpertMemory {
+            weights: expert_states.weights,
+            grads: expert_states.grads,
+            optimizer: expert_states.optimizer,
+            routed_activations: moe_layers as f64 * lc.routed_activation * in_flight,
+            dispatch_buffers: dispatch,
+        },
+        cp_buffers: lc.cp_buffers,
     };
     RankCost {
         rank,

@@ -433,6 +433,16 @@ pub fn megatron(plan: &Plan) -> Megatron {
         val("--pipeline-model-parallel-size", mesh.pp),
         val("--context-parallel-size", mesh.cp),
     ];
+    if mesh.cp > 1 {
+        par.push(match mesh.cp_comm {
+            crate::layout::CpComm::Ring => {
+                val("--cp-comm-type", "p2p").note("ring exchange of K/V, overlapped with attention")
+            }
+            crate::layout::CpComm::AllGather => {
+                val("--cp-comm-type", "allgather").note("all-gather of K/V before attention")
+            }
+        });
+    }
     if sp {
         par.push(flag("--sequence-parallel").note("SP over the TP group"));
         if job.tp_comm_overlap {

@@ -200,6 +200,9 @@ pub struct MeshInfo {
     pub vpp: u32,
     /// Sequence parallelism in effect (requested and T > 1).
     pub sp: bool,
+    /// Context-parallel K/V exchange (`ring` or `all-gather`).
+    #[serde(default)]
+    pub cp_comm: crate::layout::CpComm,
 }
 
 /// One axis of a rank grid.
@@ -870,6 +873,7 @@ impl Plan {
                 edp: moe.then(|| l.edp()),
                 vpp: l.vpp,
                 sp: l.sp && l.tp > 1,
+                cp_comm: l.cp_comm,
             },
             rank_order: OrderInfo {
                 order: l.order,

@@ -52,12 +52,16 @@ fn split_text(split: &Option<Vec<u32>>) -> String {
 impl Exporter for Table {
     fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
         header(w, &r.context)?;
-        let moe = r.rows.iter().any(|x| x.layout.ep > 1);
+        let moe = r.rows.iter().any(|x| x.layout.ep > 1 || x.layout.etp > 1);
+        let cp = r.rows.iter().any(|x| x.layout.cp > 1);
         let split = r.rows.iter().any(|x| x.layout.split.is_some());
         let mut t = table();
         let mut head = vec!["#", "D", "T", "p", "C"];
+        if cp {
+            head.push("KV");
+        }
         if moe {
-            head.push("E");
+            head.extend(["E", "ETP"]);
         }
         head.extend([
             "v",
@@ -87,8 +91,16 @@ impl Exporter for Table {
                 l.pp.to_string(),
                 l.cp.to_string(),
             ];
+            if cp {
+                cells.push(if l.cp > 1 {
+                    l.cp_comm.to_string()
+                } else {
+                    "-".into()
+                });
+            }
             if moe {
                 cells.push(l.ep.to_string());
+                cells.push(l.etp.to_string());
             }
             cells.extend([
                 l.vpp.to_string(),
@@ -130,6 +142,12 @@ impl Exporter for Table {
             r.pruned,
             r.seconds * 1e3
         )?;
+        if cp {
+            writeln!(
+                w,
+                "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = allgather)."
+            )?;
+        }
         if r.rows.is_empty() {
             writeln!(w, "No valid layout: every one breaks a rule below.")?;
         }
@@ -224,6 +242,24 @@ impl Exporter for Table {
                 pct(bytes / e.peak_bytes.max(1.0)),
             ]);
         }
+        // Expert and CP shares, already inside the components above.
+        let x = &e.memory.experts;
+        for (name, bytes) in [
+            ("  of which expert weights", x.weights),
+            ("  of which expert gradients", x.grads),
+            ("  of which expert optimizer", x.optimizer),
+            ("  of which routed-token activations", x.routed_activations),
+            ("  of which EP dispatch buffers", x.dispatch_buffers),
+            ("  of which CP K/V buffers", e.memory.cp_buffers),
+        ] {
+            if bytes > 0.0 {
+                t.add_row(vec![
+                    name.to_string(),
+                    format!("{:.2}", bytes / GIB),
+                    pct(bytes / e.peak_bytes.max(1.0)),
+                ]);
+            }
+        }
         writeln!(w, "{t}")?;
         writeln!(w)?;
         let tm = &e.time;
@@ -244,7 +280,7 @@ impl Exporter for Table {
             ("pipeline bubble", tm.bubble),
             ("TP communication", tm.tp_comm),
             ("CP communication", tm.cp_comm),
-            ("EP all-to-all", tm.ep_comm),
+            ("EP all-to-all (dispatch+combine)", tm.ep_comm),
             ("PP point-to-point", tm.pp_comm),
             ("DP communication (exposed)", tm.dp_comm),
             ("optimizer step", tm.optimizer),
@@ -252,6 +288,11 @@ impl Exporter for Table {
             t.add_row(vec![name.to_string(), format!("{s:.4}"), pct(s / tm.step)]);
         }
         writeln!(w, "{t}")?;
+        writeln!(
+            w,
+            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
+            r.context.flop_convention, r.context.peak_tflops
+        )?;
         writeln!(w)?;
         writeln!(w, "Per pipeline stage:")?;
         let mut t = table();

@@ -108,6 +108,11 @@ pub struct Job {
     /// Load of the busiest expert rank over the mean (1.0 = perfectly
     /// balanced routing); multiplies routed-expert compute and all-to-all.
     pub moe_imbalance: f64,
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`);
+    /// `None` = dropless routing (Megatron's default). With a factor c the
+    /// busiest rank's load is `min(moe_imbalance, c)` times the mean.
+    #[serde(default)]
+    pub moe_capacity_factor: Option<f64>,
 }
 
 impl Job {
@@ -124,6 +129,7 @@ impl Job {
             tp_comm_overlap: false,
             async_tp_backward: true,
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
         }
     }
 
@@ -151,6 +157,24 @@ impl Job {
                 self.moe_imbalance
             )));
         }
+        if let Some(c) = self.moe_capacity_factor
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(InputError::Job(format!(
+                "--moe-capacity-factor must be a positive number (e.g. 1.25), found {c}"
+            )));
+        }
         Ok(())
+    }
+
+    /// Routed token-expert pairs of the busiest expert rank over the mean:
+    /// `moe_imbalance` for dropless routing, `min(moe_imbalance, c)` with a
+    /// capacity factor c (tokens beyond capacity are dropped; Megatron's
+    /// `--moe-pad-expert-input-to-capacity` is not modelled).
+    pub fn moe_load(&self) -> f64 {
+        match self.moe_capacity_factor {
+            Some(c) => self.moe_imbalance.min(c),
+            None => self.moe_imbalance,
+        }
     }
 }

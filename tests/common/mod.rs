@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use meshplan::cost::Problem;
 use meshplan::generate::{self, Bundle};
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::rules::Policy;
 use meshplan::search::{self, Space};
 use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
@@ -89,6 +89,7 @@ pub fn layout(dp: u32, tp: u32, pp: u32, cp: u32) -> Layout {
         sp: tp > 1,
         order: RankOrder::TpCpEpDpPp,
         split: None,
+        cp_comm: CpComm::Ring,
     }
 }
 
