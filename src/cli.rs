@@ -427,6 +427,18 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     }
     space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
+    let mut report = SearchReport::new(&pr, &space.policy, &result);
+    search_extras(
+        &pr,
+        &space,
+        &result,
+        &mut report,
+        a.why_not.as_deref(),
+        tokens,
+        a.extras.plot.as_deref(),
+    )?;
+    render::exporter(a.job.format).search(out, &report)?;
+    out.flush()?;
     if a.stats {
         let st = &result.stats;
         eprintln!(
@@ -440,17 +452,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             rayon::current_num_threads()
         );
     }
-    let mut report = SearchReport::new(&pr, &space.policy, &result);
-    search_extras(
-        &pr,
-        &space,
-        &result,
-        &mut report,
-        a.why_not.as_deref(),
-        tokens,
-        a.extras.plot.as_deref(),
-    )?;
-    render::exporter(a.job.format).search(out, &report)
+    Ok(())
 }
 
 /// `--tokens` parsed; an error for CSV output, which has no place for it.
