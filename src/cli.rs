@@ -7,14 +7,18 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
+use crate::calibrate::{self, Overlay};
 use crate::cost::Problem;
 use crate::error::InputError;
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
 use crate::search::{self, Filter, Space};
+use crate::spec::GIB;
 use crate::spec::{Catalog, Cluster, Gpu, Job, Model, RecipeName};
+use crate::validate;
+use crate::{checkpoint, explain, plot};
 
 /// meshplan: rank the parallel layouts of an LLM training job on a GPU cluster.
 #[derive(Debug, Parser)]
@@ -32,6 +36,44 @@ enum Command {
     Explain(ExplainArgs),
     /// List the shipped models, clusters or GPUs.
     List(ListArgs),
+    /// Write launch files (Megatron-LM, SLURM, plan.json, checklist) for a plan.
+    Generate(GenerateArgs),
+    /// Compare predictions with measured runs (CSV of `published-dev.csv` format).
+    Validate(ValidateArgs),
+    /// Fit a GPU's efficiencies to measured runs and write a profile overlay.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args)]
+struct ValidateArgs {
+    /// Measurement CSV (columns of `tests/data/published-dev.csv`).
+    file: PathBuf,
+    /// Profile overlay written by `meshplan calibrate`, applied to every row
+    /// on its GPU (rows on other GPUs are skipped).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Output format (`table` or `json`).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also search each row's model, GPU count and global batch (its
+    /// micro-batch fixed) and print where the published layout ranks.
+    #[arg(long)]
+    plan: bool,
+}
+
+#[derive(Debug, Args)]
+struct CalibrateArgs {
+    /// Measurement CSV of the user's own runs (same format as `validate`).
+    file: PathBuf,
+    /// GPU profile to fit (`meshplan list gpus`), e.g. `a100-80g`.
+    #[arg(long)]
+    gpu: String,
+    /// Where to write the overlay TOML.
+    #[arg(long)]
+    out: PathBuf,
+    /// Use only these row ids (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    rows: Option<Vec<String>>,
 }
 
 /// Model, hardware and job: shared by every planning command.
@@ -65,15 +107,25 @@ struct JobArgs {
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     #[arg(long)]
     tp_comm_overlap: bool,
-    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0.
+    /// Busiest expert rank's load over the mean (MoE), ≥ 1.0; dropless
+    /// routing (Megatron's default) when no capacity factor is given.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`):
+    /// tokens beyond this multiple of the mean load are dropped, so the
+    /// busiest rank computes min(imbalance, factor) times the mean.
+    #[arg(long)]
+    moe_capacity_factor: Option<f64>,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]
     models_dir: Option<PathBuf>,
     /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`).
     #[arg(long)]
     hardware_dir: Option<PathBuf>,
+    /// Profile overlay written by `meshplan calibrate`: replaces the GPU's
+    /// efficiencies and the cluster's collective efficiencies.
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -98,6 +150,9 @@ struct SearchArgs {
     /// Do not try context parallelism (C = 1).
     #[arg(long)]
     no_cp: bool,
+    /// Only this context-parallel K/V exchange (default: try both).
+    #[arg(long, value_enum)]
+    cp_comm: Option<CpComm>,
     /// Largest micro-batch to try.
     #[arg(long, default_value_t = 16)]
     max_micro_batch: u32,
@@ -107,6 +162,31 @@ struct SearchArgs {
     /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`.
     #[arg(long, value_name = "KEY=VALUE,...")]
     fix: Option<String>,
+    /// Print search counters and wall time to stderr (layouts considered,
+    /// pruned, priced, valid; layouts priced per second).
+    #[arg(long)]
+    stats: bool,
+    /// Why is no layout like this one ranked first? A partial assignment
+    /// (keys as for --fix, e.g. `tp=16,pp=2`): prints the best matching
+    /// layout, its rank and its gap to the winner part by part, or why none
+    /// matching is valid and the best near-miss.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    why_not: Option<String>,
+    #[command(flatten)]
+    extras: Extras,
+}
+
+/// Pictures and a token budget, for `search` and `explain`.
+#[derive(Debug, Args)]
+struct Extras {
+    /// Write schedule.svg (pipeline schedule), memory.svg (memory per stage)
+    /// and pareto.svg (throughput vs peak memory) into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Token budget for the time to train, e.g. `15T`, `300B`, `2e12`
+    /// (suffixes K, M, B, T).
+    #[arg(long, value_name = "TOKENS")]
+    tokens: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +211,9 @@ struct ExplainArgs {
     /// Expert tensor-parallel size ETP.
     #[arg(long, default_value_t = 1)]
     etp: u32,
+    /// Context-parallel K/V exchange (Megatron `--cp-comm-type p2p|allgather`).
+    #[arg(long, value_enum, default_value_t = CpComm::Ring)]
+    cp_comm: CpComm,
     /// Virtual pipeline stages per rank v.
     #[arg(long, default_value_t = 1)]
     vpp: u32,
@@ -156,6 +239,71 @@ struct ExplainArgs {
     /// (fastest split that fits; fails naming the stage that overflows).
     #[arg(long)]
     auto_split: bool,
+    #[command(flatten)]
+    extras: Extras,
+}
+
+/// `generate`: which plan, and where to write it. With no layout flags and
+/// no `--plan`, the best layout of a default search (or the `--rank`-th).
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("layout").multiple(true).args(["dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute", "zero", "sp", "order", "split", "cp_comm"])))]
+struct GenerateArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Directory to write the files into (created if missing).
+    #[arg(long, default_value = "plan")]
+    out: PathBuf,
+    /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
+    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = clap::value_parser!(u64).range(1..))]
+    rank: Option<u64>,
+    /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
+    #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]
+    plan: Option<PathBuf>,
+    /// Allow T beyond one NVLink domain (as `search --allow-tp-across-nodes`).
+    #[arg(long)]
+    allow_tp_across_nodes: bool,
+    /// Data-parallel size D (default: what the GPUs leave).
+    #[arg(long)]
+    dp: Option<u32>,
+    /// Tensor-parallel size T (default 1 when any layout flag is given).
+    #[arg(long)]
+    tp: Option<u32>,
+    /// Pipeline-parallel size p (default 1).
+    #[arg(long)]
+    pp: Option<u32>,
+    /// Context-parallel size C (default 1).
+    #[arg(long)]
+    cp: Option<u32>,
+    /// Expert-parallel size E (default 1).
+    #[arg(long)]
+    ep: Option<u32>,
+    /// Expert tensor-parallel size ETP (default 1).
+    #[arg(long)]
+    etp: Option<u32>,
+    /// Virtual pipeline stages per rank v (default 1).
+    #[arg(long)]
+    vpp: Option<u32>,
+    /// Micro-batch size b (default 1).
+    #[arg(long)]
+    mbs: Option<u32>,
+    /// Activation recompute (default none).
+    #[arg(long, value_enum)]
+    recompute: Option<Recompute>,
+    /// ZeRO stage (default 1 = Megatron distributed optimizer).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    zero: Option<u8>,
+    /// Sequence parallelism.
+    #[arg(long)]
+    sp: bool,
+    /// Rank order (default tp-cp-ep-dp-pp).
+    #[arg(long, value_enum)]
+    order: Option<RankOrder>,
+    /// Explicit layers per pipeline chunk in model order, e.g. `19,21,21,19`.
+    #[arg(long, value_delimiter = ',')]
+    split: Option<Vec<u32>>,
+    /// Context-parallel K/V exchange when C > 1.
+    #[arg(long, value_enum)]
+    cp_comm: Option<CpComm>,
 }
 
 #[derive(Debug, Args)]
@@ -201,8 +349,14 @@ fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Resu
 fn setup(a: &JobArgs) -> Result<Setup> {
     let cat = catalog(&a.models_dir, &a.hardware_dir)?;
     let model = cat.model(&a.model)?.clone();
-    let cluster = cat.cluster(&a.cluster)?.clone();
-    let gpu = cat.gpu(&cluster.gpu)?.clone();
+    let mut cluster = cat.cluster(&a.cluster)?.clone();
+    let mut gpu = cat.gpu(&cluster.gpu)?.clone();
+    if let Some(path) = &a.profile {
+        let o = read_overlay(path)?;
+        o.check_gpu(path, &gpu.name, &cluster.name)?;
+        o.apply_gpu(&mut gpu);
+        o.apply_cluster(&mut cluster);
+    }
     let world = a.gpus.unwrap_or(cluster.total_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());
@@ -226,6 +380,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.overlap_grad_reduce = !a.no_overlap_grad_reduce;
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;
+    job.moe_capacity_factor = a.moe_capacity_factor;
     job.check()?;
     Ok(Setup {
         model,
@@ -237,10 +392,19 @@ fn setup(a: &JobArgs) -> Result<Setup> {
 }
 
 fn space(a: &SearchArgs) -> Result<Space> {
-    let filter = match &a.fix {
+    let mut filter = match &a.fix {
         Some(text) => Filter::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
         None => Filter::default(),
     };
+    if let Some(c) = a.cp_comm {
+        if filter.cp_comm.is_some_and(|x| x != c) {
+            bail!(
+                "--cp-comm {c} contradicts --fix cp_comm={}",
+                filter.cp_comm.unwrap_or(c)
+            );
+        }
+        filter.cp_comm = Some(c);
+    }
     let max_cp = if a.no_cp { Some(1) } else { a.max_cp };
     Ok(Space {
         max_micro_batch: a.max_micro_batch.max(1),
@@ -260,17 +424,141 @@ fn space(a: &SearchArgs) -> Result<Space> {
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let s = setup(&a.job)?;
     let pr = s.problem();
-    let space = space(a)?;
+    let mut space = space(a)?;
+    let tokens = tokens_flag(&a.extras, a.job.format)?;
+    if a.why_not.is_some() && a.job.format == Format::Csv {
+        bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
+    }
+    space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
-    let report = SearchReport::new(&pr, &space.policy, &result);
-    render::exporter(a.job.format).search(out, &report)
+    let mut report = SearchReport::new(&pr, &space.policy, &result);
+    search_extras(
+        &pr,
+        &space,
+        &result,
+        &mut report,
+        a.why_not.as_deref(),
+        tokens,
+        a.extras.plot.as_deref(),
+    )?;
+    render::exporter(a.job.format).search(out, &report)?;
+    out.flush()?;
+    if a.stats {
+        let st = &result.stats;
+        eprintln!(
+            "stats: considered {} layouts, pruned {}, priced {}, valid {}; search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
+            st.considered,
+            st.pruned,
+            st.evaluated,
+            st.valid,
+            st.seconds * 1e3,
+            st.evaluated as f64 / st.seconds.max(1e-9),
+            rayon::current_num_threads()
+        );
+    }
+    Ok(())
+}
+
+/// `--tokens` parsed; an error for CSV output, which has no place for it.
+fn tokens_flag(e: &Extras, format: Format) -> Result<Option<f64>> {
+    match &e.tokens {
+        None => Ok(None),
+        Some(_) if format == Format::Csv => {
+            bail!("--tokens is printed as a table or JSON, not CSV; drop --format csv")
+        }
+        Some(t) => Ok(Some(
+            checkpoint::parse_tokens(t).map_err(|e| anyhow::anyhow!("--tokens: {e}"))?,
+        )),
+    }
+}
+
+/// Checkpoint plan and time to train of the winner, the why-not answer and
+/// the pictures of a search.
+fn search_extras(
+    pr: &Problem,
+    space: &Space,
+    result: &search::SearchResult,
+    report: &mut SearchReport,
+    why_not: Option<&str>,
+    tokens: Option<f64>,
+    plot: Option<&std::path::Path>,
+) -> Result<()> {
+    let Some(win) = result.top.first() else {
+        if let Some(q) = why_not {
+            report.why_not = Some(
+                explain::why_not(pr, space, &result.all, q)
+                    .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?,
+            );
+        }
+        if plot.is_some() {
+            bail!("--plot: no valid layout to draw");
+        }
+        return Ok(());
+    };
+    let ck = checkpoint::plan(pr, &win.layout, &win.eval);
+    report.time_to_train = tokens.map(|t| {
+        checkpoint::time_to_train(
+            t,
+            &win.eval,
+            ck.waste_fraction,
+            pr.world,
+            pr.job.tokens_per_step(),
+        )
+    });
+    report.checkpoint = Some(ck);
+    let mut marks = vec![plot::Mark {
+        label: format!("#1 {}", win.layout.short()),
+        peak_gib: win.eval.peak_bytes / GIB,
+        tokens_per_s: win.eval.tokens_per_s,
+    }];
+    if let Some(q) = why_not {
+        let w = explain::why_not(pr, space, &result.all, q)
+            .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
+        if let Some(b) = &w.best {
+            marks.push(plot::Mark {
+                label: format!("best with {q} (#{})", b.rank),
+                peak_gib: b.peak_gib,
+                tokens_per_s: b.tokens_per_s,
+            });
+        } else if let Some(n) = &w.near_miss {
+            marks.push(plot::Mark {
+                label: format!("near-miss with {q} (rejected)"),
+                peak_gib: n.eval.peak_bytes / GIB,
+                tokens_per_s: n.eval.tokens_per_s,
+            });
+        }
+        report.why_not = Some(w);
+    }
+    if let Some(dir) = plot {
+        let (files, note) = plot::write_all(dir, pr, &win.layout, &win.eval, &result.all, &marks)?;
+        report_plots(&files, note);
+    }
+    Ok(())
+}
+
+/// Say on stderr which pictures were written (stdout stays parseable).
+fn report_plots(files: &[PathBuf], note: Option<String>) {
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    if let Some(n) = note {
+        eprintln!("note: {n}");
+    }
 }
 
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let s = setup(&a.job)?;
     let pr = s.problem();
     let inner = a.tp as u64 * a.pp as u64 * a.cp as u64;
-    for (flag, v) in [("--tp", a.tp), ("--pp", a.pp), ("--cp", a.cp), ("--ep", a.ep), ("--etp", a.etp), ("--vpp", a.vpp), ("--mbs", a.mbs)] {
+    for (flag, v) in [
+        ("--tp", a.tp),
+        ("--pp", a.pp),
+        ("--cp", a.cp),
+        ("--ep", a.ep),
+        ("--etp", a.etp),
+        ("--vpp", a.vpp),
+        ("--mbs", a.mbs),
+    ] {
         if v == 0 {
             bail!("{flag} must be at least 1");
         }
@@ -289,6 +577,13 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
             (s.world / inner) as u32
         }
     };
+    if s.job.global_batch < dp as u64 {
+        return Err(InputError::Job(format!(
+            "global batch {} is smaller than D = {}: every replica needs at least one sequence",
+            s.job.global_batch, dp
+        ))
+        .into());
+    }
     let layout = Layout {
         dp,
         tp: a.tp,
@@ -303,12 +598,15 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         sp: a.sp,
         order: a.order,
         split: a.split.clone(),
+        cp_comm: a.cp_comm,
     };
     let mut layout = layout;
     if a.auto_split {
-        let s = crate::split::solve(&pr, &layout).map_err(|e| anyhow::anyhow!("--auto-split: {e}"))?;
+        let s =
+            crate::split::solve(&pr, &layout).map_err(|e| anyhow::anyhow!("--auto-split: {e}"))?;
         layout.split = Some(s.layers);
     }
+    let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = Policy::default();
     let mut report = ExplainReport::new(&pr, &policy, &layout);
     // Place it among all valid layouts.
@@ -321,9 +619,52 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(best) = result.top.first() {
         report.best = Some(Row::of(1, best));
         if report.is_valid() {
-            let faster = result.all.iter().filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s).count();
+            let faster = result
+                .all
+                .iter()
+                .filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s)
+                .count();
             report.rank_among_valid = Some(faster + 1);
+            report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
+    }
+    if !report.is_valid() {
+        report.fixes = Some(explain::smallest_fixes(&pr, &policy, &layout));
+    }
+    let ck = checkpoint::plan(&pr, &layout, &report.eval);
+    report.time_to_train = tokens.map(|t| {
+        checkpoint::time_to_train(
+            t,
+            &report.eval,
+            ck.waste_fraction,
+            pr.world,
+            pr.job.tokens_per_step(),
+        )
+    });
+    report.checkpoint = Some(ck);
+    if let Some(dir) = &a.extras.plot {
+        let mut marks = vec![plot::Mark {
+            label: format!(
+                "{} ({})",
+                layout.short(),
+                if report.is_valid() {
+                    "explained"
+                } else {
+                    "explained, rejected"
+                }
+            ),
+            peak_gib: report.eval.peak_bytes / GIB,
+            tokens_per_s: report.eval.tokens_per_s,
+        }];
+        if let Some(best) = result.top.first() {
+            marks.push(plot::Mark {
+                label: format!("#1 {}", best.layout.short()),
+                peak_gib: best.eval.peak_bytes / GIB,
+                tokens_per_s: best.eval.tokens_per_s,
+            });
+        }
+        let (files, note) = plot::write_all(dir, &pr, &layout, &report.eval, &result.all, &marks)?;
+        report_plots(&files, note);
     }
     render::exporter(a.job.format).explain(out, &report)
 }
@@ -353,7 +694,14 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
         }
         ListWhat::Clusters => {
             for c in &cat.clusters {
-                writeln!(out, "{:<16} {:>6} × {:<10} {}", c.name, c.total_gpus(), c.gpu, c.display)?;
+                writeln!(
+                    out,
+                    "{:<16} {:>6} × {:<10} {}",
+                    c.name,
+                    c.total_gpus(),
+                    c.gpu,
+                    c.display
+                )?;
             }
         }
         ListWhat::Gpus => {
@@ -369,6 +717,268 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -> Result<Layout> {
+    if let Some(file) = &a.plan {
+        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
+            file: file.clone(),
+            source,
+        })?;
+        let input = crate::generate::PlanInput::parse(&text, file, a.rank.unwrap_or(1))?;
+        input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
+        return Ok(input.layout);
+    }
+    let explicit = [a.dp, a.tp, a.pp, a.cp, a.ep, a.etp, a.vpp, a.mbs]
+        .iter()
+        .any(Option::is_some)
+        || a.recompute.is_some()
+        || a.zero.is_some()
+        || a.sp
+        || a.order.is_some()
+        || a.split.is_some()
+        || a.cp_comm.is_some();
+    if !explicit {
+        let k = a.rank.unwrap_or(1) as usize;
+        let space = Space {
+            top_k: k,
+            policy: policy.clone(),
+            ..Space::default()
+        };
+        let result = search::search(pr, &space);
+        return match result.top.get(k - 1) {
+            Some(c) => Ok(c.layout.clone()),
+            None => bail!(
+                "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
+                result.top.len(),
+                s.model.name,
+                s.world
+            ),
+        };
+    }
+    let (tp, pp, cp) = (a.tp.unwrap_or(1), a.pp.unwrap_or(1), a.cp.unwrap_or(1));
+    let (ep, etp, vpp, mbs) = (
+        a.ep.unwrap_or(1),
+        a.etp.unwrap_or(1),
+        a.vpp.unwrap_or(1),
+        a.mbs.unwrap_or(1),
+    );
+    for (flag, v) in [
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--cp", cp),
+        ("--ep", ep),
+        ("--etp", etp),
+        ("--vpp", vpp),
+        ("--mbs", mbs),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    let inner = tp as u64 * pp as u64 * cp as u64;
+    let dp = match a.dp {
+        Some(0) => bail!("--dp must be at least 1"),
+        Some(d) => d,
+        None => {
+            if !s.world.is_multiple_of(inner) {
+                bail!(
+                    "T·p·C = {} does not divide the {} GPUs; give --dp explicitly or change the sizes",
+                    inner,
+                    s.world
+                );
+            }
+            (s.world / inner) as u32
+        }
+    };
+    Ok(Layout {
+        dp,
+        tp,
+        pp,
+        cp,
+        ep,
+        etp,
+        vpp,
+        micro_batch: mbs,
+        recompute: a.recompute.unwrap_or(Recompute::None),
+        zero: a.zero.unwrap_or(1),
+        sp: a.sp,
+        order: a.order.unwrap_or(RankOrder::TpCpEpDpPp),
+        split: a.split.clone(),
+        cp_comm: a.cp_comm.unwrap_or_default(),
+    })
+}
+
+fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
+    if a.job.format == Format::Csv {
+        bail!("--format csv: generate prints the checklist (table) or the plan (json)");
+    }
+    let s = setup(&a.job)?;
+    let pr = s.problem();
+    let policy = Policy {
+        allow_tp_across_domains: a.allow_tp_across_nodes,
+        ..Policy::default()
+    };
+    let layout = generate_layout(a, &s, &pr, &policy)?;
+    let bundle = crate::generate::generate(&pr, &policy, &layout)?;
+    let paths = crate::generate::write(&bundle.files, &a.out)?;
+    if a.job.format == Format::Json {
+        out.write_all(
+            bundle
+                .file(crate::generate::PLAN_FILE)
+                .unwrap_or_default()
+                .as_bytes(),
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} on {} GPUs of {}: {}",
+        s.model.name,
+        s.world,
+        s.cluster.name,
+        layout.short()
+    )?;
+    for p in &paths {
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    writeln!(out)?;
+    out.write_all(
+        bundle
+            .file(crate::generate::CHECKLIST)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    Ok(())
+}
+
+fn read_overlay(path: &std::path::Path) -> Result<Overlay> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Overlay::from_toml(&text, path)?)
+}
+
+fn read_rows(path: &std::path::Path) -> Result<Vec<validate::MeasuredRow>> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(validate::read_csv(&text, path)?)
+}
+
+fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
+    let rows = read_rows(&a.file)?;
+    let cat = Catalog::shipped()?;
+    let overlay = match &a.profile {
+        Some(p) => {
+            let o = read_overlay(p)?;
+            cat.gpu(&o.gpu)
+                .map_err(|e| InputError::field(p, "gpu", e.to_string()))?;
+            Some(o)
+        }
+        None => None,
+    };
+    if a.format == Format::Csv {
+        bail!("--format csv is not available for validate; use table or json");
+    }
+    let report = validate::validate(&rows, &cat, overlay.as_ref());
+    let plans: Vec<validate::PlanCheck> = if a.plan {
+        rows.iter()
+            .filter(|r| {
+                report
+                    .rows
+                    .iter()
+                    .any(|x| x.id == r.id && (x.tflops.is_some() || x.step_s.is_some()))
+            })
+            .filter_map(|r| validate::build_case(r, &cat, overlay.as_ref()).ok())
+            .map(|c| validate::plan_check(&c))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    match a.format {
+        Format::Json => {
+            let v = serde_json::json!({ "report": report, "plans": plans });
+            serde_json::to_writer_pretty(&mut *out, &v)?;
+            writeln!(out)?;
+        }
+        _ => {
+            validate::write_table(out, &report)?;
+            if a.plan {
+                writeln!(out)?;
+                writeln!(
+                    out,
+                    "Plan quality (search with the row's model, GPUs, global batch, micro-batch fixed):"
+                )?;
+                for p in &plans {
+                    match p.rank {
+                        Some(rank) => writeln!(
+                            out,
+                            "  {:<12} published layout ranks {rank} of {} valid; best {} ({:.0} vs {:.0} tokens/s)",
+                            p.id,
+                            p.valid,
+                            p.best.as_ref().map(|b| b.0.as_str()).unwrap_or("-"),
+                            p.best.as_ref().map(|b| b.1).unwrap_or(0.0),
+                            p.published_tokens_per_s
+                        )?,
+                        None => writeln!(
+                            out,
+                            "  {:<12} published layout REJECTED by {}",
+                            p.id,
+                            p.rejected_by.join(", ")
+                        )?,
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
+    let mut rows = read_rows(&a.file)?;
+    if let Some(ids) = &a.rows {
+        for id in ids {
+            if !rows.iter().any(|r| &r.id == id) {
+                bail!("--rows: no row `{id}` in {}", a.file.display());
+            }
+        }
+        rows.retain(|r| ids.contains(&r.id));
+    }
+    let cat = Catalog::shipped()?;
+    let fit = calibrate::calibrate(&rows, &cat, &a.gpu)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let text = toml::to_string_pretty(&fit.overlay)?;
+    let header = "# meshplan profile overlay (written by `meshplan calibrate`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
+    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Io {
+        file: a.out.clone(),
+        source,
+    })?;
+    writeln!(
+        out,
+        "{:<32} {:>10} {:>10}",
+        "parameter", "shipped", "fitted"
+    )?;
+    for (n, a0, b) in &fit.parameters {
+        writeln!(out, "{n:<32} {a0:>10.4} {b:>10.4}")?;
+    }
+    if let Some(c) = &fit.overlay.calibration {
+        writeln!(
+            out,
+            "{:<16} {:>12} {:>12}",
+            "row", "err before", "err after"
+        )?;
+        for ((id, b), f) in c.rows.iter().zip(&c.error_before).zip(&c.error_after) {
+            writeln!(out, "{id:<16} {:>11.1}% {:>11.1}%", 100.0 * b, 100.0 * f)?;
+        }
+    }
+    for s in &fit.skipped {
+        writeln!(out, "skipped {}: {}", s.id, s.reason)?;
+    }
+    writeln!(out, "wrote {}", a.out.display())?;
+    Ok(())
+}
+
 /// Run a parsed command line, writing to standard output.
 ///
 /// # Errors
@@ -381,5 +991,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Search(a) => run_search(a, &mut out),
         Command::Explain(a) => run_explain(a, &mut out),
         Command::List(a) => run_list(a, &mut out),
+        Command::Generate(a) => run_generate(a, &mut out),
+        Command::Validate(a) => run_validate(a, &mut out),
+        Command::Calibrate(a) => run_calibrate(a, &mut out),
     }
 }

@@ -11,7 +11,19 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Activation recomputation (Korthikanti et al. 2022).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Keep every activation.
@@ -76,6 +88,58 @@ impl fmt::Display for RankOrder {
     }
 }
 
+/// How context-parallel ranks exchange keys and values inside attention
+/// (Megatron `--cp-comm-type`, implemented by Transformer Engine's
+/// `context_parallel.py`).
+///
+/// - `Ring` (`p2p`, Liu et al. 2023 Ring Attention): C − 1 steps, each
+///   sending this rank's K/V chunk to the next CP rank while attention runs
+///   on the chunk received before; backward sends K/V and dK/dV the same way.
+/// - `AllGather` (`allgather`, Llama 3 report §3.3.2): one all-gather of K/V
+///   before attention, exposed; backward gathers again and reduce-scatters
+///   dK/dV. Same bytes as the ring, fewer and larger messages, not overlapped.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+pub enum CpComm {
+    /// Ring of point-to-point sends overlapped with attention (`p2p`).
+    #[default]
+    #[serde(rename = "ring")]
+    #[value(name = "ring")]
+    Ring,
+    /// All-gather of K/V before attention, exposed (`allgather`).
+    #[serde(rename = "all-gather")]
+    #[value(name = "all-gather")]
+    AllGather,
+}
+
+impl CpComm {
+    /// Both kinds, in search order.
+    pub const ALL: [CpComm; 2] = [CpComm::Ring, CpComm::AllGather];
+
+    /// Short name as printed and accepted by `--cp-comm`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpComm::Ring => "ring",
+            CpComm::AllGather => "all-gather",
+        }
+    }
+
+    /// Value of Megatron's `--cp-comm-type` (FACTS §1).
+    pub fn megatron(self) -> &'static str {
+        match self {
+            CpComm::Ring => "p2p",
+            CpComm::AllGather => "allgather",
+        }
+    }
+}
+
+impl fmt::Display for CpComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A parallel layout: everything the search chooses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layout {
@@ -106,6 +170,10 @@ pub struct Layout {
     /// Transformer layers per pipeline stage (p·v entries, in model order);
     /// `None` means a uniform split.
     pub split: Option<Vec<u32>>,
+    /// Context-parallel K/V exchange (only matters when C > 1; ring when
+    /// absent from a serialized layout).
+    #[serde(default)]
+    pub cp_comm: CpComm,
 }
 
 impl Layout {
@@ -136,6 +204,9 @@ impl Layout {
             "dp={} tp={} pp={} cp={}",
             self.dp, self.tp, self.pp, self.cp
         );
+        if self.cp > 1 {
+            s.push_str(&format!(" cp-comm={}", self.cp_comm));
+        }
         if self.ep > 1 || self.etp > 1 {
             s.push_str(&format!(" ep={} etp={}", self.ep, self.etp));
         }
@@ -250,8 +321,29 @@ pub struct Placement {
     pub pp: GroupSpan,
     /// EP group (expert grid).
     pub ep: GroupSpan,
+    /// Expert tensor-parallel group (expert grid).
+    pub etp: GroupSpan,
     /// Expert data-parallel group (expert grid).
     pub edp: GroupSpan,
+}
+
+/// Strides of the expert grid: ETP, EP, EDP, PP.
+///
+/// Megatron builds the expert grid as `RankGenerator(tp=ETP, ep=E, dp=EDP,
+/// pp=p, cp=1)` over the same world and the same order string (FACTS §3), so
+/// with `tp-cp-ep-dp-pp` the strides are `1, ETP, ETP·E, ETP·E·EDP` and with
+/// `tp-cp-ep-pp-dp` they are `1, ETP, ETP·E·p, ETP·E`. In effect the dense
+/// T×C×D block of a stage is re-sliced as ETP×E×EDP. (With the second order
+/// and p > 1 Megatron requires ETP·E = T·C so that the PP groups of both grids
+/// agree, assert W4/W5; [`crate::rules`] checks it.)
+pub fn expert_strides(l: &Layout) -> (u64, u64, u64, u64) {
+    let etp = 1u64;
+    let ep = l.etp.max(1) as u64;
+    let block = ep * l.ep.max(1) as u64;
+    match l.order {
+        RankOrder::TpCpEpDpPp => (etp, ep, block, block * l.edp().max(1) as u64),
+        RankOrder::TpCpEpPpDp => (etp, ep, block * l.pp as u64, block),
+    }
 }
 
 /// Stride of each axis of the dense grid under `order`: TP, CP, DP, PP.
@@ -296,27 +388,18 @@ impl Placement {
                 domains: cp.domains * dp.domains,
             }
         };
-        // Expert grid: TP×CP×DP re-sliced as ETP×EP×EDP, ETP fastest, in the
-        // same rank positions (FACTS §3): EP members are ETP apart.
-        let ep = GroupSpan::of(l.ep, l.etp as u64, domain);
-        let edp_stride = (l.etp * l.ep) as u64;
-        // EDP members continue through CP/DP positions; when the expert block
-        // ETP·EP is smaller than TP·CP they stay within a domain more often.
-        let edp = if l.ep * l.etp >= l.tp * l.cp {
-            // Beyond the TP·CP block the stride grows into DP territory.
-            let block = (l.ep * l.etp / (l.tp * l.cp)).max(1) as u64;
-            GroupSpan::of(l.edp(), s_dp * block, domain)
-        } else {
-            GroupSpan::of(l.edp(), edp_stride, domain)
-        };
+        // Expert grid: TP×CP×DP re-sliced as ETP×EP×EDP, ETP fastest
+        // (FACTS §3): each axis is an arithmetic progression of ranks.
+        let (e_tp, e_ep, e_dp, _) = expert_strides(l);
         Placement {
             tp: GroupSpan::of(l.tp, s_tp, domain),
             cp: GroupSpan::of(l.cp, s_cp, domain),
             dp: GroupSpan::of(l.dp, s_dp, domain),
             dp_cp,
             pp: GroupSpan::of(l.pp, s_pp, domain),
-            ep,
-            edp,
+            ep: GroupSpan::of(l.ep, e_ep, domain),
+            etp: GroupSpan::of(l.etp, e_tp, domain),
+            edp: GroupSpan::of(l.edp(), e_dp, domain),
         }
     }
 }
@@ -341,22 +424,78 @@ pub struct Coords {
 pub fn coords_of(l: &Layout, rank: u64) -> Coords {
     let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
     let idx = |stride: u64, size: u32| ((rank / stride) % size as u64) as u32;
-    // Expert grid: the position inside the T·C·D block of the stage.
-    let inner = match l.order {
-        RankOrder::TpCpEpDpPp => rank % (l.tp as u64 * l.cp as u64 * l.dp as u64),
-        RankOrder::TpCpEpPpDp => {
-            let tc = l.tp as u64 * l.cp as u64;
-            let dp = (rank / s_dp) % l.dp as u64;
-            (rank % tc) + tc * dp
-        }
-    };
+    // Expert grid (both orders start with ETP then EP).
+    let (_, e_ep, _, _) = expert_strides(l);
     Coords {
         tp: idx(s_tp, l.tp),
         cp: idx(s_cp, l.cp),
         dp: idx(s_dp, l.dp),
         pp: idx(s_pp, l.pp),
-        ep: ((inner / l.etp.max(1) as u64) % l.ep.max(1) as u64) as u32,
+        ep: idx(e_ep, l.ep.max(1)),
     }
+}
+
+/// The axes of a rank-order string, fastest-varying first
+/// (`tp-cp-ep-dp-pp` → `[Tp, Cp, Ep, Dp, Pp]`).
+pub fn order_axes(order: RankOrder) -> [Axis; 5] {
+    match order {
+        RankOrder::TpCpEpDpPp => [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Dp, Axis::Pp],
+        RankOrder::TpCpEpPpDp => [Axis::Tp, Axis::Cp, Axis::Ep, Axis::Pp, Axis::Dp],
+    }
+}
+
+/// Process groups of a rank grid, as Megatron-LM builds them
+/// (`megatron/core/parallel_state.py`, `generate_masked_orthogonal_rank_groups`,
+/// FACTS §3).
+///
+/// `sizes[k]` is the size of the k-th axis of the order string (fastest
+/// first; global rank = Σ index_k · stride_k with stride_k the product of
+/// the sizes before k). `mask[k]` selects the axes a group spans: a group is
+/// the set of ranks that differ only in the masked coordinates. Groups are
+/// listed in order of the unmasked coordinates (fastest first); inside a
+/// group ranks are listed in order of the masked coordinates (fastest first).
+/// Returns `world / Π masked sizes` groups of `Π masked sizes` ranks each,
+/// world = Π sizes.
+///
+/// Example (FACTS §3, world 16, order tp-cp-ep-dp-pp, TP2 CP2 DP2 PP2): the
+/// `dp-cp` mask gives `[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], …`.
+pub fn orthogonal_groups(sizes: &[u32], mask: &[bool]) -> Vec<Vec<u64>> {
+    let mut strides = Vec::with_capacity(sizes.len());
+    let mut acc = 1u64;
+    for &s in sizes {
+        strides.push(acc);
+        acc *= s.max(1) as u64;
+    }
+    let pick = |m: bool| -> (Vec<u64>, Vec<u64>) {
+        sizes
+            .iter()
+            .zip(&strides)
+            .zip(mask)
+            .filter(|(_, k)| **k == m)
+            .map(|((s, d), _)| ((*s).max(1) as u64, *d))
+            .unzip()
+    };
+    let (in_shape, in_stride) = pick(true);
+    let (out_shape, out_stride) = pick(false);
+    // Decompose `index` over `shape` (fastest first) and dot with `stride`.
+    let place = |mut index: u64, shape: &[u64], stride: &[u64]| -> u64 {
+        let mut r = 0;
+        for (s, d) in shape.iter().zip(stride) {
+            r += (index % s) * d;
+            index /= s;
+        }
+        r
+    };
+    let group_size: u64 = in_shape.iter().product();
+    let groups: u64 = out_shape.iter().product();
+    (0..groups)
+        .map(|g| {
+            let base = place(g, &out_shape, &out_stride);
+            (0..group_size)
+                .map(|i| base + place(i, &in_shape, &in_stride))
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -378,7 +517,203 @@ mod tests {
             sp: false,
             order,
             split: None,
+            cp_comm: CpComm::Ring,
         }
+    }
+
+    /// Megatron's `RankGenerator` written out independently: `sizes` in
+    /// order-string order (fastest first); returns each rank's coordinates.
+    fn generator_coords(sizes: &[u32], rank: u64) -> Vec<u32> {
+        let mut r = rank;
+        sizes
+            .iter()
+            .map(|&n| {
+                let i = (r % n as u64) as u32;
+                r /= n as u64;
+                i
+            })
+            .collect()
+    }
+
+    /// The groups of axis `axis` (ranks equal in every other coordinate), by
+    /// brute force over the world, as sorted rank lists.
+    fn generator_groups(sizes: &[u32], axes: &[usize]) -> Vec<Vec<u64>> {
+        let world: u64 = sizes.iter().map(|&x| x as u64).product();
+        let mut groups: std::collections::BTreeMap<Vec<u32>, Vec<u64>> = Default::default();
+        for r in 0..world {
+            let mut key = generator_coords(sizes, r);
+            for &a in axes {
+                key[a] = 0;
+            }
+            groups.entry(key).or_default().push(r);
+        }
+        let mut v: Vec<Vec<u64>> = groups.into_values().collect();
+        v.sort();
+        v
+    }
+
+    /// Span of a group by counting its ranks per domain.
+    fn span_of(group: &[u64], domain: u64) -> GroupSpan {
+        let mut per: std::collections::BTreeMap<u64, u32> = Default::default();
+        for r in group {
+            *per.entry(r / domain).or_default() += 1;
+        }
+        GroupSpan {
+            size: group.len() as u32,
+            per_domain: *per.values().max().unwrap_or(&1),
+            domains: per.len() as u32,
+        }
+    }
+
+    /// The expert grid's sizes in order-string order, with the expert grid's
+    /// cp = 1: `tp-cp-ep-dp-pp` → [ETP, 1, E, EDP, p]; `tp-cp-ep-pp-dp` →
+    /// [ETP, 1, E, p, EDP].
+    fn expert_sizes(l: &Layout) -> Vec<u32> {
+        match l.order {
+            RankOrder::TpCpEpDpPp => vec![l.etp, 1, l.ep, l.edp(), l.pp],
+            RankOrder::TpCpEpPpDp => vec![l.etp, 1, l.ep, l.pp, l.edp()],
+        }
+    }
+
+    #[test]
+    fn megatron_worked_example_expert_grid() {
+        // FACTS.md §3: world 16, TP2 CP2 DP2 PP2; expert grid ETP1 EP4 EDP2
+        // PP2: ep [0,1,2,3],[4,5,6,7],…; expert-dp [0,4],…; pp unchanged.
+        let mut l = layout(2, 2, 2, 2, RankOrder::TpCpEpDpPp);
+        l.ep = 4;
+        assert_eq!(l.edp(), 2);
+        let sizes = expert_sizes(&l);
+        let ep = generator_groups(&sizes, &[2]);
+        assert_eq!(ep[0], vec![0, 1, 2, 3]);
+        assert_eq!(ep[1], vec![4, 5, 6, 7]);
+        let edp = generator_groups(&sizes, &[3]);
+        assert_eq!(edp[0], vec![0, 4]);
+        // Our strides and coordinates agree: EP members 1 apart, expert-DP
+        // members 4 apart, expert PP stride 8 = dense PP stride.
+        assert_eq!(expert_strides(&l), (1, 1, 4, 8));
+        assert_eq!(dense_strides(&l).3, 8);
+        for r in 0..16 {
+            assert_eq!(
+                coords_of(&l, r).ep,
+                generator_coords(&sizes, r)[2],
+                "rank {r}"
+            );
+        }
+        // On 8-GPU nodes the EP group stays inside a node; on 2-GPU domains
+        // it spans two.
+        let pl = Placement::new(&l, 8);
+        assert_eq!(
+            pl.ep,
+            GroupSpan {
+                size: 4,
+                per_domain: 4,
+                domains: 1
+            }
+        );
+        assert_eq!(
+            pl.edp,
+            GroupSpan {
+                size: 2,
+                per_domain: 2,
+                domains: 1
+            }
+        );
+        let pl = Placement::new(&l, 2);
+        assert_eq!(
+            pl.ep,
+            GroupSpan {
+                size: 4,
+                per_domain: 2,
+                domains: 2
+            }
+        );
+        assert_eq!(
+            pl.edp,
+            GroupSpan {
+                size: 2,
+                per_domain: 1,
+                domains: 2
+            }
+        );
+    }
+
+    #[test]
+    fn placement_matches_brute_force_rank_generator() {
+        // Every axis' span from Placement equals the span counted over the
+        // groups that an independent RankGenerator builds, for dense and
+        // expert grids, both orders, several domain sizes.
+        let mut checked = 0;
+        for &(dp, tp, pp, cp) in &[
+            (2, 2, 2, 2),
+            (4, 2, 1, 2),
+            (8, 1, 2, 1),
+            (2, 4, 2, 1),
+            (16, 1, 1, 1),
+            (2, 8, 2, 1),
+            (4, 1, 4, 2),
+        ] {
+            for order in RankOrder::ALL {
+                let tcd = tp * cp * dp;
+                for etp in [1, 2, 4, 8] {
+                    for ep in [1, 2, 4, 8, 16] {
+                        if tcd % (etp * ep) != 0 || etp > tp {
+                            continue;
+                        }
+                        // W4: with tp-cp-ep-pp-dp and p > 1 the expert block must equal T·C.
+                        if order == RankOrder::TpCpEpPpDp && pp > 1 && etp * ep != tp * cp {
+                            continue;
+                        }
+                        let mut l = layout(dp, tp, pp, cp, order);
+                        l.ep = ep;
+                        l.etp = etp;
+                        let dense = match order {
+                            RankOrder::TpCpEpDpPp => vec![tp, cp, 1, dp, pp],
+                            RankOrder::TpCpEpPpDp => vec![tp, cp, 1, pp, dp],
+                        };
+                        let (i_dp, i_pp) = match order {
+                            RankOrder::TpCpEpDpPp => (3, 4),
+                            RankOrder::TpCpEpPpDp => (4, 3),
+                        };
+                        let expert = expert_sizes(&l);
+                        let (e_dp, e_pp) = (i_dp, i_pp);
+                        // Dense and expert PP groups coincide (W5).
+                        assert_eq!(
+                            generator_groups(&dense, &[i_pp]),
+                            generator_groups(&expert, &[e_pp])
+                        );
+                        for domain in [2u32, 4, 8] {
+                            let pl = Placement::new(&l, domain);
+                            let d = domain as u64;
+                            let cases = [
+                                ("tp", pl.tp, generator_groups(&dense, &[0])),
+                                ("cp", pl.cp, generator_groups(&dense, &[1])),
+                                ("dp", pl.dp, generator_groups(&dense, &[i_dp])),
+                                ("dp_cp", pl.dp_cp, generator_groups(&dense, &[1, i_dp])),
+                                ("pp", pl.pp, generator_groups(&dense, &[i_pp])),
+                                ("etp", pl.etp, generator_groups(&expert, &[0])),
+                                ("ep", pl.ep, generator_groups(&expert, &[2])),
+                                ("edp", pl.edp, generator_groups(&expert, &[e_dp])),
+                            ];
+                            for (name, span, groups) in cases {
+                                for g in &groups {
+                                    assert_eq!(
+                                        span,
+                                        span_of(g, d),
+                                        "{name} of {} on domain {domain}: group {g:?}",
+                                        l.short()
+                                    );
+                                }
+                                checked += 1;
+                            }
+                            for r in 0..l.world() {
+                                assert_eq!(coords_of(&l, r).ep, generator_coords(&expert, r)[2]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked}");
     }
 
     #[test]
@@ -397,11 +732,32 @@ mod tests {
     #[test]
     fn group_span_by_stride() {
         // 8 GPUs per node. TP8 stride 1: one node.
-        assert_eq!(GroupSpan::of(8, 1, 8), GroupSpan { size: 8, per_domain: 8, domains: 1 });
+        assert_eq!(
+            GroupSpan::of(8, 1, 8),
+            GroupSpan {
+                size: 8,
+                per_domain: 8,
+                domains: 1
+            }
+        );
         // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
-        assert_eq!(GroupSpan::of(8, 8, 8), GroupSpan { size: 8, per_domain: 1, domains: 8 });
+        assert_eq!(
+            GroupSpan::of(8, 8, 8),
+            GroupSpan {
+                size: 8,
+                per_domain: 1,
+                domains: 8
+            }
+        );
         // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
-        assert_eq!(GroupSpan::of(16, 2, 8), GroupSpan { size: 16, per_domain: 4, domains: 4 });
+        assert_eq!(
+            GroupSpan::of(16, 2, 8),
+            GroupSpan {
+                size: 16,
+                per_domain: 4,
+                domains: 4
+            }
+        );
     }
 
     #[test]
@@ -414,5 +770,40 @@ mod tests {
         let l = layout(4, 8, 2, 1, RankOrder::TpCpEpDpPp);
         let (_, _, s_dp, s_pp) = dense_strides(&l);
         assert_eq!((s_dp, s_pp), (8, 32));
+    }
+
+    #[test]
+    fn orthogonal_groups_worked_example() {
+        // FACTS.md §3 (computed with Megatron's code): world 16,
+        // order tp-cp-ep-dp-pp with TP2 CP2 EP1 DP2 PP2.
+        let sizes = [2, 2, 1, 2, 2];
+        let g = |m: [bool; 5]| orthogonal_groups(&sizes, &m);
+        assert_eq!(
+            &g([true, false, false, false, false])[..2],
+            &[vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(
+            &g([false, true, false, false, false])[..3],
+            &[vec![0, 2], vec![1, 3], vec![4, 6]]
+        );
+        assert_eq!(
+            &g([false, false, false, true, false])[..2],
+            &[vec![0, 4], vec![1, 5]]
+        );
+        assert_eq!(
+            &g([false, false, false, false, true])[..2],
+            &[vec![0, 8], vec![1, 9]]
+        );
+        assert_eq!(g([false, true, false, true, false])[0], vec![0, 2, 4, 6]);
+        // Expert grid ETP1 CP1 EP4 EDP2 PP2: ep [0..4], expert-dp [0, 4].
+        let e = [1, 1, 4, 2, 2];
+        assert_eq!(
+            orthogonal_groups(&e, &[false, false, true, false, false])[1],
+            vec![4, 5, 6, 7]
+        );
+        assert_eq!(
+            orthogonal_groups(&e, &[false, false, false, true, false])[0],
+            vec![0, 4]
+        );
     }
 }

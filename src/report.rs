@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
+use crate::checkpoint::{CheckpointPlan, TimeToTrain};
 use crate::cost::{self, Evaluation, Problem, RankCost};
+use crate::explain::{Fixes, Gap, WhyNot};
 use crate::layout::Layout;
 use crate::rules::{self, Policy, Violation};
 use crate::search::{Candidate, SearchResult};
@@ -142,12 +144,26 @@ pub struct SearchReport {
     pub split_skipped: u64,
     /// Wall time of the search, seconds.
     pub seconds: f64,
+    /// Checkpoint size and interval of the winner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointPlan>,
+    /// Time to train the `--tokens` budget with the winner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train: Option<TimeToTrain>,
+    /// Answer to `--why-not`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<WhyNot>,
 }
 
 impl SearchReport {
     /// Build the report of a finished search.
     pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
-        let rows = r.top.iter().enumerate().map(|(i, c)| Row::of(i + 1, c)).collect();
+        let rows = r
+            .top
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Row::of(i + 1, c))
+            .collect();
         let rejections = r
             .rejections
             .iter()
@@ -180,6 +196,9 @@ impl SearchReport {
             resplit: r.stats.resplit,
             split_skipped: r.stats.split_skipped,
             seconds: r.stats.seconds,
+            checkpoint: None,
+            time_to_train: None,
+            why_not: None,
         }
     }
 }
@@ -212,6 +231,18 @@ pub struct ExplainReport {
     pub rank_among_valid: Option<usize>,
     /// The best layout of the search, if one was run.
     pub best: Option<Row>,
+    /// For a valid layout: its gap to the best, part by part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_to_best: Option<Gap>,
+    /// For a rejected layout: the smallest changes that make it valid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Fixes>,
+    /// Checkpoint size and interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointPlan>,
+    /// Time to train the `--tokens` budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train: Option<TimeToTrain>,
 }
 
 impl ExplainReport {
@@ -227,6 +258,10 @@ impl ExplainReport {
             violations,
             rank_among_valid: None,
             best: None,
+            gap_to_best: None,
+            fixes: None,
+            checkpoint: None,
+            time_to_train: None,
         }
     }
 

@@ -39,9 +39,16 @@ pub enum Rule {
     CpSeq,
     /// With SP the local sequence s/C not divisible by T [T6].
     SpSeq,
+    /// Context parallelism without fused (flash) attention: Megatron's local
+    /// attention asserts C = 1 ("Context parallelism is only supported by
+    /// TEDotProductAttention!") and Transformer Engine's unfused backend has
+    /// no CP.
+    CpAttention,
     /// Sequence longer than the learned position table [T11].
     MaxSeq,
-    /// Expert parallel on a dense model, experts % E, or (T·C·D) % (E·ETP) [E1, E2, W3].
+    /// Expert parallel on a dense model, experts % E, (T·C·D) % (E·ETP)
+    /// [E1, E2, W3]; with `tp-cp-ep-pp-dp` and p > 1, E·ETP ≠ T·C [W4, W5];
+    /// ETP > 1 on experts with biases [E4].
     Experts,
     /// TP > 1 with EP > 1 needs sequence parallelism (Megatron parallelism guide).
     EpNeedsSp,
@@ -55,7 +62,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in check order.
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 18] = [
         Rule::MeshSize,
         Rule::TpDomain,
         Rule::HeadsTp,
@@ -67,6 +74,7 @@ impl Rule {
         Rule::Batch,
         Rule::CpSeq,
         Rule::SpSeq,
+        Rule::CpAttention,
         Rule::MaxSeq,
         Rule::Experts,
         Rule::EpNeedsSp,
@@ -89,6 +97,7 @@ impl Rule {
             Rule::Batch => "batch",
             Rule::CpSeq => "cp-seq",
             Rule::SpSeq => "sp-seq",
+            Rule::CpAttention => "cp-attention",
             Rule::MaxSeq => "max-seq",
             Rule::Experts => "experts",
             Rule::EpNeedsSp => "ep-needs-sp",
@@ -178,7 +187,7 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if l.world() != pr.world {
         v.insert(Rule::MeshSize);
     }
-    if l.tp > pr.cluster.fast_domain() && !policy.allow_tp_across_domains {
+    if l.tp.max(l.etp) > pr.cluster.fast_domain() && !policy.allow_tp_across_domains {
         v.insert(Rule::TpDomain);
     }
     if a.heads % l.tp != 0 {
@@ -187,8 +196,14 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if model.mla.is_none() && a.kv_heads % l.tp != 0 && l.tp % a.kv_heads != 0 {
         v.insert(Rule::KvHeadsTp);
     }
-    let ffn_bad = if model.moe_layers() < a.layers { a.ffn % t != 0 } else { false }
-        || model.moe.as_ref().is_some_and(|m| m.expert_ffn % l.etp as u64 != 0);
+    let ffn_bad = if model.moe_layers() < a.layers {
+        a.ffn % t != 0
+    } else {
+        false
+    } || model
+        .moe
+        .as_ref()
+        .is_some_and(|m| m.expert_ffn % l.etp as u64 != 0);
     if ffn_bad {
         v.insert(Rule::FfnTp);
     }
@@ -228,7 +243,12 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
     if l.sp && t > 1 && job.seq_len % sp_factor != 0 {
         v.insert(Rule::SpSeq);
     }
-    if a.position_embedding == crate::spec::model::PositionEmbedding::Learned && job.seq_len > a.max_seq {
+    if c > 1 && !job.flash_attention {
+        v.insert(Rule::CpAttention);
+    }
+    if a.position_embedding == crate::spec::model::PositionEmbedding::Learned
+        && job.seq_len > a.max_seq
+    {
         v.insert(Rule::MaxSeq);
     }
     match &model.moe {
@@ -239,7 +259,11 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
         }
         Some(moe) => {
             let ranks = t * c * l.dp as u64;
-            if moe.experts % l.ep != 0 || ranks % (l.ep as u64 * l.etp as u64) != 0 {
+            let block = l.ep as u64 * l.etp as u64;
+            let pp_groups_differ =
+                l.order == crate::layout::RankOrder::TpCpEpPpDp && l.pp > 1 && block != t * c;
+            let bias = a.linear_bias && l.etp != 1;
+            if moe.experts % l.ep != 0 || ranks % block != 0 || pp_groups_differ || bias {
                 v.insert(Rule::Experts);
             }
             if l.tp > 1 && l.ep > 1 && !l.sp {
@@ -275,12 +299,20 @@ fn divisors(n: u64, upto: u64) -> Vec<u64> {
 }
 
 fn list(v: &[u64]) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Sentences for every rule `l` breaks. `memory` is `(peak, usable,
 /// dominant component name, its bytes)` when the memory rule is broken.
-pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f64, &str, f64)>) -> Vec<Violation> {
+pub fn explain(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    memory: Option<(f64, f64, &str, f64)>,
+) -> Vec<Violation> {
     let set = violations(pr, policy, l);
     let model = pr.model;
     let a = &model.architecture;
@@ -313,19 +345,27 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             Rule::TpDomain => push(
                 rule,
                 format!(
-                    "T = {} spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
-                    l.tp, dom
+                    "T = {} (ETP = {}) spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
+                    l.tp, l.etp, dom
                 ),
-                format!("use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"),
+                format!(
+                    "use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"
+                ),
             ),
             Rule::HeadsTp => {
                 let ok: Vec<u64> = divisors(a.heads as u64, dom)
                     .into_iter()
-                    .filter(|t| model.mla.is_some() || (a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0))
+                    .filter(|t| {
+                        model.mla.is_some()
+                            || (a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0)
+                    })
                     .collect();
                 push(
                     rule,
-                    format!("{} attention heads are not divisible by T = {}", a.heads, l.tp),
+                    format!(
+                        "{} attention heads are not divisible by T = {}",
+                        a.heads, l.tp
+                    ),
                     format!("valid T inside a {}-GPU node: {}", dom, list(&ok)),
                 )
             }
@@ -345,7 +385,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             }
             Rule::FfnTp => push(
                 rule,
-                format!("FFN width {} (or expert FFN over ETP = {}) is not divisible by T = {}", a.ffn, l.etp, l.tp),
+                format!(
+                    "FFN width {} (or expert FFN over ETP = {}) is not divisible by T = {}",
+                    a.ffn, l.etp, l.tp
+                ),
                 "choose T (and ETP) dividing the FFN width".into(),
             ),
             Rule::LayersPp => {
@@ -359,7 +402,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         l.vpp
                     )
                 } else {
-                    format!("{} layers do not split evenly over p·v = {} stages", a.layers, chunks)
+                    format!(
+                        "{} layers do not split evenly over p·v = {} stages",
+                        a.layers, chunks
+                    )
                 };
                 let ok: Vec<u64> = divisors(a.layers as u64, a.layers as u64)
                     .into_iter()
@@ -401,7 +447,11 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         l.pp
                     )
                 };
-                push(rule, msg, "use v = 1, or a global batch / micro-batch giving m a multiple of p".into())
+                push(
+                    rule,
+                    msg,
+                    "use v = 1, or a global batch / micro-batch giving m a multiple of p".into(),
+                )
             }
             Rule::Batch => push(
                 rule,
@@ -424,7 +474,11 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                 "choose C with s % 2C = 0".into(),
             ),
             Rule::SpSeq => {
-                let f = if l.cp > 1 { l.cp as u64 * lcm(2, l.tp as u64) } else { l.tp as u64 };
+                let f = if l.cp > 1 {
+                    l.cp as u64 * lcm(2, l.tp as u64)
+                } else {
+                    l.tp as u64
+                };
                 push(
                     rule,
                     format!(
@@ -437,27 +491,86 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
                         f,
                         job.seq_len % f
                     ),
-                    format!("use s = {} or {}", job.seq_len / f * f, (job.seq_len / f + 1) * f),
+                    format!(
+                        "use s = {} or {}",
+                        job.seq_len / f * f,
+                        (job.seq_len / f + 1) * f
+                    ),
                 )
             }
             Rule::MaxSeq => push(
                 rule,
-                format!("sequence {} exceeds the learned position table of {}", job.seq_len, a.max_seq),
+                format!(
+                    "sequence {} exceeds the learned position table of {}",
+                    job.seq_len, a.max_seq
+                ),
                 format!("use s ≤ {}", a.max_seq),
             ),
-            Rule::Experts => {
-                let msg = match &model.moe {
-                    None => format!("E = {} / ETP = {} on a dense model", l.ep, l.etp),
-                    Some(m) => format!(
-                        "{} experts over E = {}, and T·C·D = {} over E·ETP = {}: both must divide",
-                        m.experts,
-                        l.ep,
-                        l.tp * l.cp * l.dp,
-                        l.ep * l.etp
-                    ),
-                };
-                push(rule, msg, "choose E dividing the experts and E·ETP dividing T·C·D".into())
-            }
+            Rule::Experts => match &model.moe {
+                None => push(
+                    rule,
+                    format!("E = {} / ETP = {} on a dense model", l.ep, l.etp),
+                    "use E = 1 and ETP = 1".into(),
+                ),
+                Some(m) => {
+                    let tcd = l.tp * l.cp * l.dp;
+                    let block = l.ep * l.etp;
+                    if m.experts % l.ep != 0 || tcd % block != 0 {
+                        let ok: Vec<u64> = divisors(m.experts as u64, m.experts as u64)
+                            .into_iter()
+                            .filter(|e| tcd as u64 % (e * l.etp as u64) == 0)
+                            .collect();
+                        push(
+                            rule,
+                            format!(
+                                "{} experts over E = {} (remainder {}), and T·C·D = {} over E·ETP = {} (remainder {}): both must divide [Megatron E2, W3]",
+                                m.experts,
+                                l.ep,
+                                m.experts % l.ep,
+                                tcd,
+                                block,
+                                tcd % block
+                            ),
+                            format!("with ETP = {}, use E among {}", l.etp, list(&ok)),
+                        );
+                    }
+                    if l.order == crate::layout::RankOrder::TpCpEpPpDp
+                        && l.pp > 1
+                        && block != l.tp * l.cp
+                    {
+                        push(
+                            rule,
+                            format!(
+                                "with order tp-cp-ep-pp-dp and p = {} the expert block E·ETP = {}·{} = {} must equal T·C = {}, or the expert and dense pipeline groups differ [Megatron W4, W5]",
+                                l.pp,
+                                l.ep,
+                                l.etp,
+                                block,
+                                l.tp * l.cp
+                            ),
+                            "use order tp-cp-ep-dp-pp, or E·ETP = T·C".into(),
+                        );
+                    }
+                    if a.linear_bias && l.etp != 1 {
+                        push(
+                            rule,
+                            format!(
+                                "experts with biases need ETP = 1, but ETP = {} [Megatron E4]",
+                                l.etp
+                            ),
+                            "use ETP = 1 (or a bias-free model, --disable-bias-linear)".into(),
+                        );
+                    }
+                }
+            },
+            Rule::CpAttention => push(
+                rule,
+                format!(
+                    "C = {} needs fused (flash) attention: Megatron runs context parallelism only in Transformer Engine's fused attention, and this job turns flash attention off",
+                    l.cp
+                ),
+                "use C = 1, or drop --no-flash-attention".into(),
+            ),
             Rule::EpNeedsSp => push(
                 rule,
                 format!("T = {} with E = {} needs sequence parallelism", l.tp, l.ep),
@@ -465,7 +578,10 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             ),
             Rule::Zero3Pp => push(
                 rule,
-                format!("ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path", l.pp),
+                format!(
+                    "ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path",
+                    l.pp
+                ),
                 "use ZeRO-1 with pipeline parallelism, or p = 1".into(),
             ),
             Rule::Policy => push(
@@ -485,12 +601,17 @@ pub fn explain(pr: &Problem, policy: &Policy, l: &Layout, memory: Option<(f64, f
             rule: Rule::Memory,
             code: Rule::Memory.code(),
             message: format!(
-                "peak {:.1} GiB exceeds usable {:.1} GiB by {:.1} GiB; largest part: {} {:.1} GiB",
+                "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB{}",
                 peak / GIB,
                 usable / GIB,
-                (peak - usable) / GIB,
+                if peak - usable < 0.1 * GIB {
+                    format!("{:.0} MiB", (peak - usable) / (1024.0 * 1024.0))
+                } else {
+                    format!("{:.2} GiB", (peak - usable) / GIB)
+                },
                 comp,
-                bytes / GIB
+                bytes / GIB,
+                if bytes > usable { ", more than the usable memory on its own" } else { "" }
             ),
             remedy: "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)".into(),
         });

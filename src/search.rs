@@ -12,15 +12,17 @@
 //! layouts are counted as memory rejections without being priced.
 //!
 //! Stage splits: the fast pass prices every layout with the uniform split.
-//! Then [`refine`] solves the stage-split ILP ([`crate::split::ilp`]) for
-//! (a) the best 2K valid layouts, and (b) the other pipelined layouts that
-//! are valid or rejected only because the layers do not divide over p·v
-//! (`layers-pp`) or only for memory, best upper bound first, while that
-//! bound (the pipeline time with perfectly balanced stages) can still beat
-//! the K-th best; each re-split layout is re-priced by [`cost::evaluate`]
-//! and re-ranked. Identical split problems
-//! are solved once. Rejection counts are for the uniform split, less the
-//! layouts a split rescued.
+//! Then `refine` solves the stage-split ILP ([`crate::split::ilp`]) for
+//! (a) the best 2K valid layouts, and (b) the pipelined layouts rejected
+//! only because the layers do not divide over p·v (`layers-pp`) or only
+//! for memory, best upper bound first, while that bound (the pipeline time
+//! under the layer-count relaxation of [`split::layout_bound`], which also
+//! drops layouts no split can fit) can still beat the K-th best; each
+//! re-split layout is re-priced by [`cost::evaluate`] and re-ranked.
+//! Identical split problems are solved once, at most [`MAX_SPLIT_SOLVES`]
+//! per search (the report says how many layouts that budget left out).
+//! Valid layouts outside the best 2K keep their uniform split. Rejection
+//! counts are for the uniform split, less the layouts a split rescued.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -31,7 +33,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cost::{self, Evaluation, Problem};
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::rules::{self, Policy, Rule, RuleSet};
 use crate::split::{self, SplitProblem};
 
@@ -50,7 +52,12 @@ pub fn better(a: &Candidate, b: &Candidate) -> Ordering {
         .tokens_per_s
         .partial_cmp(&a.eval.tokens_per_s)
         .unwrap_or(Ordering::Equal)
-        .then(a.eval.peak_bytes.partial_cmp(&b.eval.peak_bytes).unwrap_or(Ordering::Equal))
+        .then(
+            a.eval
+                .peak_bytes
+                .partial_cmp(&b.eval.peak_bytes)
+                .unwrap_or(Ordering::Equal),
+        )
 }
 
 /// Values a search may take; `None` means "search all".
@@ -66,6 +73,10 @@ pub struct Filter {
     pub cp: Option<u32>,
     /// Fixed E.
     pub ep: Option<u32>,
+    /// Fixed ETP.
+    pub etp: Option<u32>,
+    /// Fixed context-parallel K/V exchange.
+    pub cp_comm: Option<CpComm>,
     /// Fixed v.
     pub vpp: Option<u32>,
     /// Fixed b.
@@ -91,6 +102,8 @@ impl Filter {
             && ok(&self.pp, l.pp)
             && ok(&self.cp, l.cp)
             && ok(&self.ep, l.ep)
+            && ok(&self.etp, l.etp)
+            && ok(&self.cp_comm, l.cp_comm)
             && ok(&self.vpp, l.vpp)
             && ok(&self.micro_batch, l.micro_batch)
             && ok(&self.recompute, l.recompute)
@@ -99,7 +112,8 @@ impl Filter {
             && ok(&self.order, l.order)
     }
 
-    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep vpp mbs recompute zero sp order).
+    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep etp vpp mbs recompute zero sp
+    /// order cp_comm).
     ///
     /// # Errors
     /// A sentence naming the bad key or value.
@@ -122,10 +136,21 @@ impl Filter {
                 "pp" | "p" => f.pp = Some(num()?),
                 "cp" | "c" => f.cp = Some(num()?),
                 "ep" | "e" => f.ep = Some(num()?),
+                "etp" => f.etp = Some(num()?),
+                "cp_comm" | "cp-comm" => {
+                    f.cp_comm = Some(match v.trim() {
+                        "ring" | "p2p" => CpComm::Ring,
+                        "all-gather" | "allgather" => CpComm::AllGather,
+                        _ => return Err(format!("`{part}`: cp_comm is ring or all-gather")),
+                    })
+                }
                 "vpp" | "v" => f.vpp = Some(num()?),
                 "mbs" | "b" | "micro_batch" => f.micro_batch = Some(num()?),
                 "zero" => {
-                    let z = v.trim().parse::<u8>().map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
+                    let z = v
+                        .trim()
+                        .parse::<u8>()
+                        .map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
                     if z > 3 {
                         return Err(format!("`{part}`: ZeRO stage must be 0-3"));
                     }
@@ -150,12 +175,16 @@ impl Filter {
                     f.order = Some(match v.trim() {
                         "tp-cp-ep-dp-pp" => RankOrder::TpCpEpDpPp,
                         "tp-cp-ep-pp-dp" => RankOrder::TpCpEpPpDp,
-                        _ => return Err(format!("`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp")),
+                        _ => {
+                            return Err(format!(
+                                "`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp"
+                            ));
+                        }
                     })
                 }
                 other => {
                     return Err(format!(
-                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, vpp, mbs, recompute, zero, sp, order"
+                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, etp, vpp, mbs, recompute, zero, sp, order, cp_comm"
                     ));
                 }
             }
@@ -183,6 +212,9 @@ pub struct Space {
     pub top_k: usize,
     /// Keep every valid candidate (for why-not ranks and Pareto plots).
     pub keep_all: bool,
+    /// Drop layouts that exact bounds prove invalid without pricing them
+    /// (off only to check the bounds against brute force).
+    pub prune: bool,
 }
 
 impl Default for Space {
@@ -196,6 +228,7 @@ impl Default for Space {
             policy: Policy::default(),
             top_k: 10,
             keep_all: false,
+            prune: true,
         }
     }
 }
@@ -250,7 +283,12 @@ pub struct SearchResult {
 }
 
 fn divisors(n: u64) -> Vec<u32> {
-    let mut v: Vec<u32> = (1..=n).take_while(|d| d * d <= n).filter(|d| n % d == 0).flat_map(|d| [d, n / d]).map(|d| d as u32).collect();
+    let mut v: Vec<u32> = (1..=n)
+        .take_while(|d| d * d <= n)
+        .filter(|d| n % d == 0)
+        .flat_map(|d| [d, n / d])
+        .map(|d| d as u32)
+        .collect();
     v.sort_unstable();
     v.dedup();
     v
@@ -263,16 +301,15 @@ struct Mesh {
     pp: u32,
     dp: u32,
     ep: u32,
+    etp: u32,
 }
 
-/// A layout whose split may matter, with an upper bound on its tokens/s
-/// under any split: rejected only for `rule` under the uniform split, or
-/// valid (`rule` = `None`) at `uniform` tokens/s.
+/// A layout rejected only for `rule` under the uniform split, with an
+/// upper bound on its tokens/s under any split.
 #[derive(Debug, Clone)]
 struct Pending {
     bound: f64,
-    rule: Option<Rule>,
-    uniform: f64,
+    rule: Rule,
     layout: Layout,
 }
 
@@ -284,7 +321,7 @@ struct Acc {
     counts: [u64; Rule::ALL.len()],
     near: [Option<Candidate>; Rule::ALL.len()],
     stats: Stats,
-    /// Layouts an uneven split may rescue (see [`refine`]).
+    /// Layouts an uneven split may rescue (see `refine`).
     pending: Vec<Pending>,
 }
 
@@ -296,9 +333,15 @@ impl Acc {
         if self.top.len() < k {
             self.top.push(c);
             self.top.sort_by(better);
-        } else if self.top.last().is_some_and(|w| better(&c, w) == Ordering::Less) {
+        } else if self
+            .top
+            .last()
+            .is_some_and(|w| better(&c, w) == Ordering::Less)
+        {
             self.top.pop();
-            let pos = self.top.partition_point(|x| better(x, &c) != Ordering::Greater);
+            let pos = self
+                .top
+                .partition_point(|x| better(x, &c) != Ordering::Greater);
             self.top.insert(pos, c);
         }
     }
@@ -327,7 +370,10 @@ impl Acc {
             self.counts[i] += o.counts[i];
             if let Some(c) = o.near[i].clone() {
                 let rule = Rule::ALL[i];
-                if self.near[i].as_ref().is_none_or(|old| near_miss_better(rule, &c, old)) {
+                if self.near[i]
+                    .as_ref()
+                    .is_none_or(|old| near_miss_better(rule, &c, old))
+                {
                     self.near[i] = Some(c);
                 }
             }
@@ -376,18 +422,40 @@ fn meshes(pr: &Problem, space: &Space) -> Vec<Mesh> {
                 if f.dp.is_some_and(|x| x != dp) {
                     continue;
                 }
-                let eps: Vec<u32> = match &pr.model.moe {
-                    None => vec![1],
-                    Some(m) => divisors((tp * cp * dp) as u64)
-                        .into_iter()
-                        .filter(|e| m.experts % e == 0)
-                        .collect(),
+                // MoE: ETP over the divisors of T that divide the expert FFN
+                // (Megatron's default ETP = T is among them), E over the
+                // divisors of T·C·D/ETP that divide the experts [E2, W3].
+                // E and ETP re-slice T·C·D; they never multiply N.
+                let experts: Vec<(u32, u32)> = match &pr.model.moe {
+                    None => vec![(1, 1)],
+                    Some(m) => {
+                        let tcd = tp as u64 * cp as u64 * dp as u64;
+                        let mut v = Vec::new();
+                        for etp in divisors(tp as u64) {
+                            if m.expert_ffn % etp as u64 != 0 || f.etp.is_some_and(|x| x != etp) {
+                                continue;
+                            }
+                            for ep in divisors(tcd / etp as u64) {
+                                if m.experts % ep == 0 {
+                                    v.push((ep, etp));
+                                }
+                            }
+                        }
+                        v
+                    }
                 };
-                for ep in eps {
+                for (ep, etp) in experts {
                     if f.ep.is_some_and(|x| x != ep) {
                         continue;
                     }
-                    out.push(Mesh { tp, cp, pp, dp, ep });
+                    out.push(Mesh {
+                        tp,
+                        cp,
+                        pp,
+                        dp,
+                        ep,
+                        etp,
+                    });
                 }
             }
         }
@@ -416,8 +484,21 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
             .filter(|v| *v == 1 || layers % (mesh.pp * v) == 0)
             .collect()
     };
-    let sps: &[bool] = if mesh.tp > 1 { &[true, false] } else { &[false] };
-    let orders: &[RankOrder] = if mesh.dp > 1 && mesh.pp > 1 { &RankOrder::ALL } else { &RankOrder::ALL[..1] };
+    let sps: &[bool] = if mesh.tp > 1 {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    let orders: &[RankOrder] = if mesh.dp > 1 && mesh.pp > 1 {
+        &RankOrder::ALL
+    } else {
+        &RankOrder::ALL[..1]
+    };
+    let cp_comms: &[CpComm] = if mesh.cp > 1 {
+        &CpComm::ALL
+    } else {
+        &CpComm::ALL[..1]
+    };
     let zeros: Vec<u8> = if mesh.dp * mesh.cp > 1 || mesh.ep > 1 {
         space.zero_stages.clone()
     } else {
@@ -432,6 +513,12 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                 if flt.recompute.is_some_and(|x| x != r) {
                     continue;
                 }
+                // With flash attention selective recompute keeps and costs
+                // exactly what no recompute does (field case M4), so it is
+                // the same plan: try it only when asked for.
+                if r == Recompute::Selective && pr.job.flash_attention && flt.recompute.is_none() {
+                    continue;
+                }
                 for &z in &zeros {
                     if flt.zero.is_some_and(|x| x != z) {
                         continue;
@@ -444,21 +531,27 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                             if flt.order.is_some_and(|x| x != order) {
                                 continue;
                             }
-                            f(Layout {
-                                dp: mesh.dp,
-                                tp: mesh.tp,
-                                pp: mesh.pp,
-                                cp: mesh.cp,
-                                ep: mesh.ep,
-                                etp: 1,
-                                vpp: v,
-                                micro_batch: b,
-                                recompute: r,
-                                zero: z,
-                                sp,
-                                order,
-                                split: None,
-                            });
+                            for &cp_comm in cp_comms {
+                                if flt.cp_comm.is_some_and(|x| x != cp_comm) {
+                                    continue;
+                                }
+                                f(Layout {
+                                    dp: mesh.dp,
+                                    tp: mesh.tp,
+                                    pp: mesh.pp,
+                                    cp: mesh.cp,
+                                    ep: mesh.ep,
+                                    etp: mesh.etp,
+                                    vpp: v,
+                                    micro_batch: b,
+                                    recompute: r,
+                                    zero: z,
+                                    sp,
+                                    order,
+                                    split: None,
+                                    cp_comm,
+                                });
+                            }
                         }
                     }
                 }
@@ -493,7 +586,14 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
     let expert = frac * moe * lc.moe.expert_params;
     let unit = 2.0 * lc.dense.params.max(lc.moe.params);
     cost::memory::model_states(params, &pr.job.recipe, l.zero, (l.dp * l.cp) as f64, unit).total()
-        + cost::memory::model_states(expert, &pr.job.recipe, l.zero, l.edp() as f64, 0.0).total()
+        + cost::memory::model_states(
+            expert,
+            &pr.job.recipe,
+            l.zero,
+            l.edp() as f64,
+            2.0 * lc.moe.expert_params,
+        )
+        .total()
 }
 
 /// Most distinct stage-split programs one search solves.
@@ -531,14 +631,19 @@ impl Splitter {
     /// does not move the optimum, so it is left out.
     fn key(sp: &SplitProblem) -> Vec<u64> {
         let common = sp.rank_time.iter().copied().fold(f64::INFINITY, f64::min);
-        let mut key: Vec<u64> = vec![sp.pp as u64, sp.vpp as u64, sp.usable.to_bits()];
+        let mut key: Vec<u64> = vec![
+            sp.pp as u64,
+            sp.vpp as u64,
+            sp.usable.to_bits(),
+            sp.expert_bytes.to_bits(),
+        ];
         for it in &sp.items {
             key.extend([
                 it.time.to_bits(),
                 it.states.to_bits(),
                 it.activation.to_bits(),
                 it.working_set.to_bits(),
-                it.layer as u64,
+                it.layer as u64 + 2 * it.expert as u64,
             ]);
         }
         key.extend(sp.rank_time.iter().map(|t| (t - common).to_bits()));
@@ -590,7 +695,10 @@ fn split_problem(pr: &Problem, l: &Layout) -> Option<SplitProblem> {
 fn with_split(pr: &Problem, policy: &Policy, l: &Layout, layers: Vec<u32>) -> Option<Candidate> {
     let chunks = l.pp * l.vpp;
     let total = pr.model.architecture.layers;
-    let plain = Layout { split: None, ..l.clone() };
+    let plain = Layout {
+        split: None,
+        ..l.clone()
+    };
     let uniform = (0..chunks).all(|c| {
         let (a, b) = cost::chunk_layers(&plain, total, c, chunks);
         layers[c as usize] == b - a
@@ -606,7 +714,10 @@ fn with_split(pr: &Problem, policy: &Policy, l: &Layout, layers: Vec<u32>) -> Op
         return None;
     }
     let e = cost::evaluate(pr, &l2);
-    e.fits().then_some(Candidate { layout: l2, eval: e })
+    e.fits().then_some(Candidate {
+        layout: l2,
+        eval: e,
+    })
 }
 
 /// Re-split the best layouts and the layouts only the split rejects, and
@@ -617,11 +728,25 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         solved: 0,
     };
     let policy = &space.policy;
-    let same = |a: &Layout, b: &Layout| Layout { split: None, ..a.clone() } == Layout { split: None, ..b.clone() };
+    let same = |a: &Layout, b: &Layout| {
+        Layout {
+            split: None,
+            ..a.clone()
+        } == Layout {
+            split: None,
+            ..b.clone()
+        }
+    };
     // (a) The best 2K, all at once.
     let top = std::mem::take(&mut acc.top);
-    let problems: Vec<Option<SplitProblem>> =
-        top.iter().map(|c| (c.layout.pp > 1).then(|| split_problem(pr, &c.layout)).flatten()).collect();
+    let problems: Vec<Option<SplitProblem>> = top
+        .iter()
+        .map(|c| {
+            (c.layout.pp > 1)
+                .then(|| split_problem(pr, &c.layout))
+                .flatten()
+        })
+        .collect();
     splitter.prepare(problems.iter().flatten());
     for (c, sp) in top.into_iter().zip(&problems) {
         let improved = sp
@@ -646,7 +771,13 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     let mut pending = std::mem::take(&mut acc.pending);
     pending.sort_by(|a, b| b.bound.partial_cmp(&a.bound).unwrap_or(Ordering::Equal));
     let batch = 2 * rayon::current_num_threads().max(1);
-    let threshold = |acc: &Acc| if acc.top.len() >= k { acc.top[k - 1].eval.tokens_per_s } else { 0.0 };
+    let threshold = |acc: &Acc| {
+        if acc.top.len() >= k {
+            acc.top[k - 1].eval.tokens_per_s
+        } else {
+            0.0
+        }
+    };
     let mut next = 0;
     while next < pending.len() && splitter.solved < MAX_SPLIT_SOLVES {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
@@ -665,29 +796,23 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             if p.bound <= threshold(acc) || acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
                 continue;
             }
-            let Some(c2) = splitter.get(&sp).and_then(|layers| with_split(pr, policy, &p.layout, layers)) else {
+            let Some(c2) = splitter
+                .get(&sp)
+                .and_then(|layers| with_split(pr, policy, &p.layout, layers))
+            else {
                 continue;
             };
-            match p.rule {
-                Some(rule) => {
-                    acc.stats.valid += 1;
-                    let i = rule as usize;
-                    acc.counts[i] = acc.counts[i].saturating_sub(1);
-                    if acc.near[i].as_ref().is_some_and(|n| same(&n.layout, &c2.layout)) {
-                        acc.near[i] = None;
-                    }
-                    if space.keep_all {
-                        acc.all.push(c2.clone());
-                    }
-                }
-                None => {
-                    if c2.eval.tokens_per_s <= p.uniform {
-                        continue;
-                    }
-                    if let Some(slot) = acc.all.iter_mut().find(|x| x.layout == p.layout) {
-                        *slot = c2.clone();
-                    }
-                }
+            acc.stats.valid += 1;
+            let i = p.rule as usize;
+            acc.counts[i] = acc.counts[i].saturating_sub(1);
+            if acc.near[i]
+                .as_ref()
+                .is_some_and(|n| same(&n.layout, &c2.layout))
+            {
+                acc.near[i] = None;
+            }
+            if space.keep_all {
+                acc.all.push(c2.clone());
             }
             acc.stats.resplit += 1;
             acc.push_valid(c2, 2 * k, false);
@@ -703,7 +828,10 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
 pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let start = Instant::now();
     let meshes = meshes(pr, space);
-    let bar = indicatif::ProgressBar::with_draw_target(Some(meshes.len() as u64), indicatif::ProgressDrawTarget::hidden());
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(meshes.len() as u64),
+        indicatif::ProgressDrawTarget::hidden(),
+    );
     let shown = AtomicBool::new(false);
     let done = AtomicU64::new(0);
     let k = space.top_k.max(1);
@@ -722,7 +850,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     pp: mesh.pp,
                     cp: mesh.cp,
                     ep: mesh.ep,
-                    etp: 1,
+                    etp: mesh.etp,
                     vpp: 1,
                     micro_batch: 1,
                     recompute: Recompute::Full,
@@ -730,8 +858,9 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     sp: true,
                     order: RankOrder::TpCpEpDpPp,
                     split: None,
+                    cp_comm: CpComm::Ring,
                 };
-                overflow[z as usize] = states_lower_bound(pr, &probe) > usable;
+                overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
             }
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
@@ -759,34 +888,34 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 // best (a lower bound on the final threshold).
                 if l.pp > 1 {
                     let rule = match structural.first() {
-                        None if !fits => Some(Some(Rule::Memory)),
-                        Some(Rule::LayersPp) => Some(Some(Rule::LayersPp)),
+                        None if !fits => Some(Rule::Memory),
+                        Some(Rule::LayersPp) => Some(Rule::LayersPp),
                         _ => None,
                     };
                     let beats = |x: f64| acc.top.len() < k || x > acc.top[k - 1].eval.tokens_per_s;
-                    // A valid layout already among the best is re-split
-                    // with them.
-                    let rule = rule.filter(|r| r.is_some() || !beats(e.tokens_per_s));
                     // First a bound with perfectly balanced stages (cheap),
                     // then the layer-count relaxation.
                     let balanced = || {
-                        let (dense, moe) = (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
+                        let (dense, moe) =
+                            (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
                         let p2p = lc.p2p * l.vpp as f64;
-                        let sum = lc.embedding.time() + dense * lc.dense.time() + moe * lc.moe.time() + lc.output.time()
+                        let sum = lc.embedding.time()
+                            + dense * lc.dense.time()
+                            + moe * lc.moe.time()
+                            + lc.output.time()
                             + l.pp as f64 * p2p;
                         tokens_bound(pr, &l, sum / l.pp as f64, sum)
                     };
                     let rule = rule.filter(|_| beats(balanced()));
-                    if let Some((rule, bound)) = rule.and_then(|r| split_bound(pr, &l, &lc).map(|b| (r, b))) {
-                        if beats(bound) {
-                            let uniform = if rule.is_none() { e.tokens_per_s } else { 0.0 };
-                            acc.pending.push(Pending {
-                                bound,
-                                rule,
-                                uniform,
-                                layout: l.clone(),
-                            });
-                        }
+                    if let Some((rule, bound)) =
+                        rule.and_then(|r| split_bound(pr, &l, &lc).map(|b| (r, b)))
+                        && beats(bound)
+                    {
+                        acc.pending.push(Pending {
+                            bound,
+                            rule,
+                            layout: l.clone(),
+                        });
                     }
                 }
                 let cand = Candidate { layout: l, eval: e };
@@ -801,7 +930,9 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 }
             });
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if start.elapsed() > Duration::from_secs(1) && !shown.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if start.elapsed() > Duration::from_secs(1)
+                && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                 bar.set_message("searching layouts");
             }
@@ -829,5 +960,31 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         all: acc.all,
         rejections,
         stats,
+    }
+}
+
+#[cfg(test)]
+mod moe_tests {
+    use super::*;
+    use crate::spec::Catalog;
+
+    #[test]
+    fn experts_never_multiply_the_world() {
+        // Every mesh of DeepSeek-V3 on 2048 GPUs has D·T·p·C = N, with E·ETP
+        // dividing T·C·D, E dividing the 256 experts and ETP dividing T.
+        let cat = Catalog::shipped().unwrap();
+        let model = cat.model("deepseek-v3").unwrap();
+        let cluster = cat.cluster("h800-2048").unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let job = crate::spec::Job::new(15360, 4096);
+        let pr = Problem::new(model, gpu, cluster, &job, 2048);
+        let ms = meshes(&pr, &Space::default());
+        assert!(ms.iter().any(|m| m.ep == 256) && ms.iter().any(|m| m.etp == 8));
+        for m in ms {
+            assert_eq!(m.dp as u64 * m.tp as u64 * m.pp as u64 * m.cp as u64, 2048);
+            assert_eq!((m.tp * m.cp * m.dp) % (m.ep * m.etp), 0);
+            assert_eq!(256 % m.ep, 0);
+            assert_eq!(m.tp % m.etp, 0);
+        }
     }
 }

@@ -53,7 +53,11 @@ fn dense_models_have_active_equal_to_total() {
     let c = catalog();
     for m in c.models.iter().filter(|m| m.moe.is_none()) {
         assert_eq!(m.active_params(), m.total_params(), "{}", m.name);
-        assert!(m.known_active_params.is_none(), "{}: dense card gives known_active_params", m.name);
+        assert!(
+            m.known_active_params.is_none(),
+            "{}: dense card gives known_active_params",
+            m.name
+        );
     }
 }
 
@@ -79,7 +83,11 @@ fn llama3_70b_total_by_hand() {
     let per_layer = 2 * h * h + 2 * h * 1024 + 3 * h * 28672 + 2 * h;
     let expected = 80 * per_layer + 2 * 128_256 * h + h;
     assert_eq!(expected, 70_553_706_496);
-    assert_eq!(m.total_params(), expected as f64, "llama3-70b total_params()");
+    assert_eq!(
+        m.total_params(),
+        expected as f64,
+        "llama3-70b total_params()"
+    );
 }
 
 /// Mixtral 8x7B active count by hand (h = 4096, L = 32, 32 query / 8 kv heads
@@ -102,17 +110,33 @@ fn mixtral_8x7b_active_by_hand() {
     let per_layer = 2 * h * h + 2 * h * 1024 + 2 * 3 * h * 14336 + h * 8 + 2 * h;
     let expected = 32 * per_layer + 2 * 32_000 * h + h;
     assert_eq!(expected, 12_879_925_248);
-    assert_eq!(m.active_params(), expected as f64, "mixtral-8x7b active_params()");
+    assert_eq!(
+        m.active_params(),
+        expected as f64,
+        "mixtral-8x7b active_params()"
+    );
     let rel = m.active_params() / 12.9e9 - 1.0;
-    assert!(rel.abs() < TOLERANCE, "mixtral-8x7b active {:.4e}", m.active_params());
+    assert!(
+        rel.abs() < TOLERANCE,
+        "mixtral-8x7b active {:.4e}",
+        m.active_params()
+    );
 }
 
 #[test]
 fn alias_70b_resolves_to_llama3_70b() {
     let c = catalog();
     assert_eq!(c.model("70b").expect("alias 70b").name, "llama3-70b");
-    assert_eq!(c.model("70B").expect("aliases are case-insensitive").name, "llama3-70b");
-    assert_eq!(c.model("LLAMA3-70B").expect("names are case-insensitive").name, "llama3-70b");
+    assert_eq!(
+        c.model("70B").expect("aliases are case-insensitive").name,
+        "llama3-70b"
+    );
+    assert_eq!(
+        c.model("LLAMA3-70B")
+            .expect("names are case-insensitive")
+            .name,
+        "llama3-70b"
+    );
 }
 
 #[test]
@@ -121,23 +145,37 @@ fn names_and_aliases_are_unique() {
     let mut seen = std::collections::HashSet::new();
     for m in &c.models {
         for key in std::iter::once(&m.name).chain(m.aliases.iter()) {
-            assert!(seen.insert(key.to_ascii_lowercase()), "name or alias `{key}` appears twice");
+            assert!(
+                seen.insert(key.to_ascii_lowercase()),
+                "name or alias `{key}` appears twice"
+            );
         }
     }
     let mut gpus = std::collections::HashSet::new();
     for g in &c.gpus {
-        assert!(gpus.insert(g.name.to_ascii_lowercase()), "GPU `{}` appears twice", g.name);
+        assert!(
+            gpus.insert(g.name.to_ascii_lowercase()),
+            "GPU `{}` appears twice",
+            g.name
+        );
     }
     let mut clusters = std::collections::HashSet::new();
     for cl in &c.clusters {
-        assert!(clusters.insert(cl.name.to_ascii_lowercase()), "cluster `{}` appears twice", cl.name);
+        assert!(
+            clusters.insert(cl.name.to_ascii_lowercase()),
+            "cluster `{}` appears twice",
+            cl.name
+        );
     }
 }
 
 #[test]
 fn unknown_model_lists_known_names() {
     let c = catalog();
-    let err = c.model("nope").expect_err("`nope` is not a model").to_string();
+    let err = c
+        .model("nope")
+        .expect_err("`nope` is not a model")
+        .to_string();
     assert!(err.contains("nope"), "message names the request: {err}");
     for m in &c.models {
         assert!(err.contains(&m.name), "message lists `{}`: {err}", m.name);
@@ -150,7 +188,9 @@ fn every_cluster_names_a_shipped_gpu() {
     let c = catalog();
     assert!(!c.clusters.is_empty(), "no cluster profiles shipped");
     for cl in &c.clusters {
-        let gpu = c.gpu(&cl.gpu).unwrap_or_else(|e| panic!("cluster {}: {e}", cl.name));
+        let gpu = c
+            .gpu(&cl.gpu)
+            .unwrap_or_else(|e| panic!("cluster {}: {e}", cl.name));
         assert_eq!(gpu.name, cl.gpu);
         assert_eq!(cl.scale_up_domain, 8, "{}: scale_up_domain", cl.name);
         assert_eq!(c.cluster(&cl.name).expect("cluster lookup").name, cl.name);

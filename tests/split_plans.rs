@@ -2,7 +2,7 @@
 //! model, the ILP's splits are valid plans, and the search finds them.
 
 use meshplan::cost::{self, Problem};
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::rules::{self, Policy};
 use meshplan::search::{self, Filter, Space};
 use meshplan::spec::{Catalog, Cluster, GIB, Gpu, Job, Model};
@@ -39,7 +39,18 @@ impl Setup {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn layout(dp: u32, tp: u32, pp: u32, cp: u32, ep: u32, vpp: u32, mbs: u32, recompute: Recompute, zero: u8, sp: bool) -> Layout {
+fn layout(
+    dp: u32,
+    tp: u32,
+    pp: u32,
+    cp: u32,
+    ep: u32,
+    vpp: u32,
+    mbs: u32,
+    recompute: Recompute,
+    zero: u8,
+    sp: bool,
+) -> Layout {
     Layout {
         dp,
         tp,
@@ -54,6 +65,7 @@ fn layout(dp: u32, tp: u32, pp: u32, cp: u32, ep: u32, vpp: u32, mbs: u32, recom
         sp,
         order: RankOrder::TpCpEpDpPp,
         split: None,
+        cp_comm: CpComm::Ring,
     }
 }
 
@@ -68,14 +80,54 @@ fn rel(a: f64, b: f64) -> f64 {
 #[test]
 fn item_vector_agrees_with_rank_costs() {
     let cases: Vec<(&str, &str, Option<u64>, Layout)> = vec![
-        ("70b", "dgx64", None, layout(4, 2, 4, 2, 1, 1, 1, Recompute::None, 2, true)),
-        ("70b", "dgx64", None, layout(1, 4, 16, 1, 1, 1, 1, Recompute::Selective, 1, true)),
-        ("70b", "dgx64", None, layout(2, 2, 8, 2, 1, 2, 1, Recompute::Full, 0, false)),
-        ("llama3-405b", "h100-16k", None, layout(128, 8, 16, 1, 1, 1, 1, Recompute::None, 1, true)),
-        ("deepseek-v3", "h800-2048", None, layout(32, 2, 32, 1, 8, 1, 1, Recompute::None, 1, true)),
-        ("mixtral-8x7b", "dgx64", None, layout(8, 2, 4, 1, 4, 1, 2, Recompute::Selective, 1, true)),
-        ("gpt3-175b", "dgx64", None, layout(1, 8, 8, 1, 1, 1, 1, Recompute::Full, 1, true)),
-        ("gpt3-175b", "dgx64", None, layout(2, 4, 8, 1, 1, 3, 1, Recompute::Selective, 2, true)),
+        (
+            "70b",
+            "dgx64",
+            None,
+            layout(4, 2, 4, 2, 1, 1, 1, Recompute::None, 2, true),
+        ),
+        (
+            "70b",
+            "dgx64",
+            None,
+            layout(1, 4, 16, 1, 1, 1, 1, Recompute::Selective, 1, true),
+        ),
+        (
+            "70b",
+            "dgx64",
+            None,
+            layout(2, 2, 8, 2, 1, 2, 1, Recompute::Full, 0, false),
+        ),
+        (
+            "llama3-405b",
+            "h100-16k",
+            None,
+            layout(128, 8, 16, 1, 1, 1, 1, Recompute::None, 1, true),
+        ),
+        (
+            "deepseek-v3",
+            "h800-2048",
+            None,
+            layout(32, 2, 32, 1, 8, 1, 1, Recompute::None, 1, true),
+        ),
+        (
+            "mixtral-8x7b",
+            "dgx64",
+            None,
+            layout(8, 2, 4, 1, 4, 1, 2, Recompute::Selective, 1, true),
+        ),
+        (
+            "gpt3-175b",
+            "dgx64",
+            None,
+            layout(1, 8, 8, 1, 1, 1, 1, Recompute::Full, 1, true),
+        ),
+        (
+            "gpt3-175b",
+            "dgx64",
+            None,
+            layout(2, 4, 8, 1, 1, 3, 1, Recompute::Selective, 2, true),
+        ),
     ];
     let mut checked = 0;
     for (m, c, w, l) in cases {
@@ -135,7 +187,10 @@ fn item_vector_agrees_with_rank_costs() {
         match (fast, slow) {
             (Some(a), Some(b)) => assert!(rel(a, b) < 1e-9, "{m} {}: {a} vs {b}", l.short()),
             (None, None) => {}
-            (a, b) => panic!("{m} {}: layout bound {a:?} but item relaxation {b:?}", l.short()),
+            (a, b) => panic!(
+                "{m} {}: layout bound {a:?} but item relaxation {b:?}",
+                l.short()
+            ),
         }
     }
     assert!(checked > 50);
@@ -188,9 +243,17 @@ fn llama3_405b_on_16_stages() {
     sp.items[n - 1] = split::Item::default();
     sp.rank_bytes[15] = sp.rank_bytes[14];
     let without = ilp::solve(&sp, &ilp::Options::default()).unwrap();
-    assert_eq!(without.layers[15], *without.layers[1..15].iter().max().unwrap(), "{:?}", without.layers);
+    assert_eq!(
+        without.layers[15],
+        *without.layers[1..15].iter().max().unwrap(),
+        "{:?}",
+        without.layers
+    );
     // The DP oracle agrees on both.
-    assert_eq!(dp::solve(&sp).unwrap().priced.max_time(), without.priced.max_time());
+    assert_eq!(
+        dp::solve(&sp).unwrap().priced.max_time(),
+        without.priced.max_time()
+    );
 }
 
 /// Llama 2 7B on 8 A100 80 GB, D = 4, p = 2, b = 4, no recompute, ZeRO-2:
@@ -206,24 +269,40 @@ fn uniform_overflows_uneven_fits_and_search_finds_it() {
     assert!(rules::violations(&pr, &Policy::default(), &l).is_empty());
     let uniform = cost::evaluate(&pr, &l);
     assert!(!uniform.fits());
-    assert!(uniform.peak_bytes / GIB > 85.0, "{}", uniform.peak_bytes / GIB);
+    assert!(
+        uniform.peak_bytes / GIB > 85.0,
+        "{}",
+        uniform.peak_bytes / GIB
+    );
 
     let space = Space {
-        filter: Filter::parse("tp=1,pp=2,dp=4,mbs=4,zero=2,recompute=none,sp=off,order=tp-cp-ep-dp-pp").unwrap(),
+        filter: Filter::parse(
+            "tp=1,pp=2,dp=4,mbs=4,zero=2,recompute=none,sp=off,order=tp-cp-ep-dp-pp",
+        )
+        .unwrap(),
         ..Space::default()
     };
     let result = search::search(&pr, &space);
-    let best = result.top.first().expect("the search finds the uneven split");
+    let best = result
+        .top
+        .first()
+        .expect("the search finds the uneven split");
     let split = best.layout.split.clone().expect("an explicit split");
     assert_eq!(split.iter().sum::<u32>(), 32);
-    assert!(split[0] < 16, "stage 0 holds more micro-batches, so fewer layers: {split:?}");
+    assert!(
+        split[0] < 16,
+        "stage 0 holds more micro-batches, so fewer layers: {split:?}"
+    );
     assert!(best.eval.fits());
     assert!(result.stats.resplit >= 1);
     // The split is the ILP's, and the DP oracle agrees on its time.
     let sp = SplitProblem::for_layout(&pr, &l);
     let by_ilp = ilp::solve(&sp, &ilp::Options::default()).unwrap();
     assert_eq!(by_ilp.layers, split);
-    assert_eq!(dp::solve(&sp).unwrap().priced.max_time(), by_ilp.priced.max_time());
+    assert_eq!(
+        dp::solve(&sp).unwrap().priced.max_time(),
+        by_ilp.priced.max_time()
+    );
     // Under that split the priced peak is the item vector's.
     assert!(rel(best.eval.peak_bytes, by_ilp.priced.max_bytes()) < 1e-9);
 }
@@ -269,7 +348,10 @@ fn bad_layouts() {
             }
             .to_string();
             assert!(text.contains(&format!("pipeline stage {stage}")), "{text}");
-            assert!(text.contains(&format!("over by {:.2} GiB", (peak - usable) / GIB)), "{text}");
+            assert!(
+                text.contains(&format!("over by {:.2} GiB", (peak - usable) / GIB)),
+                "{text}"
+            );
             // It is the least largest memory over all splits: the DP agrees.
             let sp = SplitProblem::for_layout(&pr, &l);
             let best = dp::min_max_memory(&sp).unwrap();
@@ -277,4 +359,107 @@ fn bad_layouts() {
         }
         other => panic!("expected Infeasible, got {other:?}"),
     }
+}
+
+fn meshplan(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_meshplan"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+/// The command line: `search` prints the split column, `explain
+/// --auto-split` prices the ILP's split, and its bad cases are one error
+/// line each (exit 1, no panic) naming the stage and the overflow, or the
+/// stage and layer counts.
+#[test]
+fn command_line_splits() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-16k",
+        "--fix",
+        "pp=16",
+        "--top",
+        "3",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("split"), "{out}");
+    assert!(out.contains("7/8/8/8/8/8/8/8/8/8/8/8/8/8/8/7"), "{out}");
+    assert!(out.contains("re-split by the ILP"), "{out}");
+
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-16k",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--sp",
+        "--auto-split",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("Verdict: VALID"), "{out}");
+    let split = out
+        .split("split ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or("");
+    let layers: Vec<u32> = split.split('/').map(|x| x.parse().unwrap()).collect();
+    assert_eq!(layers.len(), 16, "{out}");
+    assert_eq!(layers.iter().sum::<u32>(), 126);
+
+    let bad = |args: &[&str], needles: &[&str]| {
+        let o = meshplan(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for n in needles {
+            assert!(err.contains(n), "`{n}` not in {err}");
+        }
+    };
+    bad(
+        &[
+            "explain",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--gpus",
+            "8",
+            "--pp",
+            "8",
+            "--recompute",
+            "full",
+            "--auto-split",
+        ],
+        &[
+            "--auto-split: no stage split fits",
+            "pipeline stage",
+            "over by",
+        ],
+    );
+    bad(
+        &[
+            "explain",
+            "--model",
+            "llama2-7b",
+            "--cluster",
+            "dgx64",
+            "--pp",
+            "8",
+            "--vpp",
+            "8",
+            "--auto-split",
+        ],
+        &["64 pipeline stages", "only 32 transformer layers"],
+    );
 }

@@ -122,8 +122,8 @@ mod tests {
     /// so the numbers can be checked by hand.
     fn dgx_a100() -> Links {
         Links {
-            intra_bw: 300e9,        // NVLink3: 300 GB/s per GPU per direction
-            inter_bw: 200e9 / 8.0,  // one 200 Gb/s HDR NIC per GPU = 25 GB/s
+            intra_bw: 300e9,       // NVLink3: 300 GB/s per GPU per direction
+            inter_bw: 200e9 / 8.0, // one 200 Gb/s HDR NIC per GPU = 25 GB/s
             intra_lat: 0.0,
             inter_lat: 0.0,
         }

@@ -172,18 +172,24 @@ pub fn layer_forward(
     }
     // Element-wise traffic per token, bytes (bf16). Norm, residual and
     // dropout act on the full hidden state, replicated across TP unless SP.
+    // Two norms read and write h values each; Megatron fuses bias, dropout
+    // and the residual add into one kernel (`bias_dropout_add_fused_train`,
+    // megatron/core/fusions/fused_bias_dropout.py) that reads the branch
+    // output and the residual and writes the sum (3·2h per use, two uses),
+    // so dropout adds only its 1-byte mask (h per use), not separate passes.
     let rep = if sh.sp { tok / t } else { tok };
     let norms = 2.0 * (2.0 * h + 2.0 * h);
     let residual = 2.0 * (3.0 * 2.0 * h);
-    let dropout = if a.dropout { 2.0 * (2.0 * h + 2.0 * h + h) } else { 0.0 };
+    let dropout = if a.dropout { 2.0 * h } else { 0.0 };
     let hidden_bytes = rep * (norms + residual + dropout);
     let act_width = if moe { ffn } else { a.ffn as f64 };
     let act = if a.gated_mlp { 6.0 } else { 4.0 } * act_width / t;
-    let rope = if model.architecture.position_embedding == crate::spec::model::PositionEmbedding::Rope {
-        4.0 * (model.q_width() + model.kv_width()) as f64 / t
-    } else {
-        0.0
-    };
+    let rope =
+        if model.architecture.position_embedding == crate::spec::model::PositionEmbedding::Rope {
+            4.0 * (model.q_width() + model.kv_width()) as f64 / t
+        } else {
+            0.0
+        };
     let mut local_bytes = tok * (act + rope);
     if moe && let Some(m) = &model.moe {
         // Expert activation function on routed pairs, plus permute/unpermute
@@ -191,8 +197,9 @@ pub fn layer_forward(
         let f = m.expert_ffn as f64 / expert_etp;
         local_bytes += moe_pairs_per_rank * (if a.gated_mlp { 6.0 } else { 4.0 } * f + 8.0 * h);
     }
-    // Six kernels of the hidden state, two of the local tensors.
-    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 7.0 * r.overhead;
+    // Four kernels of the hidden state (two norms, two fused
+    // bias-dropout-add), one or two of the local tensors.
+    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 5.0 * r.overhead;
     lt
 }
 
@@ -237,29 +244,44 @@ pub fn model_flops_per_step(model: &Model, global_batch: f64, seq: f64) -> f64 {
         + model.moe_layers() as f64
             * (model.attention_params()
                 + model.moe_shared_and_router_params()
-                + model.moe.as_ref().map(|m| m.top_k as f64).unwrap_or(0.0) * model.one_expert_params())
+                + model.moe.as_ref().map(|m| m.top_k as f64).unwrap_or(0.0)
+                    * model.one_expert_params())
         + (model.architecture.vocab * model.architecture.hidden) as f64;
     let gemm = 6.0 * tokens * per_token_params;
-    let attn = 3.0 * model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq);
+    let attn = 3.0
+        * model.architecture.layers as f64
+        * global_batch
+        * attention_core_flops(model, seq, seq);
     gemm + attn
 }
 
 /// Forward FLOPs recomputed per step: full recompute reruns every layer's
 /// forward; selective without flash reruns the attention core.
-pub fn recompute_flops_per_step(model: &Model, global_batch: f64, seq: f64, recompute: Recompute, flash: bool) -> f64 {
+pub fn recompute_flops_per_step(
+    model: &Model,
+    global_batch: f64,
+    seq: f64,
+    recompute: Recompute,
+    flash: bool,
+) -> f64 {
     match recompute {
         Recompute::None => 0.0,
         Recompute::Selective => {
             if flash {
                 0.0
             } else {
-                model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq)
+                model.architecture.layers as f64
+                    * global_batch
+                    * attention_core_flops(model, seq, seq)
             }
         }
         Recompute::Full => {
             // One more forward of every transformer layer: a third of the
             // layers' model FLOPs (the logits are not recomputed).
-            let logits = 6.0 * global_batch * seq * (model.architecture.vocab * model.architecture.hidden) as f64;
+            let logits = 6.0
+                * global_batch
+                * seq
+                * (model.architecture.vocab * model.architecture.hidden) as f64;
             (model_flops_per_step(model, global_batch, seq) - logits) / 3.0
         }
     }
@@ -267,6 +289,17 @@ pub fn recompute_flops_per_step(model: &Model, global_batch: f64, seq: f64, reco
 
 /// FLOPs of one step by Narayanan et al. 2021, Eq. 3 (GPT, with full
 /// recompute counted): `96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`.
-pub fn narayanan_eq3_flops(layers: f64, hidden: f64, vocab: f64, global_batch: f64, seq: f64) -> f64 {
-    96.0 * global_batch * seq * layers * hidden * hidden * (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
+pub fn narayanan_eq3_flops(
+    layers: f64,
+    hidden: f64,
+    vocab: f64,
+    global_batch: f64,
+    seq: f64,
+) -> f64 {
+    96.0 * global_batch
+        * seq
+        * layers
+        * hidden
+        * hidden
+        * (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
 }

@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use crate::cost::comm;
+use crate::cost::Problem;
 use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::memory::{self, ActivationTerms};
-use crate::cost::Problem;
+use crate::cost::{comm, cp, moe as experts};
 use crate::layout::{Layout, Placement, Recompute};
 
 /// Cost of one item on one rank for one micro-batch.
@@ -39,7 +39,12 @@ pub struct ItemCost {
 impl ItemCost {
     /// Forward + backward + recompute + exposed communication, seconds.
     pub fn time(&self) -> f64 {
-        self.fwd_compute + self.bwd_compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+        self.fwd_compute
+            + self.bwd_compute
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
     }
 
     /// Forward time only (compute and its exposed communication), seconds.
@@ -64,6 +69,16 @@ pub struct LayerCosts {
     pub p2p: f64,
     /// Local tokens per micro-batch on one rank, `b·s/C`.
     pub tokens: f64,
+    /// Context-parallel K/V exchange buffers of one layer in flight, bytes
+    /// ([`cp::buffer_bytes`]; 0 when C = 1).
+    pub cp_buffers: f64,
+    /// Expert dispatch buffers of one MoE layer in flight, bytes
+    /// ([`experts::dispatch_buffer_bytes`]; 0 for dense models).
+    pub ep_buffers: f64,
+    /// Saved routed-token activations of one MoE layer per micro-batch,
+    /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
+    /// 0 under full recompute).
+    pub routed_activation: f64,
 }
 
 /// Vocabulary padded as Megatron does: up to a multiple of `128·T`.
@@ -101,6 +116,36 @@ fn exposed_tp(comm: f64, gemm: f64, overlap: bool, tp: f64) -> f64 {
     }
 }
 
+/// Exposed TP communication of one layer's backward, seconds, given the
+/// forward's collective time `per_pass` (two all-reduce equivalents for a
+/// dense layer) and the forward GEMM time `fwd_gemm`.
+///
+/// Megatron-LM's column-parallel linears (QKV, FC1) launch the collective of
+/// the input gradient asynchronously and compute the weight gradient while
+/// it runs (`LinearWithGradAccumulationAndAsyncCommunication` in
+/// `tensor_parallel/layers.py`; with SP the input all-gather for the weight
+/// gradient also runs under the input-gradient GEMM). The weight-gradient
+/// GEMMs of a layer take as long as its forward GEMMs, so:
+/// - without SP: the two all-reduces hide under `fwd_gemm`; only the excess
+///   is exposed;
+/// - with SP: the row-parallel linears' grad-output all-gathers (half of
+///   `per_pass`) are exposed; the column-parallel all-gathers and
+///   reduce-scatters (`per_pass` again) hide under the column-parallel
+///   input- and weight-gradient GEMMs, counted conservatively as `fwd_gemm`.
+///
+/// Without the asynchronous path (Megatron-LM before late 2021) the backward
+/// exposes as much as the forward.
+pub fn backward_tp_exposed(per_pass: f64, fwd_gemm: f64, sp: bool, asynchronous: bool) -> f64 {
+    if !asynchronous {
+        return per_pass;
+    }
+    if sp {
+        0.5 * per_pass + (per_pass - fwd_gemm).max(0.0)
+    } else {
+        (per_pass - fwd_gemm).max(0.0)
+    }
+}
+
 /// Costs of every item kind for layout `l` (per micro-batch on one rank).
 pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let model = pr.model;
@@ -126,59 +171,83 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // MLP outputs; with SP all-gather + reduce-scatter pairs of the same
     // volume), two in backward, and forward's again under full recompute.
     let tp_bytes = tokens * h * 2.0;
-    let tp_one = if l.tp > 1 { tp_collective(tp_bytes, pl, pr) } else { 0.0 };
-    let passes = if l.recompute == Recompute::Full { 3.0 } else { 2.0 };
-
-    // CP ring: C−1 steps each way, each moving this rank's K and V chunk
-    // (GQA-narrow, ÷T), overlapped with 1/C of the attention core.
-    let kv_local = if model.mla.is_some() {
-        (model.q_width() + model.attn_out_width()) as f64 / 2.0 / tp
+    let tp_one = if l.tp > 1 {
+        tp_collective(tp_bytes, pl, pr)
     } else {
-        (model.kv_width() as f64 / tp).max(model.head_dim() as f64)
+        0.0
     };
-    let kv_bytes = tokens * 2.0 * kv_local * 2.0;
-    let cp_cost = |attn_f: f64| -> f64 {
-        if l.cp <= 1 {
-            return 0.0;
-        }
-        let step = comm::p2p(kv_bytes, pl.cp.crosses_domains(), &pr.links);
-        let steps = cp - 1.0;
-        let f = steps * (step - attn_f / cp).max(0.0);
-        let b = steps * (2.0 * step - 2.5 * attn_f / cp).max(0.0);
-        let r = if l.recompute == Recompute::Full { f } else { 0.0 };
-        f + b + r
+    let passes = if l.recompute == Recompute::Full {
+        3.0
+    } else {
+        2.0
     };
+
+    // CP: K/V exchange by ring (overlapped with attention per step) or
+    // all-gather (exposed), see `cp`.
+    let kv_bytes = cp::kv_bytes_per_step(model, tokens, tp);
+    let cp_cost = |attn_f: f64, attn_b: f64| -> f64 {
+        cp::exchange_time(
+            l.cp_comm,
+            kv_bytes,
+            l.cp,
+            attn_f,
+            attn_b,
+            l.recompute == Recompute::Full,
+            pl.cp,
+            &pr.links,
+        )
+    };
+    // MoE: load of the busiest expert rank over the mean (imbalance, capped
+    // by a capacity factor).
+    let load = job.moe_load();
 
     let dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
     let attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
     let item = |moe: bool| -> ItemCost {
-        let (pairs, etp) = match (&model.moe, moe) {
-            (Some(m), true) => {
-                let etp = l.etp as f64;
-                (tokens / tp * m.top_k as f64 * etp * job.moe_imbalance, etp)
-            }
-            _ => (0.0, 1.0),
+        let (pairs, etp) = if moe {
+            let etp = l.etp as f64;
+            (
+                experts::routed_pairs_per_rank(model, tokens, tp, etp, load),
+                etp,
+            )
+        } else {
+            (0.0, 1.0)
         };
         let f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
         let b = compute::layer_backward(&f);
         let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
+        // CP: merging the per-step partial attention results.
+        let (cp_f, cp_b) = cp::split_overhead(model, l.cp_comm, tokens, tp, l.cp, &pr.rates);
+        let rc = rc
+            + if l.recompute == Recompute::Full {
+                cp_f
+            } else {
+                0.0
+            };
         // TP collectives: a dense layer has two per pass; an MoE layer has
-        // the attention one, plus one on the ETP group if experts are split.
-        let tp_count = if moe { 1.0 } else { 2.0 };
+        // the attention one, one more for TP-sharded shared experts, plus
+        // the ETP all-gather / reduce-scatter of the routed pairs.
+        let has_shared = model.moe.as_ref().is_some_and(|m| m.shared_experts > 0);
+        let tp_count = if !moe || has_shared { 2.0 } else { 1.0 };
         let mut tp_comm = tp_count * passes * tp_one;
-        if moe && l.etp > 1 {
-            let etp_span = crate::layout::GroupSpan::of(l.etp, 1, pr.cluster.fast_domain());
-            tp_comm += passes * comm::all_reduce(tp_bytes * l.etp as f64 / tp, etp_span, &pr.links);
+        if moe {
+            tp_comm += experts::etp_comm_time(model, pairs, passes, pl.etp, &pr.links);
         }
         // GEMM time the collectives can hide under: forward, backward (2×) and
         // the recomputed forward.
-        let tp_comm = exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp);
-        let ep_comm = if moe && l.ep > 1 {
-            // Dispatch and combine, each an all-to-all of the routed pairs'
-            // hidden states, in forward and again in backward (and in the
-            // recomputed forward).
-            let bytes = pairs / etp * h * 2.0;
-            2.0 * passes * comm::all_to_all(bytes, pl.ep, &pr.links)
+        let tp_comm = if overlap_tp {
+            exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp)
+        } else {
+            // Forward and recomputed forward expose their collectives; the
+            // backward hides part of its own (see `backward_tp_exposed`).
+            let per_pass = tp_comm / passes;
+            per_pass * (passes - 1.0)
+                + backward_tp_exposed(per_pass, f.gemm, shape.sp, job.async_tp_backward)
+        };
+        // Dispatch and combine all-to-alls, forward and backward (and the
+        // recomputed forward), over the EP group's links.
+        let ep_comm = if moe {
+            experts::ep_comm_time(model, tokens, tp, load, l.recompute, pl.ep, &pr.links)
         } else {
             0.0
         };
@@ -188,29 +257,72 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 .moe
                 .as_ref()
                 .map(|m| {
-                    m.shared_experts as f64 * model.mlp_params(m.shared_expert_ffn.unwrap_or(m.expert_ffn)) / tp
+                    m.shared_experts as f64
+                        * model.mlp_params(m.shared_expert_ffn.unwrap_or(m.expert_ffn))
+                        / tp
                         + h * m.experts as f64
                 })
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
-            let attn_act = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
-            let exp_act = memory::moe_expert_activation_bytes(model, pairs, etp, tokens / tp);
-            let full = if l.recompute == Recompute::Full { 0.0 } else { exp_act };
-            let working = memory::layer_activation_bytes(&attn_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention)
-                + exp_act;
+            let attn_act = memory::layer_activation_bytes(
+                &attn_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                l.recompute,
+                job.flash_attention,
+            );
+            let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
+            let full = if l.recompute == Recompute::Full {
+                0.0
+            } else {
+                exp_act
+            };
+            let working = memory::layer_activation_bytes(
+                &attn_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                Recompute::None,
+                job.flash_attention,
+            ) + exp_act;
             (attn + shared, experts, attn_act + full, working)
         } else {
-            let params = attention_params_rank(pr, tp) + model.mlp_params(a.ffn) / tp + 2.0 * model.norm_params();
-            let act = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, l.recompute, job.flash_attention);
-            let working = memory::layer_activation_bytes(&dense_terms, h, tokens, seq, tp, shape.sp, Recompute::None, job.flash_attention);
+            let params = attention_params_rank(pr, tp)
+                + model.mlp_params(a.ffn) / tp
+                + 2.0 * model.norm_params();
+            let act = memory::layer_activation_bytes(
+                &dense_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                l.recompute,
+                job.flash_attention,
+            );
+            let working = memory::layer_activation_bytes(
+                &dense_terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                Recompute::None,
+                job.flash_attention,
+            );
             (params, 0.0, act, working)
         };
         ItemCost {
-            fwd_compute: f.total(),
-            bwd_compute: b.total(),
+            fwd_compute: f.total() + cp_f,
+            bwd_compute: b.total() + cp_b,
             recompute: rc,
             tp_comm,
-            cp_comm: cp_cost(f.attention),
+            cp_comm: cp_cost(f.attention, b.attention),
             ep_comm,
             params,
             expert_params,
@@ -219,7 +331,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         }
     };
     let dense = item(false);
-    let moe = if model.moe.is_some() { item(true) } else { ItemCost::default() };
+    let moe = if model.moe.is_some() {
+        item(true)
+    } else {
+        ItemCost::default()
+    };
 
     // Embedding: a lookup (memory-bound) and its gradient; weights V·h/T.
     let vocab = padded_vocab(a.vocab, l.tp) as f64;
@@ -232,7 +348,11 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let embedding = ItemCost {
         fwd_compute: compute::elementwise_time(2.0 * emb_bytes, &pr.rates),
         bwd_compute: compute::elementwise_time(3.0 * emb_bytes, &pr.rates),
-        tp_comm: if l.tp > 1 { tp_one * if shape.sp { 0.5 } else { 1.0 } } else { 0.0 },
+        tp_comm: if l.tp > 1 {
+            tp_one * if shape.sp { 0.5 } else { 1.0 }
+        } else {
+            0.0
+        },
         params: vocab * h / tp + pos,
         activation: emb_bytes / rep_div,
         ..ItemCost::default()
@@ -242,15 +362,22 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // (several passes), final norm. The tied case keeps a copy of the
     // embedding on the last stage when p > 1 (Megatron).
     let out_f = compute::gemm_time(tokens, vocab / tp, h, &pr.rates);
-    let ce_bytes = tokens * vocab / tp * 4.0 * 3.0;
+    // Cross-entropy over the local V/T logits in fp32, as Megatron's
+    // `vocab_parallel_cross_entropy` (core/tensor_parallel/cross_entropy.py)
+    // runs it unfused, bytes per logit: forward 38 = cast to fp32 (read 2,
+    // write 4), max (read 4), subtract the max (8), exp (8), sum (4),
+    // normalise to the softmax kept for backward (8); backward 22 = softmax
+    // minus one-hot (8), times the loss gradient (8), cast to bf16 (6).
+    let logits = tokens * vocab / tp;
+    let (ce_fwd, ce_bwd) = (38.0 * logits, 22.0 * logits);
     let out_params = if !a.tied_embeddings || l.pp > 1 {
         vocab * h / tp
     } else {
         0.0
     } + model.norm_params();
     let output = ItemCost {
-        fwd_compute: out_f + compute::elementwise_time(ce_bytes, &pr.rates),
-        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bytes, &pr.rates),
+        fwd_compute: out_f + compute::elementwise_time(ce_fwd, &pr.rates),
+        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates),
         tp_comm: if l.tp > 1 { 2.0 * tp_one } else { 0.0 },
         params: out_params,
         activation: tokens * h * 2.0 / rep_div,
@@ -259,11 +386,36 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     };
 
     // Pipeline p2p per micro-batch and chunk boundary: activations forward,
-    // gradients backward, `b·(s/C)·h` bf16 (÷T with SP's scattered send).
+    // gradients backward, `b·(s/C)·h` bf16. Each TP rank sends only its 1/T
+    // slice: with SP the tensor is already scattered; without SP Megatron's
+    // scatter/gather optimization (Narayanan et al. 2021 §4.1) splits the
+    // replicated tensor over the T ranks (all NICs in parallel) and the
+    // receiver all-gathers it on NVLink.
     let p2p = if l.pp > 1 {
-        2.0 * comm::p2p(tokens * h * 2.0 / rep_div, pl.pp.crosses_domains(), &pr.links)
+        let slice = tokens * h * 2.0 / tp;
+        let regather = if shape.sp || l.tp == 1 {
+            0.0
+        } else {
+            comm::all_gather(tokens * h * 2.0, pl.tp, &pr.links)
+        };
+        2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), &pr.links) + regather)
     } else {
         0.0
+    };
+    let (ep_buffers, routed_activation) = match &model.moe {
+        Some(_) => {
+            let pairs = experts::routed_pairs_per_rank(model, tokens, tp, l.etp as f64, load);
+            let routed = if l.recompute == Recompute::Full {
+                0.0
+            } else {
+                experts::routed_activation_bytes(model, pairs, l.etp as f64, tokens, tp)
+            };
+            (
+                experts::dispatch_buffer_bytes(model, tokens, tp, load),
+                routed,
+            )
+        }
+        None => (0.0, 0.0),
     };
     LayerCosts {
         dense,
@@ -272,5 +424,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         output,
         p2p,
         tokens,
+        cp_buffers: cp::buffer_bytes(l.cp_comm, kv_bytes, l.cp),
+        ep_buffers,
+        routed_activation,
     }
 }

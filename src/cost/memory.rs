@@ -41,8 +41,18 @@ impl ModelStates {
 ///
 /// Example (field case M1): P = 7e9, Megatron recipe 2/4/12, ZeRO-1, D' = 8:
 /// `(2+4)·7e9 + 12·7e9/8 = 52.5e9` bytes.
-pub fn model_states(params: f64, recipe: &Recipe, zero: u8, shard: f64, unit_params: f64) -> ModelStates {
-    let (w, g, o) = (recipe.weight_bytes, recipe.grad_bytes, recipe.optimizer_bytes);
+pub fn model_states(
+    params: f64,
+    recipe: &Recipe,
+    zero: u8,
+    shard: f64,
+    unit_params: f64,
+) -> ModelStates {
+    let (w, g, o) = (
+        recipe.weight_bytes,
+        recipe.grad_bytes,
+        recipe.optimizer_bytes,
+    );
     let d = shard.max(1.0);
     match zero {
         0 => ModelStates {
@@ -105,8 +115,12 @@ pub fn dense_layer_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
     };
     let mut replicated = 2.0 * 2.0 * h + 2.0 * h + mask * h;
     if let Some(m) = &model.mla {
-        // Latent inputs of the up-projections.
-        replicated += 2.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) as f64;
+        // MLA latents (Megatron `MLASelfAttention`): the down-projection
+        // outputs (q: q_lora; kv: kv_lora + the shared rotary key) are saved
+        // as inputs of their RMSNorms, and the normed q_lora and kv_lora as
+        // inputs of the up-projections. They come from the replicated
+        // (SP-scattered) hidden state, so they shard like it.
+        replicated += 2.0 * (2 * m.q_lora_rank + 2 * m.kv_lora_rank + m.qk_rope_head_dim) as f64;
     }
     let mut sharded = 2.0 * q + 2.0 * 2.0 * kv + 2.0 * out;
     if include_mlp {
@@ -156,25 +170,6 @@ pub fn layer_activation_bytes(
     }
 }
 
-/// Saved bytes of the routed-expert part of an MoE layer for one rank and
-/// one micro-batch: per routed token-expert pair the permuted input `2h`
-/// (gathered over ETP) and the expert intermediates (`2·2f + 2f` gated,
-/// `2f + 2f` otherwise, f ÷ ETP); plus the router input `2h` per local token.
-pub fn moe_expert_activation_bytes(model: &Model, pairs_per_rank: f64, etp: f64, local_tokens: f64) -> f64 {
-    let Some(m) = &model.moe else { return 0.0 };
-    let a = &model.architecture;
-    let h = a.hidden as f64;
-    let f = m.expert_ffn as f64 / etp;
-    let inter = if a.gated_mlp { 6.0 * f } else { 4.0 * f };
-    let shared_f = m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64;
-    let shared = if shared_f > 0.0 {
-        local_tokens * (if a.gated_mlp { 6.0 } else { 4.0 } * shared_f)
-    } else {
-        0.0
-    };
-    pairs_per_rank * (2.0 * h * etp + inter) + 2.0 * 2.0 * h * local_tokens + shared
-}
-
 /// Micro-batches (1F1B) or chunk micro-batches (interleaved) whose
 /// activations pipeline rank `rank` (0-based) holds at its peak.
 ///
@@ -205,6 +200,24 @@ pub fn score_matrix_bytes(tokens: f64, keys: f64, heads: f64, tp: f64) -> f64 {
     2.0 * tokens * keys * heads / tp
 }
 
+/// The mixture-of-experts share of a rank's memory, bytes. Informational:
+/// every figure is already inside a component of [`MemoryBreakdown`]
+/// (states in weights/gradients/optimizer, routed activations in
+/// activations, dispatch buffers in temporaries).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ExpertMemory {
+    /// Routed-expert working weights (parameters ÷ E·ETP, ÷ expert DP under ZeRO-3).
+    pub weights: f64,
+    /// Routed-expert gradients (÷ expert DP under ZeRO-2/3).
+    pub grads: f64,
+    /// Routed-expert optimizer state (÷ expert DP under ZeRO ≥ 1).
+    pub optimizer: f64,
+    /// Saved routed-token activations of the micro-batches in flight.
+    pub routed_activations: f64,
+    /// All-to-all dispatch buffers of one MoE layer.
+    pub dispatch_buffers: f64,
+}
+
 /// A rank's memory, bytes, split into the components `explain` reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct MemoryBreakdown {
@@ -222,20 +235,30 @@ pub struct MemoryBreakdown {
     /// all-gather buffers, CP KV buffers, EP dispatch buffers, unfused
     /// attention scores.
     pub temporaries: f64,
+    /// Expert share of the components above (MoE models; zero otherwise).
+    pub experts: ExpertMemory,
+    /// Context-parallel K/V exchange buffers, inside `temporaries`.
+    pub cp_buffers: f64,
 }
 
 impl MemoryBreakdown {
     /// Allocated bytes at the peak.
     pub fn total(&self) -> f64 {
-        self.weights + self.grads + self.optimizer + self.activations + self.logits + self.temporaries
+        self.weights
+            + self.grads
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.temporaries
     }
 
     /// Name and bytes of the largest component.
     pub fn dominant(&self) -> (&'static str, f64) {
         let parts = self.parts();
-        parts
-            .into_iter()
-            .fold(("weights", f64::MIN), |best, x| if x.1 > best.1 { x } else { best })
+        parts.into_iter().fold(
+            ("weights", f64::MIN),
+            |best, x| if x.1 > best.1 { x } else { best },
+        )
     }
 
     /// Components as (name, bytes), in report order.

@@ -8,8 +8,10 @@
 
 pub mod comm;
 pub mod compute;
+pub mod cp;
 pub mod layer;
 pub mod memory;
+pub mod moe;
 pub mod schedule;
 
 use serde::Serialize;
@@ -19,7 +21,7 @@ use crate::spec::{Cluster, Gpu, Job, Model};
 use comm::Links;
 use compute::Rates;
 use layer::{ItemCost, LayerCosts};
-use memory::MemoryBreakdown;
+use memory::{ExpertMemory, MemoryBreakdown};
 
 /// Everything fixed while layouts vary: the model, the hardware and the job,
 /// with derived rates.
@@ -45,7 +47,13 @@ pub struct Problem<'a> {
 
 impl<'a> Problem<'a> {
     /// Build a problem for `world` GPUs of `cluster`.
-    pub fn new(model: &'a Model, gpu: &'a Gpu, cluster: &'a Cluster, job: &'a Job, world: u64) -> Problem<'a> {
+    pub fn new(
+        model: &'a Model,
+        gpu: &'a Gpu,
+        cluster: &'a Cluster,
+        job: &'a Job,
+        world: u64,
+    ) -> Problem<'a> {
         Problem {
             model,
             gpu,
@@ -54,7 +62,11 @@ impl<'a> Problem<'a> {
             world,
             rates: Rates::of(gpu),
             links: Links::of(cluster),
-            model_flops: compute::model_flops_per_step(model, job.global_batch as f64, job.seq_len as f64),
+            model_flops: compute::model_flops_per_step(
+                model,
+                job.global_batch as f64,
+                job.seq_len as f64,
+            ),
         }
     }
 
@@ -181,20 +193,25 @@ pub fn working_set_cap(lc: &LayerCosts) -> f64 {
 }
 
 /// Temporaries every rank holds on top of one item's working set, bytes:
-/// the SP all-gather buffer `t·h·2`, CP's double-buffered KV
-/// `2·t·2·kv/T·2`, and without flash attention one layer's score matrix
-/// ([`memory::score_matrix_bytes`]); t = local tokens per micro-batch.
+/// the SP all-gather buffer `t·h·2`, the CP K/V exchange buffers (ring or
+/// all-gather, [`LayerCosts::cp_buffers`]), and without flash attention
+/// one layer's score matrix ([`memory::score_matrix_bytes`]); t = local
+/// tokens per micro-batch. Ranks holding MoE layers add the EP dispatch
+/// buffers ([`LayerCosts::ep_buffers`]).
 pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
     let model = pr.model;
     let mut bytes = 0.0;
     if l.sp && l.tp > 1 {
         bytes += lc.tokens * model.architecture.hidden as f64 * 2.0;
     }
-    if l.cp > 1 {
-        bytes += 2.0 * lc.tokens * 2.0 * model.kv_width() as f64 / l.tp as f64 * 2.0;
-    }
+    bytes += lc.cp_buffers;
     if !pr.job.flash_attention {
-        bytes += memory::score_matrix_bytes(lc.tokens, pr.job.seq_len as f64, model.architecture.heads as f64, l.tp as f64);
+        bytes += memory::score_matrix_bytes(
+            lc.tokens,
+            pr.job.seq_len as f64,
+            model.architecture.heads as f64,
+            l.tp as f64,
+        );
     }
     bytes
 }
@@ -216,13 +233,19 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let chunks = l.pp * l.vpp;
     let mut items = ItemCost::default();
     let mut n_layers = 0;
+    let mut moe_layers = 0;
     for j in 0..l.vpp {
         let c = j * l.pp + rank;
         let (s, e) = chunk_layers(l, layers, c, chunks);
-        let first_moe = model.moe.as_ref().map(|x| x.first_k_dense).unwrap_or(u32::MAX);
+        let first_moe = model
+            .moe
+            .as_ref()
+            .map(|x| x.first_k_dense)
+            .unwrap_or(u32::MAX);
         let n_moe = e.saturating_sub(s.max(first_moe));
         let n_dense = (e - s) - n_moe;
         n_layers += e - s;
+        moe_layers += n_moe;
         add(&mut items, &lc.dense, n_dense as f64);
         add(&mut items, &lc.moe, n_moe as f64);
         if c == 0 {
@@ -240,11 +263,25 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let activations = items.activation * in_flight;
     let is_last = rank == l.pp - 1;
     let logits = if is_last { lc.output.working_set } else { 0.0 };
-    let temporaries = items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc);
+    // Temporaries: one layer's backward working set; SP all-gather, CP K/V
+    // and unfused-score buffers (`temporary_buffers`); and the EP dispatch
+    // buffers of the MoE layer running (`moe::dispatch_buffer_bytes`).
+    let dispatch = if moe_layers > 0 { lc.ep_buffers } else { 0.0 };
+    let temporaries =
+        items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc) + dispatch;
     let unit = zero3_unit(lc);
     let shard = (l.dp * l.cp) as f64;
     let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
-    let expert_states = memory::model_states(items.expert_params, &pr.job.recipe, l.zero, l.edp() as f64, 0.0);
+    // Expert states shard over the expert data-parallel group (Megatron's
+    // distributed optimizer shards expert parameters over expert-DP, FACTS
+    // §3); ZeRO-3 gathers one MoE layer's local experts plus a prefetch.
+    let expert_states = memory::model_states(
+        items.expert_params,
+        &pr.job.recipe,
+        l.zero,
+        l.edp() as f64,
+        2.0 * lc.moe.expert_params,
+    );
     let mem = MemoryBreakdown {
         weights: dense_states.weights + expert_states.weights,
         grads: dense_states.grads + expert_states.grads,
@@ -252,6 +289,14 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         activations,
         logits,
         temporaries,
+        experts: ExpertMemory {
+            weights: expert_states.weights,
+            grads: expert_states.grads,
+            optimizer: expert_states.optimizer,
+            routed_activations: moe_layers as f64 * lc.routed_activation * in_flight,
+            dispatch_buffers: dispatch,
+        },
+        cp_buffers: lc.cp_buffers,
     };
     RankCost {
         rank,
@@ -296,13 +341,16 @@ fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f
         0 | 1 => {
             let (reduce, gather) = if l.zero == 0 {
                 (
-                    comm::all_reduce(grads, pl.dp_cp, links) + comm::all_reduce(egrads, pl.edp, links),
+                    comm::all_reduce(grads, pl.dp_cp, links)
+                        + comm::all_reduce(egrads, pl.edp, links),
                     0.0,
                 )
             } else {
                 (
-                    comm::reduce_scatter(grads, pl.dp_cp, links) + comm::reduce_scatter(egrads, pl.edp, links),
-                    comm::all_gather(params, pl.dp_cp, links) + comm::all_gather(eparams, pl.edp, links),
+                    comm::reduce_scatter(grads, pl.dp_cp, links)
+                        + comm::reduce_scatter(egrads, pl.edp, links),
+                    comm::all_gather(params, pl.dp_cp, links)
+                        + comm::all_gather(eparams, pl.edp, links),
                 )
             };
             let reduce_exposed = if pr.job.overlap_grad_reduce {
@@ -318,8 +366,10 @@ fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f
             reduce_exposed + gather_exposed
         }
         z => {
-            let rs = comm::reduce_scatter(grads, pl.dp_cp, links) + comm::reduce_scatter(egrads, pl.edp, links);
-            let ag = comm::all_gather(params, pl.dp_cp, links) + comm::all_gather(eparams, pl.edp, links);
+            let rs = comm::reduce_scatter(grads, pl.dp_cp, links)
+                + comm::reduce_scatter(egrads, pl.edp, links);
+            let ag = comm::all_gather(params, pl.dp_cp, links)
+                + comm::all_gather(eparams, pl.edp, links);
             per_mb = if z == 2 {
                 (rs - bwd_mb).max(0.0)
             } else {
@@ -369,7 +419,11 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
     while rank < l.pp {
         let rc = rank_cost(pr, l, &lc, rank, m);
         // Ranks this one stands for.
-        let weight = if uniform_middle && rank == 1 { (l.pp - 2) as f64 } else { 1.0 };
+        let weight = if uniform_middle && rank == 1 {
+            (l.pp - 2) as f64
+        } else {
+            1.0
+        };
         let peak = rc.memory.total();
         if peak > worst_peak {
             worst_peak = peak;
@@ -387,7 +441,11 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         dp_exposed = dp_exposed.max(exposed);
         per_mb_max = per_mb_max.max(per_mb);
         opt = opt.max(o);
-        rank = if uniform_middle && rank == 1 { l.pp - 1 } else { rank + 1 };
+        rank = if uniform_middle && rank == 1 {
+            l.pp - 1
+        } else {
+            rank + 1
+        };
     }
     let t_max = t_max + per_mb_max;
     let t_sum = t_sum + per_mb_max * l.pp as f64;
@@ -442,8 +500,9 @@ fn schedule_time(t_max: f64, t_sum: f64, m: u64, vpp: u32) -> f64 {
 
 /// m = B/(D·b), or its floor (at least 1) when D·b does not divide B.
 pub fn micro_batches_or_floor(pr: &Problem, l: &Layout) -> u64 {
-    l.micro_batches(pr.job.global_batch)
-        .unwrap_or_else(|| (pr.job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1))
+    l.micro_batches(pr.job.global_batch).unwrap_or_else(|| {
+        (pr.job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1)
+    })
 }
 
 /// Whether middle pipeline ranks of a uniform split all carry the same

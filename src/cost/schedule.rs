@@ -50,7 +50,11 @@ mod tests {
         assert_eq!(pipeline_time(&t, 8, 2), 9.5);
         assert_eq!(bubble_time(&t, 8, 1), 3.0);
         // The bubble share of the pipeline time is the ideal fraction.
-        assert!((bubble_time(&t, 8, 1) / pipeline_time(&t, 8, 1) - ideal_bubble_fraction(4, 8, 1)).abs() < 1e-15);
+        assert!(
+            (bubble_time(&t, 8, 1) / pipeline_time(&t, 8, 1) - ideal_bubble_fraction(4, 8, 1))
+                .abs()
+                < 1e-15
+        );
     }
 
     #[test]

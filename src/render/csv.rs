@@ -19,7 +19,9 @@ struct Line<'a> {
     tp: u32,
     pp: u32,
     cp: u32,
+    cp_comm: &'a str,
     ep: u32,
+    etp: u32,
     vpp: u32,
     mbs: u32,
     m: u64,
@@ -50,6 +52,8 @@ struct Line<'a> {
     activations_gib: f64,
     logits_gib: f64,
     temporaries_gib: f64,
+    expert_states_gib: f64,
+    routed_activations_gib: f64,
 }
 
 fn line(r: &Row) -> Line<'_> {
@@ -62,7 +66,9 @@ fn line(r: &Row) -> Line<'_> {
         tp: l.tp,
         pp: l.pp,
         cp: l.cp,
+        cp_comm: l.cp_comm.as_str(),
         ep: l.ep,
+        etp: l.etp,
         vpp: l.vpp,
         mbs: l.micro_batch,
         m: r.micro_batches,
@@ -73,7 +79,12 @@ fn line(r: &Row) -> Line<'_> {
         split: l
             .split
             .as_ref()
-            .map(|s| s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" "))
+            .map(|s| {
+                s.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .unwrap_or_default(),
         peak_gib: r.peak_gib,
         step_s: r.step_s,
@@ -97,6 +108,8 @@ fn line(r: &Row) -> Line<'_> {
         activations_gib: m.activations / GIB,
         logits_gib: m.logits / GIB,
         temporaries_gib: m.temporaries / GIB,
+        expert_states_gib: (m.experts.weights + m.experts.grads + m.experts.optimizer) / GIB,
+        routed_activations_gib: m.experts.routed_activations / GIB,
     }
 }
 

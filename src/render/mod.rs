@@ -2,6 +2,7 @@
 //! does: the command builds a report, the exporter writes it.
 
 mod csv;
+pub mod extras;
 mod json;
 mod table;
 

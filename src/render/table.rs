@@ -40,7 +40,11 @@ fn pct(x: f64) -> String {
 
 fn split_text(split: &Option<Vec<u32>>) -> String {
     match split {
-        Some(s) => s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("/"),
+        Some(s) => s
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
         None => "uniform".into(),
     }
 }
@@ -48,15 +52,30 @@ fn split_text(split: &Option<Vec<u32>>) -> String {
 impl Exporter for Table {
     fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
         header(w, &r.context)?;
-        let moe = r.rows.iter().any(|x| x.layout.ep > 1);
+        let moe = r.rows.iter().any(|x| x.layout.ep > 1 || x.layout.etp > 1);
+        let cp = r.rows.iter().any(|x| x.layout.cp > 1);
         let split = r.rows.iter().any(|x| x.layout.split.is_some());
         let mut t = table();
         let mut head = vec!["#", "D", "T", "p", "C"];
+        if cp {
+            head.push("KV");
+        }
         if moe {
-            head.push("E");
+            head.extend(["E", "ETP"]);
         }
         head.extend([
-            "v", "b", "m", "recompute", "ZeRO", "SP", "order", "peak GiB", "step s", "tokens/s", "TFLOP/s/GPU", "MFU %",
+            "v",
+            "b",
+            "m",
+            "recompute",
+            "ZeRO",
+            "SP",
+            "order",
+            "peak GiB",
+            "step s",
+            "tokens/s",
+            "TFLOP/s/GPU",
+            "MFU %",
             "bubble %",
         ]);
         if split {
@@ -72,8 +91,16 @@ impl Exporter for Table {
                 l.pp.to_string(),
                 l.cp.to_string(),
             ];
+            if cp {
+                cells.push(if l.cp > 1 {
+                    l.cp_comm.to_string()
+                } else {
+                    "-".into()
+                });
+            }
             if moe {
                 cells.push(l.ep.to_string());
+                cells.push(l.etp.to_string());
             }
             cells.extend([
                 l.vpp.to_string(),
@@ -101,7 +128,11 @@ impl Exporter for Table {
             }
         }
         writeln!(w, "{t}")?;
-        writeln!(w, "TFLOP/s and MFU: {}; peak {} TFLOP/s.", r.context.flop_convention, r.context.peak_tflops)?;
+        writeln!(
+            w,
+            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
+            r.context.flop_convention, r.context.peak_tflops
+        )?;
         writeln!(
             w,
             "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
@@ -126,11 +157,20 @@ impl Exporter for Table {
                 r.rows.len()
             )?;
         }
+        if cp {
+            writeln!(
+                w,
+                "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = allgather)."
+            )?;
+        }
         if r.rows.is_empty() {
             writeln!(w, "No valid layout: every one breaks a rule below.")?;
         }
         if !r.rejections.is_empty() {
-            writeln!(w, "Rejected (first broken rule), with the best near-miss of each:")?;
+            writeln!(
+                w,
+                "Rejected (first broken rule), with the best near-miss of each:"
+            )?;
             for rj in &r.rejections {
                 match &rj.near_miss {
                     Some(n) => writeln!(
@@ -145,6 +185,15 @@ impl Exporter for Table {
                 }
             }
         }
+        if let Some(c) = &r.checkpoint {
+            super::extras::checkpoint(w, c, true, "#1")?;
+        }
+        if let Some(t) = &r.time_to_train {
+            super::extras::time_to_train(w, t, "#1")?;
+        }
+        if let Some(q) = &r.why_not {
+            super::extras::why_not(w, q)?;
+        }
         Ok(())
     }
 
@@ -152,13 +201,30 @@ impl Exporter for Table {
         header(w, &r.context)?;
         let l = &r.layout;
         let e = &r.eval;
-        writeln!(w, "Layout: {}  (m = {} micro-batches, split {})", l.short(), e.micro_batches, split_text(&l.split))?;
+        writeln!(
+            w,
+            "Layout: {}  (m = {} micro-batches, split {})",
+            l.short(),
+            e.micro_batches,
+            split_text(&l.split)
+        )?;
         if r.is_valid() {
-            writeln!(w, "Verdict: VALID — fits with {:.1} GiB to spare.", (e.usable_bytes - e.peak_bytes) / GIB)?;
+            writeln!(
+                w,
+                "Verdict: VALID — fits with {:.1} GiB to spare.",
+                (e.usable_bytes - e.peak_bytes) / GIB
+            )?;
         } else {
-            writeln!(w, "Verdict: REJECTED — breaks {} rule(s):", r.violations.len())?;
+            writeln!(
+                w,
+                "Verdict: REJECTED — breaks {} rule(s):",
+                r.violations.len()
+            )?;
             for v in &r.violations {
                 writeln!(w, "  [{}] {}\n      fix: {}", v.code, v.message, v.remedy)?;
+            }
+            if let Some(f) = &r.fixes {
+                super::extras::fixes(w, f)?;
             }
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
@@ -170,6 +236,9 @@ impl Exporter for Table {
                 best.tokens_per_s,
                 100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
             )?;
+            if let Some(g) = r.gap_to_best.as_ref().filter(|_| rank > 1) {
+                super::extras::gap(w, g)?;
+            }
         }
         writeln!(w)?;
         writeln!(
@@ -187,6 +256,24 @@ impl Exporter for Table {
                 format!("{:.2}", bytes / GIB),
                 pct(bytes / e.peak_bytes.max(1.0)),
             ]);
+        }
+        // Expert and CP shares, already inside the components above.
+        let x = &e.memory.experts;
+        for (name, bytes) in [
+            ("  of which expert weights", x.weights),
+            ("  of which expert gradients", x.grads),
+            ("  of which expert optimizer", x.optimizer),
+            ("  of which routed-token activations", x.routed_activations),
+            ("  of which EP dispatch buffers", x.dispatch_buffers),
+            ("  of which CP K/V buffers", e.memory.cp_buffers),
+        ] {
+            if bytes > 0.0 {
+                t.add_row(vec![
+                    name.to_string(),
+                    format!("{:.2}", bytes / GIB),
+                    pct(bytes / e.peak_bytes.max(1.0)),
+                ]);
+            }
         }
         writeln!(w, "{t}")?;
         writeln!(w)?;
@@ -208,7 +295,7 @@ impl Exporter for Table {
             ("pipeline bubble", tm.bubble),
             ("TP communication", tm.tp_comm),
             ("CP communication", tm.cp_comm),
-            ("EP all-to-all", tm.ep_comm),
+            ("EP all-to-all (dispatch+combine)", tm.ep_comm),
             ("PP point-to-point", tm.pp_comm),
             ("DP communication (exposed)", tm.dp_comm),
             ("optimizer step", tm.optimizer),
@@ -216,10 +303,22 @@ impl Exporter for Table {
             t.add_row(vec![name.to_string(), format!("{s:.4}"), pct(s / tm.step)]);
         }
         writeln!(w, "{t}")?;
+        writeln!(
+            w,
+            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
+            r.context.flop_convention, r.context.peak_tflops
+        )?;
         writeln!(w)?;
         writeln!(w, "Per pipeline stage:")?;
         let mut t = table();
-        t.set_header(vec!["stage", "layers", "ms / micro-batch", "peak GiB", "states GiB", "activations GiB"]);
+        t.set_header(vec![
+            "stage",
+            "layers",
+            "ms / micro-batch",
+            "peak GiB",
+            "states GiB",
+            "activations GiB",
+        ]);
         for rc in &r.ranks {
             let m = &rc.memory;
             t.add_row(vec![
@@ -232,6 +331,13 @@ impl Exporter for Table {
             ]);
         }
         writeln!(w, "{t}")?;
+        if let Some(c) = &r.checkpoint {
+            writeln!(w)?;
+            super::extras::checkpoint(w, c, false, "this layout")?;
+        }
+        if let Some(t) = &r.time_to_train {
+            super::extras::time_to_train(w, t, "this layout")?;
+        }
         Ok(())
     }
 }

@@ -101,7 +101,9 @@ impl Catalog {
     /// parse errors of [`Model::from_toml`].
     pub fn add_models_dir(&mut self, dir: &Path) -> Result<(), InputError> {
         for (path, text) in read_dir_toml(dir)? {
-            upsert(&mut self.models, Model::from_toml(&text, &path)?, |m| &m.name);
+            upsert(&mut self.models, Model::from_toml(&text, &path)?, |m| {
+                &m.name
+            });
         }
         Ok(())
     }
@@ -121,7 +123,9 @@ impl Catalog {
         let clusters = dir.join("clusters");
         if clusters.is_dir() {
             for (path, text) in read_dir_toml(&clusters)? {
-                upsert(&mut self.clusters, Cluster::from_toml(&text, &path)?, |c| &c.name);
+                upsert(&mut self.clusters, Cluster::from_toml(&text, &path)?, |c| {
+                    &c.name
+                });
             }
         }
         if !gpus.is_dir() && !clusters.is_dir() {
@@ -148,7 +152,11 @@ impl Catalog {
     }
 
     fn gpu_names(&self) -> String {
-        self.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+        self.gpus
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Find a model by name or alias (case-insensitive).
@@ -159,7 +167,10 @@ impl Catalog {
         let key = name.to_ascii_lowercase();
         self.models
             .iter()
-            .find(|m| m.name.eq_ignore_ascii_case(&key) || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(&key)))
+            .find(|m| {
+                m.name.eq_ignore_ascii_case(&key)
+                    || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(&key))
+            })
             .ok_or_else(|| InputError::Unknown {
                 kind: "model",
                 name: name.to_string(),
@@ -189,7 +200,12 @@ impl Catalog {
             .ok_or_else(|| InputError::Unknown {
                 kind: "cluster",
                 name: name.to_string(),
-                known: self.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+                known: self
+                    .clusters
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
     }
 

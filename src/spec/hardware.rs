@@ -199,7 +199,11 @@ impl Gpu {
         check_fraction(file, "efficiency.gemm", self.efficiency.gemm)?;
         check_fraction(file, "efficiency.attention", self.efficiency.attention)?;
         check_fraction(file, "efficiency.memory", self.efficiency.memory)?;
-        check_non_negative(file, "efficiency.kernel_overhead_us", self.efficiency.kernel_overhead_us)?;
+        check_non_negative(
+            file,
+            "efficiency.kernel_overhead_us",
+            self.efficiency.kernel_overhead_us,
+        )?;
         Ok(())
     }
 
@@ -240,7 +244,9 @@ impl Cluster {
                 return Err(InputError::field(file, field, "must be positive, found 0"));
             }
         }
-        if self.scale_up_domain % self.gpus_per_node != 0 && self.gpus_per_node % self.scale_up_domain != 0 {
+        if self.scale_up_domain % self.gpus_per_node != 0
+            && self.gpus_per_node % self.scale_up_domain != 0
+        {
             return Err(InputError::field(
                 file,
                 "scale_up_domain",
@@ -250,14 +256,30 @@ impl Cluster {
                 ),
             ));
         }
-        check_positive(file, "intra_node.bandwidth_gbs", self.intra_node.bandwidth_gbs)?;
+        check_positive(
+            file,
+            "intra_node.bandwidth_gbs",
+            self.intra_node.bandwidth_gbs,
+        )?;
         check_non_negative(file, "intra_node.latency_us", self.intra_node.latency_us)?;
-        check_positive(file, "inter_node.nic_bandwidth_gbps", self.inter_node.nic_bandwidth_gbps)?;
+        check_positive(
+            file,
+            "inter_node.nic_bandwidth_gbps",
+            self.inter_node.nic_bandwidth_gbps,
+        )?;
         check_non_negative(file, "inter_node.latency_us", self.inter_node.latency_us)?;
         check_fraction(file, "collective.intra", self.collective.intra)?;
         check_fraction(file, "collective.inter", self.collective.inter)?;
-        check_positive(file, "reliability.storage_bandwidth_gbs", self.reliability.storage_bandwidth_gbs)?;
-        check_positive(file, "reliability.node_mtbf_hours", self.reliability.node_mtbf_hours)?;
+        check_positive(
+            file,
+            "reliability.storage_bandwidth_gbs",
+            self.reliability.storage_bandwidth_gbs,
+        )?;
+        check_positive(
+            file,
+            "reliability.node_mtbf_hours",
+            self.reliability.node_mtbf_hours,
+        )?;
         Ok(())
     }
 

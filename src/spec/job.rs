@@ -39,6 +39,17 @@ impl Recipe {
         grad_reduce_bytes: 2.0,
     };
 
+    /// DeepSpeed mixed precision: fp16/bf16 weights (2), fp16 gradients (2)
+    /// plus the fp32 gradient partition the optimizer reads (4), fp32
+    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` (field case M2,
+    /// DeepSpeed #5099).
+    pub const DEEPSPEED: Recipe = Recipe {
+        weight_bytes: 2.0,
+        grad_bytes: 6.0,
+        optimizer_bytes: 12.0,
+        grad_reduce_bytes: 2.0,
+    };
+
     /// Total bytes per parameter when nothing is sharded.
     pub fn total(&self) -> f64 {
         self.weight_bytes + self.grad_bytes + self.optimizer_bytes
@@ -53,6 +64,8 @@ pub enum RecipeName {
     Megatron,
     /// Seed 000's 2/2/12 recipe (bf16 grads).
     Seed,
+    /// DeepSpeed's 2/(2+4)/12 recipe (fp16 grads plus fp32 partition).
+    Deepspeed,
 }
 
 impl RecipeName {
@@ -61,6 +74,7 @@ impl RecipeName {
         match self {
             RecipeName::Megatron => Recipe::MEGATRON_BF16,
             RecipeName::Seed => Recipe::SEED_2_2_12,
+            RecipeName::Deepspeed => Recipe::DEEPSPEED,
         }
     }
 }
@@ -86,9 +100,19 @@ pub struct Job {
     pub overlap_param_gather: bool,
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     pub tp_comm_overlap: bool,
+    /// Backward TP collectives of column-parallel linears run asynchronously
+    /// under the weight-gradient GEMM (Megatron-LM
+    /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
+    /// since late 2021; `false` models Megatron-LM of April 2021).
+    pub async_tp_backward: bool,
     /// Load of the busiest expert rank over the mean (1.0 = perfectly
     /// balanced routing); multiplies routed-expert compute and all-to-all.
     pub moe_imbalance: f64,
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`);
+    /// `None` = dropless routing (Megatron's default). With a factor c the
+    /// busiest rank's load is `min(moe_imbalance, c)` times the mean.
+    #[serde(default)]
+    pub moe_capacity_factor: Option<f64>,
 }
 
 impl Job {
@@ -103,7 +127,9 @@ impl Job {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             tp_comm_overlap: false,
+            async_tp_backward: true,
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
         }
     }
 
@@ -118,7 +144,9 @@ impl Job {
     /// [`InputError::Job`] when the batch or the sequence is zero.
     pub fn check(&self) -> Result<(), InputError> {
         if self.global_batch == 0 {
-            return Err(InputError::Job("--global-batch must be at least 1 sequence".into()));
+            return Err(InputError::Job(
+                "--global-batch must be at least 1 sequence".into(),
+            ));
         }
         if self.seq_len == 0 {
             return Err(InputError::Job("--seq-len must be at least 1 token".into()));
@@ -129,6 +157,24 @@ impl Job {
                 self.moe_imbalance
             )));
         }
+        if let Some(c) = self.moe_capacity_factor
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(InputError::Job(format!(
+                "--moe-capacity-factor must be a positive number (e.g. 1.25), found {c}"
+            )));
+        }
         Ok(())
+    }
+
+    /// Routed token-expert pairs of the busiest expert rank over the mean:
+    /// `moe_imbalance` for dropless routing, `min(moe_imbalance, c)` with a
+    /// capacity factor c (tokens beyond capacity are dropped; Megatron's
+    /// `--moe-pad-expert-input-to-capacity` is not modelled).
+    pub fn moe_load(&self) -> f64 {
+        match self.moe_capacity_factor {
+            Some(c) => self.moe_imbalance.min(c),
+            None => self.moe_imbalance,
+        }
     }
 }

@@ -7,6 +7,6 @@ pub mod job;
 pub mod model;
 
 pub use catalog::Catalog;
-pub use hardware::{Cluster, Gpu, GIB};
+pub use hardware::{Cluster, GIB, Gpu};
 pub use job::{Job, Recipe, RecipeName};
 pub use model::Model;

@@ -193,33 +193,51 @@ impl Model {
         if a.heads % a.kv_heads != 0 {
             return err(
                 "architecture.kv_heads",
-                format!("{} query heads are not a multiple of {} kv heads", a.heads, a.kv_heads),
+                format!(
+                    "{} query heads are not a multiple of {} kv heads",
+                    a.heads, a.kv_heads
+                ),
             );
         }
         if !(self.known_params.is_finite() && self.known_params > 0.0) {
-            return err("known_params", format!("must be a positive number, found {}", self.known_params));
+            return err(
+                "known_params",
+                format!("must be a positive number, found {}", self.known_params),
+            );
         }
         if let Some(m) = &self.moe {
             if m.experts == 0 || m.top_k == 0 || m.expert_ffn == 0 {
-                return err("moe", "experts, top_k and expert_ffn must be positive".into());
+                return err(
+                    "moe",
+                    "experts, top_k and expert_ffn must be positive".into(),
+                );
             }
             if m.top_k > m.experts {
                 return err(
                     "moe.top_k",
-                    format!("top_k {} exceeds the number of experts {}", m.top_k, m.experts),
+                    format!(
+                        "top_k {} exceeds the number of experts {}",
+                        m.top_k, m.experts
+                    ),
                 );
             }
             if m.first_k_dense >= a.layers {
                 return err(
                     "moe.first_k_dense",
-                    format!("{} dense layers leave no MoE layer among {}", m.first_k_dense, a.layers),
+                    format!(
+                        "{} dense layers leave no MoE layer among {}",
+                        m.first_k_dense, a.layers
+                    ),
                 );
             }
         }
         if self.defaults.seq_len > a.max_seq {
             return err(
                 "defaults.seq_len",
-                format!("{} exceeds architecture.max_seq {}", self.defaults.seq_len, a.max_seq),
+                format!(
+                    "{} exceeds architecture.max_seq {}",
+                    self.defaults.seq_len, a.max_seq
+                ),
             );
         }
         Ok(())

@@ -42,7 +42,9 @@ fn run(p: &SplitProblem, goal: Goal) -> Option<(f64, Vec<usize>)> {
     for s in 1..=stages {
         let r = s - 1;
         for b in 1..=n {
-            let (mut time, mut states, mut act, mut ws, mut layers) = (p.rank_time[r], 0.0, 0.0, 0.0f64, 0u32);
+            let (mut time, mut states, mut act, mut ws, mut layers) =
+                (p.rank_time[r], 0.0, 0.0, 0.0f64, 0u32);
+            let mut expert = false;
             let mut best = inf;
             let mut arg = usize::MAX;
             for a in (0..b).rev() {
@@ -52,10 +54,12 @@ fn run(p: &SplitProblem, goal: Goal) -> Option<(f64, Vec<usize>)> {
                 act += it.activation;
                 ws = ws.max(it.working_set);
                 layers += u32::from(it.layer);
+                expert |= it.expert;
                 if layers == 0 || g[s - 1][a] == inf {
                     continue;
                 }
-                let bytes = p.rank_bytes[r] + states + p.in_flight[r] * act + ws;
+                let dispatch = if expert { p.expert_bytes } else { 0.0 };
+                let bytes = p.rank_bytes[r] + states + p.in_flight[r] * act + ws + dispatch;
                 let value = match goal {
                     Goal::Time => {
                         if bytes > p.usable {

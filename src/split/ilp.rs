@@ -3,23 +3,33 @@
 //! # Formulation
 //!
 //! Items (see [`super`]) are grouped into runs of identical consecutive
-//! items: run k starts at item `s_k`, holds `n_k` items of per-item
-//! attributes `x_k` (time, states, activations, layer count, run count),
-//! and `P_k` is the sum of the attributes of the items before it. A model
-//! with one layer kind has three runs (embedding, layers, output), so the
-//! program stays small however many layers there are; with every item
-//! different it is the plain item-by-item program.
+//! items: run k holds `n_k` items of per-item attributes `x_k` (time,
+//! states, activations, layer count). A model with one layer kind has
+//! three runs (embedding, layers, output), so the program stays small
+//! however many layers there are; with every item different it is the
+//! plain item-by-item program.
 //!
-//! Variables, for each interior boundary `c = 1 … S−1` (S = p·v chunks):
+//! Variables, for each interior boundary `c = 1 … S−1` (S = p·v chunks),
+//! in the incremental (fill) form of a piecewise-linear function:
 //!
-//! - `u_{c,k}` binary: boundary c lies in run k, `Σ_k u_{c,k} = 1`;
-//! - `o_{c,k}` integer offset inside the run, `0 ≤ o_{c,k} ≤ (n_k − 1)·u_{c,k}`.
+//! - `f_{c,k}` integer in `[0, n_k]`: items of run k before boundary c;
+//! - `δ_{c,k}` binary for every run but the last: run k is complete before
+//!   the boundary, with `f_{c,k} ≥ n_k·δ_{c,k}` and
+//!   `f_{c,k+1} ≤ n_{k+1}·δ_{c,k}` (runs fill in order, so the fills
+//!   describe one position `B_c = Σ_k f_{c,k}`).
 //!
-//! The boundary's position is `B_c = Σ_k (s_k·u_{c,k} + o_{c,k})` and the
-//! sum of any attribute over the items before it is the linear expression
-//! `A(B_c) = Σ_k (P_k·u_{c,k} + x_k·o_{c,k})` (exact: the prefix sum is
-//! linear inside a run). `B_0 = 0`, `B_S = n`; chunk c's attribute is
-//! `A(B_{c+1}) − A(B_c)`.
+//! The sum of any attribute over the items before the boundary is the
+//! linear expression `A(B_c) = Σ_k x_k·f_{c,k}`; `B_0 = 0`, `B_S = n`;
+//! chunk c's attribute is `A(B_{c+1}) − A(B_c)`. Fills never decrease from
+//! one boundary to the next (`f_{c,k} ≤ f_{c+1,k}`; implied by the layer
+//! counts below, stated because it tightens the LP relaxation).
+//!
+//! Cost: with the catalog's models (at most four runs) one solve at
+//! L = 128, S = 32 takes milliseconds (`benches/ilp.rs`). With every layer
+//! different (130 runs) HiGHS finds the optimum quickly but needs about
+//! 12 s to prove it at L = 128, S = 32 (the LP relaxation of min-max
+//! partitioning is weak); the [`Options::time_limit_s`] then returns the
+//! best split found, marked not optimal.
 //!
 //! Constraints, with time in units of the mean rank time and bytes in units
 //! of usable memory U:
@@ -32,8 +42,10 @@
 //!   where W_r is the rank's largest working set: `W_r ≥ w_min` (the least
 //!   working set of a layer: every rank holds one), and for each run k with
 //!   a larger working set `w_k`, `W_r ≥ w_k·h_{c,k}` with binary `h_{c,k} ≥
-//!   (G_k(B_{c+1}) − G_k(B_c))/n_k` (`G_k` counts run k's items, so
-//!   `h_{c,k} = 1` whenever chunk c holds one). Dense models need no `h`.
+//!   (f_{c+1,k} − f_{c,k})/n_k` (so `h_{c,k} = 1` whenever chunk c holds an
+//!   item of run k); likewise the EP dispatch
+//!   buffers ε, `E_r ≥ ε·h_{c,k}` for runs of MoE layers, add `E_r` to the
+//!   rank's bytes. Dense models need no `h`.
 //!
 //! Objective: minimise T. Then (v > 1 only), with the rank times bounded
 //! by the optimum found, minimise the slowest chunk C, `C ≥ A_t(B_{c+1}) −
@@ -51,7 +63,10 @@
 //! returns is re-priced exactly with [`SplitProblem::price`].
 
 use good_lp::solvers::highs::highs;
-use good_lp::{Expression, ProblemVariables, ResolutionError, Solution, SolverModel, Variable, constraint, variable};
+use good_lp::{
+    Expression, ProblemVariables, ResolutionError, Solution, SolverModel, Variable, constraint,
+    variable,
+};
 
 use super::{Split, SplitError, SplitProblem};
 
@@ -85,35 +100,35 @@ impl Default for Options {
 /// A run of identical consecutive items.
 #[derive(Debug, Clone, Copy)]
 struct Run {
-    start: usize,
     len: usize,
     /// Per-item attributes: time (normalised), states, activation (bytes
     /// normalised), layer count.
     x: [f64; 4],
-    /// Sums of the attributes of the items before the run.
-    before: [f64; 4],
+    /// Working set (normalised).
     ws: f64,
+    /// MoE items (the rank then holds the EP dispatch buffers).
+    expert: bool,
 }
 
 fn runs(p: &SplitProblem, tu: f64) -> Vec<Run> {
     let u = p.usable;
     let mut out: Vec<Run> = Vec::new();
-    let mut before = [0.0; 4];
-    for (i, it) in p.items.iter().enumerate() {
-        let x = [it.time / tu, it.states / u, it.activation / u, f64::from(u8::from(it.layer))];
+    for it in &p.items {
+        let x = [
+            it.time / tu,
+            it.states / u,
+            it.activation / u,
+            f64::from(u8::from(it.layer)),
+        ];
         let ws = it.working_set / u;
         match out.last_mut() {
-            Some(r) if r.x == x && r.ws == ws => r.len += 1,
+            Some(r) if r.x == x && r.ws == ws && r.expert == it.expert => r.len += 1,
             _ => out.push(Run {
-                start: i,
                 len: 1,
                 x,
-                before,
                 ws,
+                expert: it.expert,
             }),
-        }
-        for a in 0..4 {
-            before[a] += x[a];
         }
     }
     out
@@ -139,7 +154,13 @@ enum Outcome {
     Infeasible,
 }
 
-fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<Outcome, SplitError> {
+#[allow(clippy::needless_range_loop)] // chunk c's constraints read boundaries c and c + 1
+fn solve_goal(
+    p: &SplitProblem,
+    opts: &Options,
+    goal: Goal,
+    tu: f64,
+) -> Result<Outcome, SplitError> {
     let runs = runs(p, tu);
     let s = p.chunks();
     let pp = p.pp as usize;
@@ -147,21 +168,26 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
     let total_layers = f64::from(p.layers());
     let u = p.usable;
     let mut vars = ProblemVariables::new();
-    // Boundary variables for c = 1..S−1.
-    let mut sel: Vec<Vec<(usize, Variable, Option<Variable>)>> = vec![Vec::new(); s + 1];
-    for row in sel.iter_mut().take(s).skip(1) {
-        for (k, r) in runs.iter().enumerate() {
-            let uvar = vars.add(variable().binary());
-            let ovar = (r.len > 1).then(|| vars.add(variable().integer().min(0).max((r.len - 1) as f64)));
-            row.push((k, uvar, ovar));
-        }
+    // Boundary variables for c = 1..S−1 (rows 0 and S stay empty): how
+    // many items of each run lie before the boundary, and whether each run
+    // but the last is complete there.
+    let kk = runs.len();
+    let mut fill: Vec<Vec<Variable>> = vec![Vec::new(); s + 1];
+    let mut full: Vec<Vec<Variable>> = vec![Vec::new(); s + 1];
+    for c in 1..s {
+        fill[c] = runs
+            .iter()
+            .map(|r| vars.add(variable().integer().min(0).max(r.len as f64)))
+            .collect();
+        full[c] = (0..kk.saturating_sub(1))
+            .map(|_| vars.add(variable().binary()))
+            .collect();
     }
     let total: [f64; 4] = {
-        let last = runs.last().map(|r| r.before.iter().zip(r.x).map(|(b, x)| b + x * r.len as f64));
         let mut t = [0.0; 4];
-        if let Some(it) = last {
-            for (a, v) in it.enumerate() {
-                t[a] = v;
+        for r in &runs {
+            for (a, ta) in t.iter_mut().enumerate() {
+                *ta += r.x[a] * r.len as f64;
             }
         }
         t
@@ -174,12 +200,9 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
         if c == s {
             return Expression::from(total[a]);
         }
-        let mut e = Expression::with_capacity(2 * runs.len());
-        for &(k, uv, ov) in &sel[c] {
-            e.add_mul(runs[k].before[a], uv);
-            if let Some(o) = ov {
-                e.add_mul(runs[k].x[a], o);
-            }
+        let mut e = Expression::with_capacity(kk);
+        for (k, &f) in fill[c].iter().enumerate() {
+            e.add_mul(runs[k].x[a], f);
         }
         e
     };
@@ -191,17 +214,7 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
         if c == s {
             return Expression::from(runs[k].len as f64);
         }
-        let mut e = Expression::with_capacity(runs.len());
-        for &(k2, uv, ov) in &sel[c] {
-            if k2 > k {
-                e.add_mul(runs[k].len as f64, uv);
-            } else if k2 == k
-                && let Some(o) = ov
-            {
-                e.add_mul(1.0, o);
-            }
-        }
-        e
+        Expression::from(fill[c][k])
     };
     let t_var = vars.add(variable().min(0.0));
     let z_var = vars.add(variable().min(0.0));
@@ -212,13 +225,29 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
         .filter(|i| i.layer)
         .map(|i| i.working_set / u)
         .fold(f64::INFINITY, f64::min);
-    let high: Vec<usize> = (0..runs.len()).filter(|&k| runs[k].ws > w_min).collect();
+    let dispatch = p.expert_bytes / u;
+    // Runs whose presence on a rank costs bytes beyond their sums: a
+    // working set above the least layer's, or the EP dispatch buffers.
+    let high: Vec<usize> = (0..runs.len())
+        .filter(|&k| runs[k].ws > w_min || (runs[k].expert && dispatch > 0.0))
+        .collect();
     // h[c][j] for chunk c and high run high[j].
     let h: Vec<Vec<Variable>> = (0..s)
         .map(|_| high.iter().map(|_| vars.add(variable().binary())).collect())
         .collect();
     let w: Vec<Option<Variable>> = (0..pp)
-        .map(|_| (!high.is_empty()).then(|| vars.add(variable().min(w_min))))
+        .map(|_| {
+            high.iter()
+                .any(|&k| runs[k].ws > w_min)
+                .then(|| vars.add(variable().min(w_min)))
+        })
+        .collect();
+    let e: Vec<Option<Variable>> = (0..pp)
+        .map(|_| {
+            high.iter()
+                .any(|&k| runs[k].expert && dispatch > 0.0)
+                .then(|| vars.add(variable().min(0.0)))
+        })
         .collect();
     let objective = match goal {
         Goal::Time => Expression::from(t_var),
@@ -229,7 +258,9 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
     model = model
         .set_mip_rel_gap(0.0)
         .and_then(|m| m.set_mip_abs_gap(1e-7))
-        .map_err(|e| SplitError::Solver { status: e.to_string() })?
+        .map_err(|e| SplitError::Solver {
+            status: e.to_string(),
+        })?
         .set_time_limit(opts.time_limit_s)
         // One thread, and no feasibility-jump heuristic: on these small
         // programs both cost more than the branch and bound (measured
@@ -237,14 +268,17 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
         .set_option("threads", 1)
         .set_option("mip_heuristic_run_feasibility_jump", false);
     for c in 1..s {
-        let mut one = Expression::with_capacity(runs.len());
-        for &(_, uv, _) in &sel[c] {
-            one.add_mul(1.0, uv);
+        // Runs fill in order: run k+1 starts only once run k is complete.
+        for k in 0..kk.saturating_sub(1) {
+            let (f0, f1, d) = (fill[c][k], fill[c][k + 1], full[c][k]);
+            model.add_constraint(constraint!(f0 - runs[k].len as f64 * d >= 0.0));
+            model.add_constraint(constraint!(f1 - runs[k + 1].len as f64 * d <= 0.0));
         }
-        model.add_constraint(constraint!(one == 1.0));
-        for &(k, uv, ov) in &sel[c] {
-            if let Some(o) = ov {
-                model.add_constraint(constraint!(o - (runs[k].len - 1) as f64 * uv <= 0.0));
+        // Boundaries are ordered (implied by the layer counts; stated for a
+        // tighter relaxation).
+        if c + 1 < s {
+            for (&now, &next) in fill[c].iter().zip(&fill[c + 1]) {
+                model.add_constraint(constraint!(now - next <= 0.0));
             }
         }
         let lam = prefix(c, 3);
@@ -279,12 +313,24 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
             Some(wv) => {
                 bytes += wv;
                 for c in (r..s).step_by(pp) {
-                    for (j, &k) in high.iter().enumerate() {
+                    for (j, &k) in high
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, k)| runs[**k].ws > w_min)
+                    {
                         model.add_constraint(constraint!(wv - runs[k].ws * h[c][j] >= 0.0));
                     }
                 }
             }
             None => bytes += w_min,
+        }
+        if let Some(ev) = e[r] {
+            bytes += ev;
+            for c in (r..s).step_by(pp) {
+                for (j, _) in high.iter().enumerate().filter(|(_, k)| runs[**k].expert) {
+                    model.add_constraint(constraint!(ev - dispatch * h[c][j] >= 0.0));
+                }
+            }
         }
         match goal {
             Goal::Time => {
@@ -308,28 +354,22 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
     let solved = match model.solve() {
         Ok(sol) => sol,
         Err(ResolutionError::Infeasible) => return Ok(Outcome::Infeasible),
-        Err(e) => return Err(SplitError::Solver { status: e.to_string() }),
+        Err(e) => {
+            return Err(SplitError::Solver {
+                status: e.to_string(),
+            });
+        }
     };
     // good_lp reports a proven optimum with any positive remaining gap
     // (within HiGHS's absolute gap tolerance) as `GapLimit`.
     let optimal = !matches!(solved.status(), good_lp::SolutionStatus::TimeLimit);
     let mut bounds = vec![0usize];
-    for row in sel.iter().take(s).skip(1) {
-        let mut pos = None;
-        for &(k, uv, ov) in row {
-            if solved.value(uv) > 0.5 {
-                let off = ov.map(|o| solved.value(o).round() as usize).unwrap_or(0);
-                pos = Some(runs[k].start + off);
-            }
-        }
-        match pos {
-            Some(b) => bounds.push(b),
-            None => {
-                return Err(SplitError::Solver {
-                    status: "HiGHS returned a boundary in no run".into(),
-                });
-            }
-        }
+    for row in fill.iter().take(s).skip(1) {
+        bounds.push(
+            row.iter()
+                .map(|&f| solved.value(f).round().max(0.0) as usize)
+                .sum(),
+        );
     }
     bounds.push(n);
     if bounds.windows(2).any(|x| x[0] >= x[1]) {
@@ -352,7 +392,11 @@ fn solve_goal(p: &SplitProblem, opts: &Options, goal: Goal, tu: f64) -> Result<O
 pub fn solve(p: &SplitProblem, opts: &Options) -> Result<Split, SplitError> {
     p.check()?;
     let total: f64 = p.items.iter().map(|i| i.time).sum::<f64>() + p.rank_time.iter().sum::<f64>();
-    let tu = if total > 0.0 { total / p.pp as f64 } else { 1.0 };
+    let tu = if total > 0.0 {
+        total / p.pp as f64
+    } else {
+        1.0
+    };
     match solve_goal(p, opts, Goal::Time, tu)? {
         Outcome::Found(bounds, optimal) => {
             let mut best = p.split_of(bounds, optimal);
@@ -364,9 +408,11 @@ pub fn solve(p: &SplitProblem, opts: &Options) -> Result<Split, SplitError> {
             // the exact checks decide.
             let t1 = best.priced.max_time();
             let slack = 1.0 + 1e-9;
-            let keeps = |s: &Split, t: f64| s.priced.max_time() <= t * (1.0 + 1e-12) && p.fits(&s.priced);
+            let keeps =
+                |s: &Split, t: f64| s.priced.max_time() <= t * (1.0 + 1e-12) && p.fits(&s.priced);
             if p.vpp > 1
-                && let Outcome::Found(b, opt) = solve_goal(p, opts, Goal::Chunk(t1 / tu * slack), tu)?
+                && let Outcome::Found(b, opt) =
+                    solve_goal(p, opts, Goal::Chunk(t1 / tu * slack), tu)?
             {
                 let s = p.split_of(b, best.optimal && opt);
                 if keeps(&s, t1) && s.priced.max_chunk_time() < best.priced.max_chunk_time() {
@@ -374,7 +420,9 @@ pub fn solve(p: &SplitProblem, opts: &Options) -> Result<Split, SplitError> {
                 }
             }
             let c1 = best.priced.max_chunk_time();
-            if let Outcome::Found(b, opt) = solve_goal(p, opts, Goal::Memory(t1 / tu * slack, c1 / tu * slack), tu)? {
+            if let Outcome::Found(b, opt) =
+                solve_goal(p, opts, Goal::Memory(t1 / tu * slack, c1 / tu * slack), tu)?
+            {
                 let s = p.split_of(b, best.optimal && opt);
                 if keeps(&s, t1)
                     && s.priced.max_chunk_time() <= c1 * (1.0 + 1e-12)

@@ -23,12 +23,14 @@
 //!
 //! - time per micro-batch `τ_r + Σ_{i ∈ r} t_i` (τ_r: its point-to-point
 //!   sends, v per micro-batch),
-//! - peak bytes `κ_r + Σ_{i ∈ r} (s_i + φ_r·a_i) + max_{i ∈ r} w_i`, with κ_r
-//!   the buffers every rank holds (SP/CP buffers, unfused scores, ZeRO-3's
-//!   gathered unit, and the logits on the last rank), s_i model states,
-//!   a_i activations, φ_r = [`memory::in_flight`]`(r, p, v, m)/v` whole
-//!   micro-batches in flight and w_i the item's working set capped at one
-//!   layer's ([`crate::cost::working_set_cap`]).
+//! - peak bytes `κ_r + Σ_{i ∈ r} (s_i + φ_r·a_i) + max_{i ∈ r} w_i + ε·[r
+//!   holds an MoE layer]`, with κ_r the buffers every rank holds (SP and CP
+//!   buffers, unfused scores, ZeRO-3's gathered units, and the logits on the
+//!   last rank), s_i model states, a_i activations,
+//!   φ_r = [`memory::in_flight`]`(r, p, v, m)/v` whole micro-batches in
+//!   flight, w_i the item's working set capped at one layer's
+//!   ([`crate::cost::working_set_cap`]) and ε the EP dispatch buffers
+//!   ([`layer::LayerCosts::ep_buffers`]).
 //!
 //! These are exactly the sums [`crate::cost::rank_cost`] forms for a layout
 //! with that split (a test checks the two agree), so a split that fits here
@@ -71,8 +73,8 @@ pub mod ilp;
 
 use serde::Serialize;
 
-use crate::cost::{self, Problem, layer};
 use crate::cost::memory;
+use crate::cost::{self, Problem, layer};
 use crate::layout::{Layout, Placement};
 use crate::spec::GIB;
 
@@ -91,6 +93,9 @@ pub struct Item {
     pub working_set: f64,
     /// Whether the item is a transformer layer (every chunk needs one).
     pub layer: bool,
+    /// Whether the item is an MoE layer: a rank holding one also holds
+    /// [`SplitProblem::expert_bytes`].
+    pub expert: bool,
 }
 
 /// A stage split problem: items in model order, ranks and their constants.
@@ -111,6 +116,9 @@ pub struct SplitProblem {
     /// Whole micro-batches of activations rank r holds at its peak, φ_r;
     /// p entries.
     pub in_flight: Vec<f64>,
+    /// Bytes a rank holds while it holds any MoE item (EP dispatch
+    /// buffers), ε.
+    pub expert_bytes: f64,
     /// Usable bytes per GPU.
     pub usable: f64,
 }
@@ -245,33 +253,38 @@ impl SplitProblem {
         let shard = (l.dp * l.cp) as f64;
         let edp = l.edp() as f64;
         let cap = cost::working_set_cap(lc);
-        let item = |ic: &layer::ItemCost, is_layer: bool| Item {
+        let item = |ic: &layer::ItemCost, is_layer: bool, expert: bool| Item {
             time: ic.time(),
             states: memory::model_states(ic.params, recipe, l.zero, shard, 0.0).total()
                 + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total(),
             activation: ic.activation,
             working_set: ic.working_set.min(cap),
             layer: is_layer,
+            expert,
         };
         let layers = pr.model.architecture.layers;
         let mut items = Vec::with_capacity(layers as usize + 2);
-        items.push(item(&lc.embedding, false));
-        let dense = item(&lc.dense, true);
-        let moe = item(&lc.moe, true);
+        items.push(item(&lc.embedding, false, false));
+        let dense = item(&lc.dense, true, false);
+        let moe = item(&lc.moe, true, true);
         for i in 0..layers {
             items.push(if pr.model.is_moe_layer(i) { moe } else { dense });
         }
-        items.push(item(&lc.output, false));
+        items.push(item(&lc.output, false, false));
         let m = cost::micro_batches_or_floor(pr, l);
         let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
         let buffers = cost::temporary_buffers(pr, l, lc);
-        let unit = if l.zero >= 3 {
-            memory::model_states(0.0, recipe, l.zero, shard, cost::zero3_unit(lc)).total()
-        } else {
-            0.0
-        };
+        let unit = zero3_units(pr, l, lc);
         let rank_bytes = (0..l.pp)
-            .map(|r| buffers + unit + if r == l.pp - 1 { lc.output.working_set } else { 0.0 })
+            .map(|r| {
+                buffers
+                    + unit
+                    + if r == l.pp - 1 {
+                        lc.output.working_set
+                    } else {
+                        0.0
+                    }
+            })
             .collect();
         SplitProblem {
             items,
@@ -279,7 +292,10 @@ impl SplitProblem {
             vpp: l.vpp,
             rank_time: vec![p2p; l.pp as usize],
             rank_bytes,
-            in_flight: (0..l.pp).map(|r| memory::in_flight(r, l.pp, l.vpp, m) / l.vpp as f64).collect(),
+            in_flight: (0..l.pp)
+                .map(|r| memory::in_flight(r, l.pp, l.vpp, m) / l.vpp as f64)
+                .collect(),
+            expert_bytes: lc.ep_buffers,
             usable: pr.usable_bytes(),
         }
     }
@@ -302,19 +318,38 @@ impl SplitProblem {
             states: min(|i| i.states),
             activation: min(|i| i.activation),
             working_set: min(|i| i.working_set),
+            always: if layers.iter().all(|i| i.expert) {
+                self.expert_bytes
+            } else {
+                0.0
+            },
         };
-        let mean = (self.items.iter().map(|i| i.time).sum::<f64>() + self.rank_time.iter().sum::<f64>()) / p as f64;
+        let mean = (self.items.iter().map(|i| i.time).sum::<f64>()
+            + self.rank_time.iter().sum::<f64>())
+            / p as f64;
         let rank = |r: usize| {
             let phi = self.in_flight[r];
             let mut time = self.rank_time[r];
             let mut bytes = self.rank_bytes[r];
-            for it in head.iter().filter(|_| r == 0).chain(tail.iter().filter(|_| r == p - 1)) {
+            for it in head
+                .iter()
+                .filter(|_| r == 0)
+                .chain(tail.iter().filter(|_| r == p - 1))
+            {
                 time += it.time;
                 bytes += it.states + phi * it.activation;
             }
             (time, bytes, phi)
         };
-        relax(self.pp, self.vpp, layers.len(), &cheapest, self.usable, rank).map(|t| t.max(mean))
+        relax(
+            self.pp,
+            self.vpp,
+            layers.len(),
+            &cheapest,
+            self.usable,
+            rank,
+        )
+        .map(|t| t.max(mean))
     }
 
     /// Check the shape before solving.
@@ -343,6 +378,7 @@ impl SplitProblem {
         let mut states = vec![0.0; p];
         let mut act = vec![0.0; p];
         let mut ws = vec![0.0f64; p];
+        let mut expert = vec![false; p];
         let mut chunk_time = vec![0.0; bounds.len() - 1];
         for c in 0..bounds.len() - 1 {
             let r = c % p;
@@ -352,10 +388,14 @@ impl SplitProblem {
                 states[r] += it.states;
                 act[r] += it.activation;
                 ws[r] = ws[r].max(it.working_set);
+                expert[r] |= it.expert;
             }
         }
         let rank_bytes = (0..p)
-            .map(|r| self.rank_bytes[r] + states[r] + self.in_flight[r] * act[r] + ws[r])
+            .map(|r| {
+                let dispatch = if expert[r] { self.expert_bytes } else { 0.0 };
+                self.rank_bytes[r] + states[r] + self.in_flight[r] * act[r] + ws[r] + dispatch
+            })
             .collect();
         Priced {
             rank_time: time,
@@ -369,7 +409,10 @@ impl SplitProblem {
     /// (the output) join the last chunk. `None` when the counts do not have
     /// S positive entries adding up to the layers.
     pub fn bounds_of(&self, layers: &[u32]) -> Option<Vec<usize>> {
-        if layers.len() != self.chunks() || layers.contains(&0) || layers.iter().sum::<u32>() != self.layers() {
+        if layers.len() != self.chunks()
+            || layers.contains(&0)
+            || layers.iter().sum::<u32>() != self.layers()
+        {
             return None;
         }
         let mut bounds = vec![0];
@@ -424,6 +467,32 @@ impl SplitProblem {
     }
 }
 
+/// ZeRO-3's gathered units every rank holds, bytes: two dense layers
+/// ([`cost::zero3_unit`]) and two MoE layers' local experts, as
+/// [`cost::rank_cost`] adds them; zero below ZeRO-3.
+fn zero3_units(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> f64 {
+    if l.zero < 3 {
+        return 0.0;
+    }
+    let recipe = &pr.job.recipe;
+    memory::model_states(
+        0.0,
+        recipe,
+        l.zero,
+        (l.dp * l.cp) as f64,
+        cost::zero3_unit(lc),
+    )
+    .total()
+        + memory::model_states(
+            0.0,
+            recipe,
+            l.zero,
+            l.edp() as f64,
+            2.0 * lc.moe.expert_params,
+        )
+        .total()
+}
+
 /// The cheapest transformer layer of a problem, attribute by attribute.
 #[derive(Debug, Clone, Copy)]
 pub struct Cheapest {
@@ -435,6 +504,9 @@ pub struct Cheapest {
     pub activation: f64,
     /// Least layer working set, bytes.
     pub working_set: f64,
+    /// Bytes every rank holds for holding a layer: the EP dispatch buffers
+    /// when every layer is an MoE layer, else zero.
+    pub always: f64,
 }
 
 /// A lower bound on the slowest rank's time of every split that fits, or
@@ -446,15 +518,23 @@ pub struct Cheapest {
 /// its fixed bytes (buffers, logits, pinned items' states and activations)
 /// and its micro-batches in flight φ_r. Rank r holds at least v layers (one
 /// per chunk) and at most `N_r`, the most that fit at the cheapest per-layer
-/// bytes `s_min + φ_r·a_min` next to its fixed bytes and the smallest layer
-/// working set; every layer costs at least `t_min`. Minimising
+/// bytes `s_min + φ_r·a_min` next to its fixed bytes, the smallest layer
+/// working set and, when every layer is an MoE layer, the EP dispatch
+/// buffers; every layer costs at least `t_min`. Minimising
 /// `max_r (a_r + n_r·t_min)` over `v ≤ n_r ≤ N_r`, `Σ n_r = L`, is solved
 /// exactly by giving each next layer to the rank that stays fastest (a
 /// heap). Each split that fits satisfies the relaxation, so its slowest
 /// rank is at least the result; for a model with one layer kind, v = 1 and
 /// pinned items no larger in working set than a layer, the result is the
 /// optimum itself.
-pub fn relax(pp: u32, vpp: u32, layers: usize, cheapest: &Cheapest, usable: f64, rank: impl Fn(usize) -> (f64, f64, f64)) -> Option<f64> {
+pub fn relax(
+    pp: u32,
+    vpp: u32,
+    layers: usize,
+    cheapest: &Cheapest,
+    usable: f64,
+    rank: impl Fn(usize) -> (f64, f64, f64),
+) -> Option<f64> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let (p, v) = (pp as usize, vpp as usize);
@@ -469,7 +549,7 @@ pub fn relax(pp: u32, vpp: u32, layers: usize, cheapest: &Cheapest, usable: f64,
     for r in 0..p {
         let (time, bytes, phi) = rank(r);
         let per = cheapest.states + phi * cheapest.activation;
-        let room = usable - bytes - cheapest.working_set;
+        let room = usable - bytes - cheapest.working_set - cheapest.always;
         let n = if room < 0.0 {
             0
         } else if per > 0.0 {
@@ -499,7 +579,11 @@ pub fn relax(pp: u32, vpp: u32, layers: usize, cheapest: &Cheapest, usable: f64,
             heap.push(Reverse(((base[r] + (held[r] + 1) as f64 * t).to_bits(), r)));
         }
     }
-    Some((0..p).map(|r| base[r] + held[r] as f64 * t).fold(f64::MIN, f64::max))
+    Some(
+        (0..p)
+            .map(|r| base[r] + held[r] as f64 * t)
+            .fold(f64::MIN, f64::max),
+    )
 }
 
 /// Upper bound on a layout's pipeline-limited throughput under any split:
@@ -526,27 +610,29 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
         memory::model_states(ic.params, recipe, l.zero, shard, 0.0).total()
             + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total()
     };
-    let (dense, moe) = (pr.model.dense_layers() as usize, pr.model.moe_layers() as usize);
+    let (dense, moe) = (
+        pr.model.dense_layers() as usize,
+        pr.model.moe_layers() as usize,
+    );
     let kinds: Vec<&layer::ItemCost> = [(dense, &lc.dense), (moe, &lc.moe)]
         .into_iter()
         .filter(|(n, _)| *n > 0)
         .map(|(_, k)| k)
         .collect();
-    let min = |f: &dyn Fn(&layer::ItemCost) -> f64| kinds.iter().map(|k| f(k)).fold(f64::INFINITY, f64::min);
+    let min = |f: &dyn Fn(&layer::ItemCost) -> f64| {
+        kinds.iter().map(|k| f(k)).fold(f64::INFINITY, f64::min)
+    };
     let cheapest = Cheapest {
         time: min(&|k| k.time()),
         states: min(&|k| states(k)),
         activation: min(&|k| k.activation),
         working_set: min(&|k| k.working_set.min(ws_cap)),
+        always: if dense == 0 { lc.ep_buffers } else { 0.0 },
     };
     let m = cost::micro_batches_or_floor(pr, l);
     let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
     let buffers = cost::temporary_buffers(pr, l, lc);
-    let unit = if l.zero >= 3 {
-        memory::model_states(0.0, recipe, l.zero, shard, cost::zero3_unit(lc)).total()
-    } else {
-        0.0
-    };
+    let unit = zero3_units(pr, l, lc);
     let last = l.pp as usize - 1;
     let rank = |r: usize| {
         let phi = memory::in_flight(r as u32, l.pp, l.vpp, m) / l.vpp as f64;
@@ -562,7 +648,10 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
         }
         (time, bytes, phi)
     };
-    let sum = lc.embedding.time() + dense as f64 * lc.dense.time() + moe as f64 * lc.moe.time() + lc.output.time()
+    let sum = lc.embedding.time()
+        + dense as f64 * lc.dense.time()
+        + moe as f64 * lc.moe.time()
+        + lc.output.time()
         + l.pp as f64 * p2p;
     let slowest = relax(l.pp, l.vpp, dense + moe, &cheapest, pr.usable_bytes(), rank)?;
     Some(LayoutBound {

@@ -1,0 +1,181 @@
+//! Mixture-of-experts costs of one MoE layer on one rank for one micro-batch:
+//! routed pairs, the expert all-to-all, expert-TP collectives, routed-token
+//! activations and dispatch buffers.
+//!
+//! Model: Megatron-Core MoE with the all-to-all token dispatcher
+//! (`--moe-token-dispatcher-type alltoall`, `token_dispatcher.py`), dropless
+//! unless a capacity factor is given. The T·C·D ranks of a pipeline stage are
+//! re-sliced as ETP × E × EDP for the MoE block (DESIGN §1, FACTS §3); E never
+//! multiplies N. A rank enters the MoE block with its sequence-parallel share
+//! `t/T` of the local tokens `t = b·s/C`; every token picks its top-k experts
+//! (Lepikhin et al. 2020, GShard §2). Dispatch sends each (token, expert)
+//! pair's hidden state to the EP rank that holds the expert (all-to-all over
+//! the EP group), the ETP group all-gathers what it received, the experts run
+//! with FFN width `f/ETP`, and combine reverses both (reduce-scatter over
+//! ETP, all-to-all back).
+//!
+//! Counting (per rank, per micro-batch, per MoE layer):
+//! - pairs a rank sends: `t/T · k`;
+//! - pairs the busiest expert rank computes: `λ · t/T · k · ETP`, because the
+//!   stage's `D·b·s·k` pairs land on `E·EDP` expert ranks, each split ETP ways,
+//!   and `E·EDP·ETP = T·C·D`; λ is the load factor ([`crate::spec::Job::moe_load`]);
+//! - bytes of one all-to-all per rank: `λ · t/T · k · h · 2` (bf16);
+//! - all-to-alls: dispatch and combine, in forward and in backward (four), and
+//!   two more when full recompute reruns the forward.
+//!
+//! The all-to-all is costed exposed: overlapping it with another
+//! micro-batch's compute (`--overlap-moe-expert-parallel-comm`, DeepSeek's
+//! DualPipe) is not modelled.
+
+use crate::cost::comm::{self, Links};
+use crate::layout::{GroupSpan, Recompute};
+use crate::spec::Model;
+
+/// Routed token-expert pairs the busiest expert rank computes per
+/// micro-batch: `λ · t/T · k · ETP`, with `tokens` = t = `b·s/C`, `tp` = T,
+/// `etp` = ETP and `load` = λ ≥ 1. Zero for a dense model.
+///
+/// Example: Mixtral 8x7B (k = 2), b = 1, s = 4096, C = 1, T = 2, ETP = 1,
+/// λ = 1: `4096/2 · 2 = 4096` pairs.
+pub fn routed_pairs_per_rank(model: &Model, tokens: f64, tp: f64, etp: f64, load: f64) -> f64 {
+    match &model.moe {
+        Some(m) => load * tokens / tp * m.top_k as f64 * etp,
+        None => 0.0,
+    }
+}
+
+/// Bytes one rank moves in one expert all-to-all (dispatch or combine) per
+/// micro-batch and MoE layer: `λ · t/T · k · h · 2` (bf16 hidden states of
+/// its routed pairs, scaled to the busiest receiver). Of these, `(E−1)/E`
+/// leave the rank ([`comm::all_to_all`]).
+///
+/// Example: Mixtral 8x7B, b = 1, s = 4096, C = 1, T = 1, λ = 1:
+/// `4096 · 2 · 4096 · 2 = 67,108,864` bytes (64 MiB).
+pub fn all_to_all_bytes(model: &Model, tokens: f64, tp: f64, load: f64) -> f64 {
+    match &model.moe {
+        Some(m) => load * tokens / tp * m.top_k as f64 * model.architecture.hidden as f64 * 2.0,
+        None => 0.0,
+    }
+}
+
+/// Expert all-to-alls per MoE layer per micro-batch: dispatch and combine
+/// in forward and in backward (4), plus the forward's two again under full
+/// recompute (6).
+pub fn all_to_alls_per_layer(recompute: Recompute) -> f64 {
+    if recompute == Recompute::Full {
+        6.0
+    } else {
+        4.0
+    }
+}
+
+/// Exposed expert all-to-all time of one MoE layer per micro-batch, seconds:
+/// [`all_to_alls_per_layer`] × [`comm::all_to_all`] of
+/// [`all_to_all_bytes`] over the EP group `ep` (its off-node share on the
+/// NICs). Zero when E = 1.
+pub fn ep_comm_time(
+    model: &Model,
+    tokens: f64,
+    tp: f64,
+    load: f64,
+    recompute: Recompute,
+    ep: GroupSpan,
+    links: &Links,
+) -> f64 {
+    if ep.size <= 1 {
+        return 0.0;
+    }
+    all_to_alls_per_layer(recompute)
+        * comm::all_to_all(all_to_all_bytes(model, tokens, tp, load), ep, links)
+}
+
+/// Expert tensor-parallel collectives of one MoE layer per micro-batch,
+/// seconds: per pass (forward, backward, and the recomputed forward under
+/// full recompute) an all-gather of the received pairs' hidden states over
+/// the ETP group after dispatch and a reduce-scatter before combine, i.e.
+/// one all-reduce of `pairs · h · 2` bytes (`gather_from_sequence_parallel_region`
+/// / `reduce_scatter_to_sequence_parallel_region` in Megatron's dispatcher).
+/// Zero when ETP = 1.
+pub fn etp_comm_time(model: &Model, pairs: f64, passes: f64, etp: GroupSpan, links: &Links) -> f64 {
+    if etp.size <= 1 {
+        return 0.0;
+    }
+    passes * comm::all_reduce(pairs * model.architecture.hidden as f64 * 2.0, etp, links)
+}
+
+/// Saved bytes of the routed part of one MoE layer for one rank and one
+/// micro-batch (bf16 tensors, fp32 router state):
+///
+/// - per computed pair (`pairs`, see [`routed_pairs_per_rank`]): the expert
+///   input `2h` (gathered over ETP), fc1 output `2·2f'` (gated) or `2f'`,
+///   and the activation output `2f'`, with `f' = f/ETP`;
+/// - per pair the rank sent (`t/T · k`): the combined expert output `2h`,
+///   kept for the routing-probability gradient of the unpermute;
+/// - per local token (`t/T`): the MoE block input `2h` (router, shared
+///   experts and permutation read it) and the router state: fp32 logits and
+///   probabilities over all experts plus a one-byte routing map, `9·experts`;
+/// - shared experts: their MLP intermediates (`2·2f_s + 2f_s` gated) per
+///   local token, `f_s` = all shared experts' width (TP-sharded like a dense
+///   MLP, so `t·f_s/T = (t/T)·f_s`).
+pub fn routed_activation_bytes(model: &Model, pairs: f64, etp: f64, tokens: f64, tp: f64) -> f64 {
+    let Some(m) = &model.moe else { return 0.0 };
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let f = m.expert_ffn as f64 / etp;
+    let inter = if a.gated_mlp { 6.0 * f } else { 4.0 * f };
+    let local = tokens / tp;
+    let sent = local * m.top_k as f64;
+    let shared_f = m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64;
+    let shared = local * if a.gated_mlp { 6.0 } else { 4.0 } * shared_f;
+    let router = local * 9.0 * m.experts as f64;
+    pairs * (2.0 * h + inter) + sent * 2.0 * h + local * 2.0 * h + router + shared
+}
+
+/// Dispatch buffers of one MoE layer in flight, bytes: the permuted send
+/// buffer of the rank's own pairs (`t/T · k · 2h`) and the receive buffer of
+/// the busiest rank (`λ · t/T · k · 2h`), alive while the all-to-all runs.
+/// With a capacity factor the load λ is capped by it
+/// ([`crate::spec::Job::moe_load`]).
+pub fn dispatch_buffer_bytes(model: &Model, tokens: f64, tp: f64, load: f64) -> f64 {
+    let sent = all_to_all_bytes(model, tokens, tp, 1.0);
+    sent + load * sent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Catalog;
+
+    #[test]
+    fn deepseek_v3_pairs_and_bytes_by_hand() {
+        // DeepSeek-V3: h = 7168, k = 8. b = 1, s = 4096, C = 1, T = 2,
+        // ETP = 1, λ = 1.2: pairs = 1.2·4096/2·8 = 19,660.8; one all-to-all
+        // = 19,660.8·7168·2 = 281,857,228.8 bytes.
+        let cat = Catalog::shipped().unwrap();
+        let m = cat.model("deepseek-v3").unwrap();
+        let pairs = routed_pairs_per_rank(m, 4096.0, 2.0, 1.0, 1.2);
+        assert!((pairs - 19_660.8).abs() < 1e-9);
+        let bytes = all_to_all_bytes(m, 4096.0, 2.0, 1.2);
+        assert!((bytes - 281_857_228.8).abs() < 1e-3);
+        // ETP = 2 doubles the pairs a rank computes but not the bytes it sends.
+        assert!((routed_pairs_per_rank(m, 4096.0, 2.0, 2.0, 1.0) - 32_768.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn routed_activations_by_hand() {
+        // Mixtral 8x7B: h = 4096, f = 14336, k = 2, 8 experts, gated, no
+        // shared expert. t = 4096, T = 1, ETP = 1, pairs = 8192:
+        // pairs·(2h + 6f) = 8192·(8192 + 86016) = 771,751,936
+        // sent pairs 8192·2h = 67,108,864; block input 4096·2h = 33,554,432;
+        // router 4096·9·8 = 294,912; total 872,710,144.
+        let cat = Catalog::shipped().unwrap();
+        let m = cat.model("mixtral-8x7b").unwrap();
+        let b = routed_activation_bytes(m, 8192.0, 1.0, 4096.0, 1.0);
+        assert_eq!(b, 872_710_144.0);
+        // Dispatch buffers: send 64 MiB + receive 64 MiB at λ = 1.
+        assert_eq!(
+            dispatch_buffer_bytes(m, 4096.0, 1.0, 1.0),
+            2.0 * 67_108_864.0
+        );
+    }
+}

@@ -1,0 +1,681 @@
+//! Explanations an expert would give: the smallest change that makes a
+//! rejected layout valid ([`smallest_fixes`]), where a layout stands against
+//! the winner and why ([`gap`]), and the answer to "why not T = 16, p = 2?"
+//! ([`why_not`]).
+//!
+//! Every fix is checked by pricing the changed layout with the cost model and
+//! the rules (the same [`search::judge`] the search uses), never guessed.
+
+use std::cmp::Ordering;
+
+use serde::Serialize;
+
+use crate::cost::{Evaluation, Problem, TimeBreakdown};
+use crate::layout::{Layout, Recompute};
+use crate::report::{RejectionLine, Row, SearchReport, memory_note};
+use crate::rules::{self, Policy, Rule, Violation};
+use crate::search::{self, Candidate, Filter, Space, better};
+use crate::spec::GIB;
+
+/// One change of one knob of a layout.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Set T (D follows from N = D·T·p·C).
+    Tp(u32),
+    /// Set p (D follows).
+    Pp(u32),
+    /// Set C (D follows).
+    Cp(u32),
+    /// Set D = N/(T·p·C) (when the given D breaks the mesh).
+    Dp(u32),
+    /// Set E (MoE).
+    Ep(u32),
+    /// Set v.
+    Vpp(u32),
+    /// Set the micro-batch b.
+    MicroBatch(u32),
+    /// Set the recompute mode.
+    Recompute(Recompute),
+    /// Set the ZeRO stage.
+    Zero(u8),
+    /// Turn SP on or off.
+    Sp(bool),
+    /// Drop an explicit split for the uniform one.
+    UniformSplit,
+}
+
+impl Change {
+    /// Index of the knob (changes of the same knob are not combined).
+    fn knob(self) -> usize {
+        match self {
+            Change::Tp(_) => 0,
+            Change::Pp(_) => 1,
+            Change::Cp(_) => 2,
+            Change::Dp(_) => 3,
+            Change::Ep(_) => 4,
+            Change::Vpp(_) => 5,
+            Change::MicroBatch(_) => 6,
+            Change::Recompute(_) => 7,
+            Change::Zero(_) => 8,
+            Change::Sp(_) => 9,
+            Change::UniformSplit => 10,
+        }
+    }
+
+    /// Size of the change from `l`: |log2(new/old)| for sizes, the step
+    /// count for recompute (none → selective → full) and ZeRO, 1 for toggles.
+    fn distance(self, l: &Layout) -> f64 {
+        let log = |a: u32, b: u32| ((a as f64) / (b as f64)).log2().abs();
+        match self {
+            Change::Tp(t) => log(t, l.tp),
+            Change::Pp(p) => log(p, l.pp),
+            Change::Cp(c) => log(c, l.cp),
+            Change::Ep(e) => log(e, l.ep),
+            Change::Vpp(v) => log(v, l.vpp),
+            Change::MicroBatch(b) => log(b, l.micro_batch),
+            Change::Recompute(r) => (r as i32 - l.recompute as i32).abs() as f64,
+            Change::Zero(z) => (z as i32 - l.zero as i32).abs() as f64,
+            Change::Dp(_) | Change::Sp(_) | Change::UniformSplit => 1.0,
+        }
+    }
+
+    /// The change in words, from `l`.
+    fn describe(self, l: &Layout) -> String {
+        match self {
+            Change::Tp(t) => format!("T {} → {}", l.tp, t),
+            Change::Pp(p) => format!("p {} → {}", l.pp, p),
+            Change::Cp(c) => format!("C {} → {}", l.cp, c),
+            Change::Dp(d) => format!("D {} → {}", l.dp, d),
+            Change::Ep(e) => format!("E {} → {}", l.ep, e),
+            Change::Vpp(v) => format!("v {} → {}", l.vpp, v),
+            Change::MicroBatch(b) => format!("micro-batch {} → {}", l.micro_batch, b),
+            Change::Recompute(r) => format!("recompute {} → {}", l.recompute, r),
+            Change::Zero(z) => format!("ZeRO {} → {}", l.zero, z),
+            Change::Sp(s) => format!("SP {}", if s { "on" } else { "off" }),
+            Change::UniformSplit => "uniform layer split".into(),
+        }
+    }
+}
+
+/// Apply `changes` to `l` for `world` GPUs; D is re-derived from N when a
+/// mesh size changes. `None` when T·p·C does not divide N.
+pub fn apply(l: &Layout, changes: &[Change], world: u64) -> Option<Layout> {
+    let mut n = l.clone();
+    let mut remesh = false;
+    for c in changes {
+        match *c {
+            Change::Tp(t) => {
+                n.tp = t;
+                remesh = true;
+            }
+            Change::Pp(p) => {
+                n.pp = p;
+                remesh = true;
+            }
+            Change::Cp(c) => {
+                n.cp = c;
+                remesh = true;
+            }
+            Change::Dp(_) => remesh = true,
+            Change::Ep(e) => n.ep = e,
+            Change::Vpp(v) => n.vpp = v,
+            Change::MicroBatch(b) => n.micro_batch = b,
+            Change::Recompute(r) => n.recompute = r,
+            Change::Zero(z) => n.zero = z,
+            Change::Sp(s) => n.sp = s,
+            Change::UniformSplit => n.split = None,
+        }
+    }
+    if remesh {
+        let inner = n.tp as u64 * n.pp as u64 * n.cp as u64;
+        if inner == 0 || world % inner != 0 {
+            return None;
+        }
+        n.dp = (world / inner) as u32;
+        if n.split
+            .as_ref()
+            .is_some_and(|s| s.len() != (n.pp * n.vpp) as usize)
+        {
+            n.split = None;
+        }
+    }
+    if n.tp == 1 {
+        n.sp = false;
+    }
+    Some(n)
+}
+
+fn divisors(n: u64) -> Vec<u32> {
+    (1..=n.min(1 << 20))
+        .filter(|d| n % d == 0)
+        .map(|d| d as u32)
+        .collect()
+}
+
+/// Candidate single changes of `l`: every other T, p, C dividing N (C ≤ 16,
+/// p ≤ layers), D re-derived, E dividing the experts, v ≤ 8, micro-batches
+/// 1…16 (powers of two), the other recompute modes and ZeRO stages, SP
+/// toggled, and the uniform split.
+pub fn candidate_changes(pr: &Problem, l: &Layout) -> Vec<Change> {
+    let n = pr.world;
+    let layers = pr.model.architecture.layers;
+    let mut out = Vec::new();
+    for d in divisors(n) {
+        if d != l.tp {
+            out.push(Change::Tp(d));
+        }
+        if d != l.pp && d <= layers {
+            out.push(Change::Pp(d));
+        }
+        if d != l.cp && d <= 16 {
+            out.push(Change::Cp(d));
+        }
+    }
+    if l.world() != n && n % (l.tp as u64 * l.pp as u64 * l.cp as u64).max(1) == 0 {
+        out.push(Change::Dp(
+            (n / (l.tp as u64 * l.pp as u64 * l.cp as u64)) as u32,
+        ));
+    }
+    if let Some(m) = &pr.model.moe {
+        for e in divisors(m.experts as u64) {
+            if e != l.ep {
+                out.push(Change::Ep(e));
+            }
+        }
+    }
+    for v in 1..=8 {
+        if v != l.vpp {
+            out.push(Change::Vpp(v));
+        }
+    }
+    for b in [1, 2, 4, 8, 16] {
+        if b != l.micro_batch {
+            out.push(Change::MicroBatch(b));
+        }
+    }
+    for r in Recompute::ALL {
+        if r != l.recompute {
+            out.push(Change::Recompute(r));
+        }
+    }
+    for z in 0..=3 {
+        if z != l.zero {
+            out.push(Change::Zero(z));
+        }
+    }
+    if l.tp > 1 {
+        out.push(Change::Sp(!l.sp));
+    }
+    if l.split.is_some() {
+        out.push(Change::UniformSplit);
+    }
+    out
+}
+
+/// A change (one or two knobs) that makes a layout valid, priced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fix {
+    /// The changes in words, e.g. `["T 4 → 8 (D 16 → 8)"]`.
+    pub changes: Vec<String>,
+    /// The changed layout.
+    pub layout: Layout,
+    /// Its prices.
+    pub eval: Evaluation,
+    /// Peak memory of its worst rank, GiB.
+    pub peak_gib: f64,
+    /// Its step time minus the original's, seconds (positive = slower).
+    pub step_delta_s: f64,
+    /// The same as a fraction of the original step.
+    pub step_delta: f64,
+    /// The memory component that shrank most: name, GiB before, GiB after.
+    pub relief: Option<(String, f64, f64)>,
+    /// Size of the change (sum of |log2| steps), smaller is smaller.
+    pub distance: f64,
+}
+
+/// The smallest changes that make a layout valid.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fixes {
+    /// Peak memory of the original, GiB.
+    pub original_peak_gib: f64,
+    /// Step time of the original, seconds (priced even when rejected).
+    pub original_step_s: f64,
+    /// The working fixes, cheapest (shortest step) first: for each knob (or
+    /// pair of knobs) the nearest value that works.
+    pub fixes: Vec<Fix>,
+    /// Whether no single change worked and these are pairs.
+    pub pairs: bool,
+    /// Changed layouts priced.
+    pub tried: usize,
+}
+
+impl Fixes {
+    /// The cheapest fix (shortest predicted step), if any.
+    pub fn cheapest(&self) -> Option<&Fix> {
+        self.fixes.first()
+    }
+}
+
+fn relief(before: &Evaluation, after: &Evaluation) -> Option<(String, f64, f64)> {
+    before
+        .memory
+        .parts()
+        .iter()
+        .zip(after.memory.parts().iter())
+        .map(|(b, a)| (b.0, b.1, a.1))
+        .filter(|(_, b, a)| a < b)
+        .max_by(|x, y| {
+            (x.1 - x.2)
+                .partial_cmp(&(y.1 - y.2))
+                .unwrap_or(Ordering::Equal)
+        })
+        .map(|(n, b, a)| (n.to_string(), b / GIB, a / GIB))
+}
+
+fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
+    let mut out: Vec<String> = changes.iter().map(|c| c.describe(l)).collect();
+    if new.dp != l.dp
+        && !changes.iter().any(|c| matches!(c, Change::Dp(_)))
+        && let Some(last) = out.last_mut()
+    {
+        last.push_str(&format!(" (D {} → {})", l.dp, new.dp));
+    }
+    if new.sp != l.sp && !changes.iter().any(|c| matches!(c, Change::Sp(_))) {
+        out.push(format!("SP {}", if new.sp { "on" } else { "off" }));
+    }
+    out
+}
+
+/// The smallest changes that make `l` valid under `policy`: every single
+/// change of [`candidate_changes`] is priced; for each knob the nearest value
+/// that passes every rule (memory included) is kept. If no single change
+/// works, every pair of changes of two different knobs is priced and, for
+/// each pair of knobs, the nearest working pair kept. Fixes are sorted by
+/// predicted step time, so the first is the cheapest.
+///
+/// For memory the candidates include raising T or p (or C), SP, selective
+/// and full recompute, higher ZeRO stages and smaller micro-batches; for
+/// divisibility rules the nearest valid values of the offending size.
+pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
+    let original = crate::cost::evaluate(pr, l);
+    let singles = candidate_changes(pr, l);
+    let mut tried = 0;
+    let mut try_changes = |changes: &[Change]| -> Option<Fix> {
+        let new = apply(l, changes, pr.world)?;
+        if new == *l {
+            return None;
+        }
+        tried += 1;
+        let (set, eval) = search::judge(pr, policy, &new);
+        if !set.is_empty() {
+            return None;
+        }
+        Some(Fix {
+            changes: describe(l, changes, &new),
+            peak_gib: eval.peak_bytes / GIB,
+            step_delta_s: eval.time.step - original.time.step,
+            step_delta: eval.time.step / original.time.step - 1.0,
+            relief: relief(&original, &eval),
+            distance: changes.iter().map(|c| c.distance(l)).sum(),
+            layout: new,
+            eval,
+        })
+    };
+    // Nearest working fix per knob (or knob pair).
+    let mut best: std::collections::BTreeMap<(usize, usize), Fix> =
+        std::collections::BTreeMap::new();
+    let keep = |best: &mut std::collections::BTreeMap<(usize, usize), Fix>,
+                key: (usize, usize),
+                f: Fix| {
+        let replace = match best.get(&key) {
+            None => true,
+            Some(old) => {
+                f.distance < old.distance - 1e-9
+                    || ((f.distance - old.distance).abs() < 1e-9
+                        && f.eval.time.step < old.eval.time.step)
+            }
+        };
+        if replace {
+            best.insert(key, f);
+        }
+    };
+    for c in &singles {
+        if let Some(f) = try_changes(&[*c]) {
+            keep(&mut best, (c.knob(), usize::MAX), f);
+        }
+    }
+    let pairs = best.is_empty();
+    if pairs {
+        for (i, a) in singles.iter().enumerate() {
+            for b in &singles[i + 1..] {
+                if a.knob() == b.knob() {
+                    continue;
+                }
+                if let Some(f) = try_changes(&[*a, *b]) {
+                    keep(&mut best, (a.knob(), b.knob()), f);
+                }
+            }
+        }
+    }
+    let mut fixes: Vec<Fix> = best.into_values().collect();
+    fixes.sort_by(|a, b| {
+        a.eval
+            .time
+            .step
+            .partial_cmp(&b.eval.time.step)
+            .unwrap_or(Ordering::Equal)
+            .then(
+                a.distance
+                    .partial_cmp(&b.distance)
+                    .unwrap_or(Ordering::Equal),
+            )
+    });
+    Fixes {
+        original_peak_gib: original.peak_bytes / GIB,
+        original_step_s: original.time.step,
+        fixes,
+        pairs,
+        tried,
+    }
+}
+
+/// One part of the step-time gap between a layout and the winner.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GapPart {
+    /// What the part is.
+    pub part: &'static str,
+    /// The winner's seconds.
+    pub winner_s: f64,
+    /// This layout's seconds.
+    pub this_s: f64,
+    /// `this_s − winner_s`, seconds.
+    pub delta_s: f64,
+}
+
+/// Where a layout loses time against the winner. The parts of a
+/// [`TimeBreakdown`] add up to the step, so the deltas add up to the gap.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gap {
+    /// The winner's step, seconds.
+    pub winner_step_s: f64,
+    /// This layout's step, seconds.
+    pub this_step_s: f64,
+    /// `this − winner`, seconds.
+    pub delta_s: f64,
+    /// How much faster the winner is, `tokens/s ratio − 1`.
+    pub winner_faster: f64,
+    /// Every part, in breakdown order.
+    pub parts: Vec<GapPart>,
+}
+
+/// The gap between `this` and `winner`, part by part: compute (GEMM
+/// efficiency of the shards and stage balance: the FLOPs of a step are the
+/// same for every layout), recompute, bubble, exposed communication per axis
+/// (TP, CP, EP, PP, DP) and the optimizer step.
+pub fn gap(winner: &TimeBreakdown, this: &TimeBreakdown) -> Gap {
+    let pairs: [(&'static str, f64, f64); 9] = [
+        (
+            "compute (GEMM efficiency, stage balance)",
+            winner.compute,
+            this.compute,
+        ),
+        ("recompute", winner.recompute, this.recompute),
+        ("pipeline bubble", winner.bubble, this.bubble),
+        ("TP communication", winner.tp_comm, this.tp_comm),
+        ("CP communication", winner.cp_comm, this.cp_comm),
+        ("EP all-to-all", winner.ep_comm, this.ep_comm),
+        ("PP point-to-point", winner.pp_comm, this.pp_comm),
+        ("DP communication", winner.dp_comm, this.dp_comm),
+        ("optimizer step", winner.optimizer, this.optimizer),
+    ];
+    Gap {
+        winner_step_s: winner.step,
+        this_step_s: this.step,
+        delta_s: this.step - winner.step,
+        winner_faster: this.step / winner.step - 1.0,
+        parts: pairs
+            .into_iter()
+            .map(|(part, w, t)| GapPart {
+                part,
+                winner_s: w,
+                this_s: t,
+                delta_s: t - w,
+            })
+            .collect(),
+    }
+}
+
+/// A rejected layout close to the question, with its reasons and fixes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NearMiss {
+    /// The layout.
+    pub layout: Layout,
+    /// Its prices.
+    pub eval: Evaluation,
+    /// The rules it breaks.
+    pub violations: Vec<Violation>,
+    /// The smallest changes that make it valid.
+    pub fixes: Fixes,
+    /// Where it would rank among the valid layouts if it were allowed.
+    pub rank_if_allowed: usize,
+}
+
+/// The answer to "why not this partial layout?" (`search --why-not`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhyNot {
+    /// The question as given.
+    pub query: String,
+    /// Valid layouts in the whole search.
+    pub valid_total: usize,
+    /// Layouts matching the question that were enumerated.
+    pub matching_considered: u64,
+    /// Valid layouts matching the question.
+    pub matching_valid: usize,
+    /// The winner of the whole search.
+    pub winner: Option<Row>,
+    /// The best valid layout matching the question; `rank` is its rank
+    /// among all valid layouts (1 + those strictly better).
+    pub best: Option<Row>,
+    /// Its gap to the winner.
+    pub gap: Option<Gap>,
+    /// Why matching layouts were rejected (first broken rule), with the best
+    /// near-miss of each.
+    pub rejections: Vec<RejectionLine>,
+    /// When nothing matching is valid: the best near-miss, why, and its fixes.
+    pub near_miss: Option<NearMiss>,
+    /// A sentence when the question cannot match any enumerated layout.
+    pub note: Option<String>,
+}
+
+/// Fixed values of `a`, overridden by those of `b`; an error when both fix
+/// the same key to different values.
+fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
+    fn one<T: PartialEq + Copy + std::fmt::Debug>(
+        key: &str,
+        x: Option<T>,
+        y: Option<T>,
+    ) -> Result<Option<T>, String> {
+        match (x, y) {
+            (Some(u), Some(v)) if u != v => Err(format!(
+                "--fix sets {key}={u:?} but --why-not asks {key}={v:?}"
+            )),
+            (u, v) => Ok(v.or(u)),
+        }
+    }
+    Ok(Filter {
+        dp: one("dp", a.dp, b.dp)?,
+        tp: one("tp", a.tp, b.tp)?,
+        pp: one("pp", a.pp, b.pp)?,
+        cp: one("cp", a.cp, b.cp)?,
+        ep: one("ep", a.ep, b.ep)?,
+        etp: one("etp", a.etp, b.etp)?,
+        cp_comm: one("cp_comm", a.cp_comm, b.cp_comm)?,
+        vpp: one("vpp", a.vpp, b.vpp)?,
+        micro_batch: one("mbs", a.micro_batch, b.micro_batch)?,
+        recompute: one("recompute", a.recompute, b.recompute)?,
+        zero: one("zero", a.zero, b.zero)?,
+        sp: one("sp", a.sp, b.sp)?,
+        order: one("order", a.order, b.order)?,
+    })
+}
+
+/// Rank of a candidate with prices `e` among `all`: 1 + those strictly better.
+fn rank_of(all: &[Candidate], c: &Candidate) -> usize {
+    all.iter()
+        .filter(|x| better(x, c) == Ordering::Less)
+        .count()
+        + 1
+}
+
+/// A concrete layout for a question that matches nothing enumerated: the
+/// fixed values, D from N when possible, defaults elsewhere.
+fn probe(pr: &Problem, f: &Filter) -> Layout {
+    let tp = f.tp.unwrap_or(1);
+    let pp = f.pp.unwrap_or(1);
+    let cp = f.cp.unwrap_or(1);
+    let inner = tp as u64 * pp as u64 * cp as u64;
+    let dp = f.dp.unwrap_or(if pr.world % inner == 0 {
+        (pr.world / inner) as u32
+    } else {
+        1
+    });
+    Layout {
+        dp,
+        tp,
+        pp,
+        cp,
+        ep: f.ep.unwrap_or(1),
+        etp: f.etp.unwrap_or(1),
+        vpp: f.vpp.unwrap_or(1),
+        micro_batch: f.micro_batch.unwrap_or(1),
+        recompute: f.recompute.unwrap_or(Recompute::None),
+        zero: f.zero.unwrap_or(1),
+        sp: f.sp.unwrap_or(tp > 1),
+        order: f.order.unwrap_or(crate::layout::RankOrder::TpCpEpDpPp),
+        split: None,
+        cp_comm: f.cp_comm.unwrap_or_default(),
+    }
+}
+
+/// Answer `search --why-not QUERY`: the best valid layout matching the
+/// partial assignment `query` (keys of [`Filter::parse`]), its rank among
+/// `all` (every valid layout of the search over `space`, as kept with
+/// [`Space::keep_all`]) and its gap to the winner; or, when nothing
+/// matching is valid, the rejection counts of the matching subset and the
+/// best near-miss with its smallest fixes.
+///
+/// # Errors
+/// A sentence when the query does not parse or contradicts `--fix`.
+pub fn why_not(
+    pr: &Problem,
+    space: &Space,
+    all: &[Candidate],
+    query: &str,
+) -> Result<WhyNot, String> {
+    let asked = Filter::parse(query)?;
+    let filter = merge(&space.filter, &asked)?;
+    let winner = all.iter().min_by(|a, b| better(a, b));
+    let best = all
+        .iter()
+        .filter(|c| filter.matches(&c.layout))
+        .min_by(|a, b| better(a, b));
+    let matching_valid = all.iter().filter(|c| filter.matches(&c.layout)).count();
+    let sub_space = Space {
+        filter: filter.clone(),
+        keep_all: false,
+        top_k: 1,
+        ..space.clone()
+    };
+    let sub = search::search(pr, &sub_space);
+    let rejections = SearchReport::new(pr, &space.policy, &sub).rejections;
+    let mut out = WhyNot {
+        query: query.to_string(),
+        valid_total: all.len(),
+        matching_considered: sub.stats.considered,
+        matching_valid,
+        winner: winner.map(|w| Row::of(1, w)),
+        best: best.map(|b| Row::of(rank_of(all, b), b)),
+        gap: match (winner, best) {
+            (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
+            _ => None,
+        },
+        rejections,
+        near_miss: None,
+        note: None,
+    };
+    if best.is_some() {
+        return Ok(out);
+    }
+    // Nothing matching is valid: find the best near-miss.
+    let mut candidates: Vec<Candidate> = sub
+        .rejections
+        .iter()
+        .filter_map(|r| r.near_miss.clone())
+        .collect();
+    if sub.stats.considered == 0 {
+        let dom = pr.cluster.fast_domain();
+        if filter.tp.is_some_and(|t| t > dom) && !space.policy.allow_tp_across_domains {
+            // Not enumerated: price them on the slower tier to show what
+            // allowing it would give.
+            let mut wider = sub_space.clone();
+            wider.policy.allow_tp_across_domains = true;
+            let r = search::search(pr, &wider);
+            out.matching_considered = r.stats.considered;
+            out.note = Some(format!(
+                "T = {} spans more than one {}-GPU NVLink domain, so the search skips it unless --allow-tp-across-nodes is given; below, the best such layout priced on the slower tier",
+                filter.tp.unwrap_or(0),
+                dom
+            ));
+            // Prefer layouts whose only fault is the domain rule.
+            if r.top.is_empty() {
+                candidates.extend(r.rejections.iter().filter_map(|x| x.near_miss.clone()));
+            } else {
+                candidates.extend(r.top.iter().cloned());
+            }
+        } else {
+            let l = probe(pr, &filter);
+            // Structural rules only: the probe's other values are arbitrary.
+            let v = rules::explain(pr, &space.policy, &l, None);
+            let why = if v.is_empty() {
+                format!(
+                    "the search bounds exclude it (max C {}, max micro-batch {}, max v {})",
+                    space.max_cp, space.max_micro_batch, space.max_vpp
+                )
+            } else {
+                v.iter()
+                    .map(|x| format!("[{}] {}", x.code, x.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            out.note = Some(format!(
+                "no layout matching `{query}` can be built for {} GPUs: {why}",
+                pr.world
+            ));
+            return Ok(out);
+        }
+    }
+    // The fastest near-miss (each breaks exactly one rule).
+    if let Some(c) = candidates.into_iter().min_by(better) {
+        let violations = rules::explain(pr, &space.policy, &c.layout, memory_note(&c.eval));
+        let fixes = smallest_fixes(pr, &space.policy, &c.layout);
+        out.near_miss = Some(NearMiss {
+            rank_if_allowed: rank_of(all, &c),
+            layout: c.layout,
+            eval: c.eval,
+            violations,
+            fixes,
+        });
+    }
+    Ok(out)
+}
+
+/// Rules a fix list is about, for headings: the codes of `v`.
+pub fn codes(v: &[Violation]) -> Vec<&'static str> {
+    v.iter().map(|x| x.code).collect()
+}
+
+/// Whether the only broken rule is memory.
+pub fn only_memory(v: &[Violation]) -> bool {
+    !v.is_empty() && v.iter().all(|x| x.rule == Rule::Memory)
+}

@@ -1,0 +1,221 @@
+//! The verification checklist printed with the launch files: seed 000's
+//! "validate the layout before the long run" (update equivalence, memory
+//! accounting, communication accounting, numerics, restart correctness,
+//! effective throughput), each line filled with this plan's predicted
+//! numbers. The numbers are computed here; `templates/checklist.md.j2` holds
+//! the words.
+
+use serde::Serialize;
+
+use super::plan_file::{Plan, SpanInfo};
+
+/// The tiny run for the update-equivalence check.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TinyRun {
+    /// Layers of the cut-down model: one per model chunk, p·v.
+    pub layers: u32,
+    /// Smallest global batch this mesh accepts: D·b·m with m = 1, or m = p
+    /// with interleaving (Megatron needs m ≥ p and m % p = 0 then) [P15, P16].
+    pub global_batch: u64,
+    /// Its micro-batches per replica.
+    pub micro_batches: u64,
+    /// Relative spacing of bf16 numbers near 1, 2⁻⁸ (8 significant bits).
+    pub bf16_epsilon: f64,
+}
+
+/// One pipeline stage's memory line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageLine {
+    /// Pipeline rank.
+    pub pp_rank: u32,
+    /// A global rank of that stage to measure on.
+    pub rank: u64,
+    /// Its node.
+    pub node: u64,
+    /// Predicted peak, GiB.
+    pub peak_gib: f64,
+    /// Largest component.
+    pub dominant: String,
+    /// Its size, GiB.
+    pub dominant_gib: f64,
+    /// Weights + gradients + optimizer, GiB (present from the first step).
+    pub states_gib: f64,
+    /// Activations + logits + temporaries, GiB.
+    pub transient_gib: f64,
+}
+
+/// One process group's communication line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupLine {
+    /// Group name in the plan file.
+    pub name: String,
+    /// What runs over it.
+    pub traffic: String,
+    /// Ranks per group.
+    pub size: u32,
+    /// Groups.
+    pub groups: u64,
+    /// Nodes one group spans.
+    pub nodes: u64,
+    /// `NVLink` or `network`.
+    pub link: String,
+    /// Predicted exposed time per step on the slowest stage, seconds.
+    pub exposed_s: f64,
+    /// Its share of the step, percent.
+    pub share_pct: f64,
+}
+
+/// The checklist's numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Checklist {
+    /// Update-equivalence run.
+    pub tiny: TinyRun,
+    /// Memory per pipeline stage.
+    pub stages: Vec<StageLine>,
+    /// Communication per group with more than one rank.
+    pub groups: Vec<GroupLine>,
+    /// Twice the micro-batch, for the activation-scaling check.
+    pub double_micro_batch: u32,
+    /// Predicted step time in milliseconds (Megatron logs "elapsed time per
+    /// iteration (ms)").
+    pub step_ms: f64,
+    /// MFU, percent.
+    pub mfu_pct: f64,
+    /// HFU, percent.
+    pub hfu_pct: f64,
+    /// Bubble, percent of the step.
+    pub bubble_pct: f64,
+    /// Checkpoint size, GB (10⁹ bytes).
+    pub checkpoint_gb: f64,
+    /// Per rank, GB.
+    pub checkpoint_per_rank_gb: f64,
+    /// Checkpoint interval, hours.
+    pub interval_h: f64,
+    /// Job MTBF, hours.
+    pub job_mtbf_h: f64,
+    /// Checkpoint and failure overhead, percent.
+    pub overhead_pct: f64,
+}
+
+fn line(name: &str, traffic: &str, span: &SpanInfo, exposed: f64, step: f64) -> GroupLine {
+    GroupLine {
+        name: name.to_string(),
+        traffic: traffic.to_string(),
+        size: span.size,
+        groups: span.groups,
+        nodes: span.nodes,
+        link: if span.fast_domains > 1 {
+            "network"
+        } else {
+            "NVLink"
+        }
+        .to_string(),
+        exposed_s: exposed,
+        share_pct: if step > 0.0 {
+            100.0 * exposed / step
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The checklist of `plan`.
+pub fn checklist(plan: &Plan) -> Checklist {
+    let mesh = &plan.mesh;
+    let pr = &plan.predicted;
+    let t = &pr.time_s;
+    let pl = &pr.placement;
+    let m_tiny = if mesh.vpp > 1 { mesh.pp as u64 } else { 1 };
+    let stages = pr
+        .stages
+        .iter()
+        .map(|s| {
+            let rank = plan.stage_rank(s.pp_rank);
+            let (dominant, dominant_gib) = s.memory_gib.dominant();
+            let g = &s.memory_gib;
+            StageLine {
+                pp_rank: s.pp_rank,
+                rank,
+                node: rank / plan.hardware.processes_per_node.max(1),
+                peak_gib: g.total,
+                dominant: dominant.to_string(),
+                dominant_gib,
+                states_gib: g.weights + g.grads + g.optimizer,
+                transient_gib: g.activations + g.logits + g.temporaries,
+            }
+        })
+        .collect();
+    let mut groups = Vec::new();
+    let step = t.step;
+    if mesh.tp > 1 {
+        let what = if mesh.sp {
+            "all-gather + reduce-scatter of activations, 2 each per layer forward and backward (SP)"
+        } else {
+            "all-reduce of activations, 2 per layer forward and 2 backward"
+        };
+        groups.push(line("tp", what, &pl.tp, t.tp_comm, step));
+    }
+    if mesh.cp > 1 {
+        groups.push(line(
+            "cp",
+            "K/V ring exchange in every attention, overlapped with it",
+            &pl.cp,
+            t.cp_comm,
+            step,
+        ));
+    }
+    if let Some(ep) = &pl.ep
+        && mesh.ep > 1
+    {
+        groups.push(line(
+            "ep",
+            "token dispatch and combine all-to-all, forward and backward",
+            ep,
+            t.ep_comm,
+            step,
+        ));
+    }
+    if mesh.pp > 1 {
+        groups.push(line(
+            "pp",
+            "activation send/receive at stage boundaries, per micro-batch and chunk",
+            &pl.pp,
+            t.pp_comm,
+            step,
+        ));
+    }
+    if mesh.dp * mesh.cp > 1 {
+        let what = match plan.sharding.zero {
+            0 => "gradient all-reduce once per step",
+            1 => {
+                "gradient reduce-scatter and parameter all-gather once per step (distributed optimizer)"
+            }
+            2 => "gradient reduce-scatter every micro-batch, parameter all-gather once per step",
+            _ => {
+                "parameter all-gather in forward and backward, gradient reduce-scatter, every micro-batch"
+            }
+        };
+        groups.push(line("dp_cp", what, &pl.dp_cp, t.dp_comm, step));
+    }
+    let ck = &pr.checkpoint;
+    Checklist {
+        tiny: TinyRun {
+            layers: plan.pipeline.chunks,
+            global_batch: mesh.dp as u64 * plan.job.micro_batch as u64 * m_tiny,
+            micro_batches: m_tiny,
+            bf16_epsilon: 2f64.powi(-8),
+        },
+        stages,
+        groups,
+        double_micro_batch: plan.job.micro_batch * 2,
+        step_ms: pr.step_s * 1e3,
+        mfu_pct: pr.mfu * 100.0,
+        hfu_pct: pr.hfu * 100.0,
+        bubble_pct: pr.bubble_fraction * 100.0,
+        checkpoint_gb: ck.bytes / 1e9,
+        checkpoint_per_rank_gb: ck.bytes_per_rank / 1e9,
+        interval_h: ck.interval_steps as f64 * pr.step_s / 3600.0,
+        job_mtbf_h: ck.job_mtbf_s / 3600.0,
+        overhead_pct: ck.overhead_fraction * 100.0,
+    }
+}

@@ -1,0 +1,541 @@
+//! `meshplan generate`: the launch files of one plan.
+//!
+//! A layout is first judged: every meshplan rule ([`crate::rules::explain`],
+//! the memory check included) and the Megatron-LM checks that only matter
+//! at launch ([`refusals`]). A layout that breaks any of them is refused
+//! with one line per broken rule, and nothing is written. Otherwise the
+//! Rust side builds one typed context, the [`Plan`] (which is also the
+//! engine-neutral `plan.json`), translates it to Megatron-LM flags
+//! ([`megatron::megatron`]) and fills the checklist numbers
+//! ([`checklist::checklist`]); the minijinja templates in `templates/`
+//! (compiled into the binary) only format them.
+//!
+//! Files written (see [`FILES`]):
+//! - `megatron_pretrain_gpt.sh`: `torchrun … pretrain_gpt.py` with every
+//!   layout flag, the environment the layout needs, and parameters (data,
+//!   tokenizer, checkpoints, logs, steps, learning rate) that stop the script
+//!   when unset.
+//! - `slurm_megatron.sbatch`: a SLURM batch script that starts the same
+//!   launch once per node, with the rendezvous on the allocation's first node.
+//! - `plan.json`: the engine-neutral plan (schema in `docs/plan-schema.md`).
+//! - `CHECKLIST.md`: seed 000's checks before the long run, with this plan's
+//!   predicted numbers; also printed by the command.
+
+pub mod checklist;
+pub mod megatron;
+pub mod plan_file;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use include_dir::{Dir, include_dir};
+use serde::Serialize;
+
+use crate::cost::{self, Problem};
+use crate::layout::{Layout, RankOrder};
+use crate::report::memory_note;
+use crate::rules::{self, Policy};
+use crate::spec::model::PositionEmbedding;
+
+pub use plan_file::Plan;
+
+static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/templates");
+
+/// The Megatron-LM launch script.
+pub const MEGATRON_SCRIPT: &str = "megatron_pretrain_gpt.sh";
+/// The SLURM batch script.
+pub const SLURM_SCRIPT: &str = "slurm_megatron.sbatch";
+/// The engine-neutral plan file.
+pub const PLAN_FILE: &str = "plan.json";
+/// The verification checklist.
+pub const CHECKLIST: &str = "CHECKLIST.md";
+/// Every file `generate` writes, in order.
+pub const FILES: [&str; 4] = [MEGATRON_SCRIPT, SLURM_SCRIPT, PLAN_FILE, CHECKLIST];
+
+/// One reason a layout cannot be launched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refusal {
+    /// Stable code: a meshplan rule code, or `launch-…` / `megatron-…` for
+    /// checks only the launch needs.
+    pub code: String,
+    /// What is wrong, with the numbers.
+    pub message: String,
+    /// What would fix it.
+    pub remedy: String,
+}
+
+/// Why `generate` wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// The layout breaks rules; each is listed.
+    #[error("refusing to write launch files for {layout}: {}", RefusalList(.refusals))]
+    Refused {
+        /// The layout, one line.
+        layout: String,
+        /// Every broken rule.
+        refusals: Vec<Refusal>,
+    },
+    /// A template failed to render (a bug in meshplan's templates).
+    #[error("template `{name}`: {detail}")]
+    Template {
+        /// Template file name.
+        name: String,
+        /// minijinja's message.
+        detail: String,
+    },
+    /// A file could not be written.
+    #[error("{}: cannot write: {source}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating-system error.
+        source: std::io::Error,
+    },
+}
+
+struct RefusalList<'a>(&'a [Refusal]);
+
+impl fmt::Display for RefusalList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "it breaks {} rule(s)", self.0.len())?;
+        for r in self.0 {
+            write!(f, "\n  [{}] {}; fix: {}", r.code, r.message, r.remedy)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every reason layout `l` cannot be launched with Megatron-LM: meshplan's
+/// rules under `policy` (memory included, from `eval = cost::evaluate(pr,
+/// l)`) and the launch checks they do not cover:
+/// - `launch-nodes`: torchrun starts the same number of processes on every
+///   node, so N must fit one node or be a multiple of the GPUs per node.
+/// - `megatron-recipe`: the DeepSpeed 2/(2+4)/12 recipe has no Megatron-LM
+///   spelling (Megatron keeps fp32 main grads, or bf16 ones with
+///   `--grad-reduce-in-bf16`).
+/// - `megatron-position-embedding`: Megatron-LM has no ALiBi
+///   (`--position-embedding-type` choices, FACTS §1).
+/// - `megatron-moe-bias` [E4]: MoE with linear biases needs ETP = 1.
+/// - `megatron-rank-mapping` [W4]: `--use-tp-pp-dp-mapping` with p > 1
+///   needs the expert grid's DP equal to the dense DP, N/(ETP·E·p) = D
+///   (for a dense model Megatron's ETP defaults to T, so C must be 1).
+pub fn refusals(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    eval: &cost::Evaluation,
+) -> Vec<Refusal> {
+    let mut out: Vec<Refusal> = rules::explain(pr, policy, l, memory_note(eval))
+        .into_iter()
+        .map(|v| Refusal {
+            code: v.code.to_string(),
+            message: v.message,
+            remedy: v.remedy,
+        })
+        .collect();
+    let model = pr.model;
+    let gpn = pr.cluster.gpus_per_node as u64;
+    let world = l.world();
+    if world > gpn && !world.is_multiple_of(gpn) {
+        out.push(Refusal {
+            code: "launch-nodes".into(),
+            message: format!(
+                "{world} GPUs do not fill whole {gpn}-GPU nodes; torchrun starts the same number of processes on every node"
+            ),
+            remedy: format!(
+                "use a multiple of {gpn} GPUs (--gpus {} or {})",
+                world / gpn * gpn,
+                (world / gpn + 1) * gpn
+            ),
+        });
+    }
+    if pr.job.recipe_name == crate::spec::RecipeName::Deepspeed {
+        out.push(Refusal {
+            code: "megatron-recipe".into(),
+            message: "the deepspeed precision recipe (fp16 grads plus an fp32 partition) has no Megatron-LM flags".into(),
+            remedy: "plan with --recipe megatron or --recipe seed".into(),
+        });
+    }
+    if model.architecture.position_embedding == PositionEmbedding::Alibi {
+        out.push(Refusal {
+            code: "megatron-position-embedding".into(),
+            message: format!(
+                "{} uses ALiBi, which Megatron-LM does not implement",
+                model.name
+            ),
+            remedy: "plan a model card with RoPE or learned positions".into(),
+        });
+    }
+    if model.moe.is_some() && model.architecture.linear_bias && l.etp != 1 {
+        out.push(Refusal {
+            code: "megatron-moe-bias".into(),
+            message: format!(
+                "{} has linear biases and ETP = {}; Megatron supports MoE biases only with ETP = 1 [E4]",
+                model.name, l.etp
+            ),
+            remedy: "use ETP = 1".into(),
+        });
+    }
+    let (etp, ep) = if model.moe.is_some() {
+        (l.etp, l.ep)
+    } else {
+        (l.tp, 1)
+    };
+    let per = etp as u64 * ep as u64 * l.pp as u64;
+    if l.order == RankOrder::TpCpEpPpDp && l.pp > 1 && world / per.max(1) != l.dp as u64 {
+        out.push(Refusal {
+            code: "megatron-rank-mapping".into(),
+            message: format!(
+                "rank order tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping) with p = {} needs N/(ETP·E·p) = {}/({}·{}·{}) = {} to equal D = {} [W4]",
+                l.pp,
+                world,
+                etp,
+                ep,
+                l.pp,
+                world / per.max(1),
+                l.dp
+            ),
+            remedy: "use the default order tp-cp-ep-dp-pp".into(),
+        });
+    }
+    out
+}
+
+/// One generated file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GeneratedFile {
+    /// File name (one of [`FILES`]).
+    pub name: &'static str,
+    /// Whether to mark it executable.
+    pub executable: bool,
+    /// Its text.
+    pub contents: String,
+}
+
+/// A rendered plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bundle {
+    /// The typed context (also `plan.json`).
+    pub plan: Plan,
+    /// The files, in [`FILES`] order.
+    pub files: Vec<GeneratedFile>,
+}
+
+impl Bundle {
+    /// The text of file `name`, if it was generated.
+    pub fn file(&self, name: &str) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.contents.as_str())
+    }
+}
+
+/// Judge layout `l` and render its files.
+///
+/// # Errors
+/// [`GenerateError::Refused`] listing every broken rule when the layout
+/// cannot be launched; [`GenerateError::Template`] if a template fails.
+pub fn generate(pr: &Problem, policy: &Policy, l: &Layout) -> Result<Bundle, GenerateError> {
+    let eval = cost::evaluate(pr, l);
+    let refused = refusals(pr, policy, l, &eval);
+    if !refused.is_empty() {
+        return Err(GenerateError::Refused {
+            layout: l.short(),
+            refusals: refused,
+        });
+    }
+    let plan = Plan::new(pr, l, &eval);
+    let files = render(&plan)?;
+    Ok(Bundle { plan, files })
+}
+
+fn fixed(v: f64, digits: Option<usize>) -> String {
+    format!("{:.*}", digits.unwrap_or(1), v)
+}
+
+fn environment() -> Result<minijinja::Environment<'static>, GenerateError> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    env.set_keep_trailing_newline(true);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_filter("f", fixed);
+    for file in TEMPLATES.files() {
+        let name = file.path().to_string_lossy().into_owned();
+        let text = file
+            .contents_utf8()
+            .ok_or_else(|| GenerateError::Template {
+                name: name.clone(),
+                detail: "not UTF-8".into(),
+            })?;
+        env.add_template_owned(name.clone(), text.to_string())
+            .map_err(|e| GenerateError::Template {
+                name,
+                detail: format!("{e:#}"),
+            })?;
+    }
+    Ok(env)
+}
+
+/// Render the files of `plan` (no checks: [`generate`] checks first).
+///
+/// # Errors
+/// [`GenerateError::Template`] if a template fails to render.
+pub fn render(plan: &Plan) -> Result<Vec<GeneratedFile>, GenerateError> {
+    let env = environment()?;
+    let ctx = minijinja::context! {
+        plan => minijinja::Value::from_serialize(plan),
+        megatron => minijinja::Value::from_serialize(megatron::megatron(plan)),
+        checklist => minijinja::Value::from_serialize(checklist::checklist(plan)),
+        files => minijinja::context! {
+            megatron => MEGATRON_SCRIPT,
+            slurm => SLURM_SCRIPT,
+            plan => PLAN_FILE,
+            checklist => CHECKLIST,
+        },
+    };
+    let tpl = |name: &str| -> Result<String, GenerateError> {
+        let t = env
+            .get_template(name)
+            .map_err(|e| GenerateError::Template {
+                name: name.to_string(),
+                detail: format!("{e:#}"),
+            })?;
+        t.render(&ctx).map_err(|e| GenerateError::Template {
+            name: name.to_string(),
+            detail: format!("{e:#}"),
+        })
+    };
+    let json = plan_file::to_json(plan).map_err(|e| GenerateError::Template {
+        name: PLAN_FILE.into(),
+        detail: e.to_string(),
+    })?;
+    Ok(vec![
+        GeneratedFile {
+            name: MEGATRON_SCRIPT,
+            executable: true,
+            contents: tpl("megatron_pretrain_gpt.sh.j2")?,
+        },
+        GeneratedFile {
+            name: SLURM_SCRIPT,
+            executable: true,
+            contents: tpl("slurm_megatron.sbatch.j2")?,
+        },
+        GeneratedFile {
+            name: PLAN_FILE,
+            executable: false,
+            contents: json,
+        },
+        GeneratedFile {
+            name: CHECKLIST,
+            executable: false,
+            contents: tpl("checklist.md.j2")?,
+        },
+    ])
+}
+
+/// Write `files` into directory `dir` (created if missing), replacing files
+/// of the same names. Returns the paths written.
+///
+/// # Errors
+/// [`GenerateError::Io`] naming the directory or file that failed.
+pub fn write(files: &[GeneratedFile], dir: &Path) -> Result<Vec<PathBuf>, GenerateError> {
+    std::fs::create_dir_all(dir).map_err(|source| GenerateError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for f in files {
+        let path = dir.join(f.name);
+        std::fs::write(&path, &f.contents).map_err(|source| GenerateError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        #[cfg(unix)]
+        if f.executable {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(
+                |source| GenerateError::Io {
+                    path: path.clone(),
+                    source,
+                },
+            )?;
+        }
+        out.push(path);
+    }
+    Ok(out)
+}
+
+/// A layout read from a `meshplan search --format json` output (row K of
+/// `rows`) or from a `plan.json` written by `generate`, with the job it
+/// was planned for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanInput {
+    /// The layout.
+    pub layout: Layout,
+    /// Model card name it was planned for.
+    pub model: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// GPUs.
+    pub gpus: u64,
+    /// Global batch, sequences.
+    pub global_batch: u64,
+    /// Sequence length, tokens.
+    pub seq_len: u64,
+    /// Recipe name (`megatron` or `seed`).
+    pub recipe: String,
+}
+
+impl PlanInput {
+    /// Read row `rank` (1-based) of a search JSON, or the layout of a plan
+    /// file (`rank` must then be 1). `file` names the input in errors.
+    ///
+    /// # Errors
+    /// [`InputError::Syntax`] for invalid JSON; [`InputError::Field`] naming
+    /// the missing or malformed field, or a rank beyond the rows.
+    pub fn parse(
+        text: &str,
+        file: &Path,
+        rank: u64,
+    ) -> Result<PlanInput, crate::error::InputError> {
+        use crate::error::InputError;
+        use serde_json::Value;
+        let v: Value = serde_json::from_str(text).map_err(|e| InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: format!("not JSON: {e}"),
+        })?;
+        let field = |f: &str, p: String| InputError::field(file, f, p);
+        let get = |path: &str| -> Result<&Value, InputError> {
+            path.split('.')
+                .try_fold(&v, |x, k| x.get(k))
+                .ok_or_else(|| field(path, "missing".into()))
+        };
+        let string = |path: &str| -> Result<String, InputError> {
+            get(path)?
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| field(path, "must be a string".into()))
+        };
+        let number = |path: &str| -> Result<u64, InputError> {
+            get(path)?
+                .as_u64()
+                .ok_or_else(|| field(path, "must be a non-negative integer".into()))
+        };
+        let layout_of = |x: &Value, path: &str| -> Result<Layout, InputError> {
+            serde_json::from_value(x.clone())
+                .map_err(|e| field(path, format!("not a meshplan layout: {e}")))
+        };
+        if v.get("schema")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.starts_with("meshplan-plan/"))
+        {
+            if rank != 1 {
+                return Err(field(
+                    "layout",
+                    format!("a plan file holds one layout; --rank {rank} asks for another"),
+                ));
+            }
+            return Ok(PlanInput {
+                layout: layout_of(get("layout")?, "layout")?,
+                model: string("model.name")?,
+                cluster: string("hardware.cluster")?,
+                gpus: number("hardware.world")?,
+                global_batch: number("job.global_batch")?,
+                seq_len: number("job.seq_len")?,
+                recipe: string("job.recipe")?,
+            });
+        }
+        let rows = get("rows")?.as_array().ok_or_else(|| {
+            field(
+                "rows",
+                "must be an array (is this `meshplan search --format json` output?)".into(),
+            )
+        })?;
+        let row = rows
+            .iter()
+            .find(|r| r.get("rank").and_then(Value::as_u64) == Some(rank))
+            .ok_or_else(|| {
+                field(
+                    "rows",
+                    format!("has no row of rank {rank} ({} rows)", rows.len()),
+                )
+            })?;
+        let path = format!("rows[{}].layout", rank - 1);
+        let layout = row
+            .get("layout")
+            .ok_or_else(|| field(&path, "missing".into()))?;
+        Ok(PlanInput {
+            layout: layout_of(layout, &path)?,
+            model: string("context.model")?,
+            cluster: string("context.cluster")?,
+            gpus: number("context.gpus")?,
+            global_batch: number("context.global_batch")?,
+            seq_len: number("context.seq_len")?,
+            recipe: string("context.recipe")?,
+        })
+    }
+
+    /// Check that the job on the command line is the one this layout was
+    /// planned for.
+    ///
+    /// # Errors
+    /// [`InputError::Field`] naming the first field that differs and the flag
+    /// that sets it.
+    pub fn check_job(
+        &self,
+        file: &Path,
+        model: &str,
+        cluster: &str,
+        world: u64,
+        job: &crate::spec::Job,
+    ) -> Result<(), crate::error::InputError> {
+        let recipe = match job.recipe_name {
+            crate::spec::RecipeName::Megatron => "megatron",
+            crate::spec::RecipeName::Seed => "seed",
+            crate::spec::RecipeName::Deepspeed => "deepspeed",
+        };
+        let checks: [(&str, String, String, &str); 6] = [
+            ("model", self.model.clone(), model.to_string(), "--model"),
+            (
+                "cluster",
+                self.cluster.clone(),
+                cluster.to_string(),
+                "--cluster",
+            ),
+            ("gpus", self.gpus.to_string(), world.to_string(), "--gpus"),
+            (
+                "global_batch",
+                self.global_batch.to_string(),
+                job.global_batch.to_string(),
+                "--global-batch",
+            ),
+            (
+                "seq_len",
+                self.seq_len.to_string(),
+                job.seq_len.to_string(),
+                "--seq-len",
+            ),
+            (
+                "recipe",
+                self.recipe.clone(),
+                recipe.to_string(),
+                "--recipe",
+            ),
+        ];
+        for (name, planned, given, flag) in checks {
+            if planned != given {
+                return Err(crate::error::InputError::field(
+                    file,
+                    name,
+                    format!(
+                        "the layout was planned for {name} {planned}, but the command line gives {given}; pass {flag} {planned}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,357 @@
+//! Text of the expert sections of the table format: smallest fixes, the gap
+//! to the winner, why-not answers, checkpointing and time-to-train.
+
+use std::io::Write;
+
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::{CellAlignment, Table as CTable};
+
+use crate::checkpoint::{CheckpointPlan, TimeToTrain};
+use crate::explain::{Fixes, Gap, WhyNot};
+use crate::spec::GIB;
+
+fn table() -> CTable {
+    let mut t = CTable::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t
+}
+
+fn right_align(t: &mut CTable, from: usize) {
+    for i in from..t.column_count() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+fn signed_pct(x: f64) -> String {
+    format!("{:+.1}%", 100.0 * x)
+}
+
+fn duration(s: f64) -> String {
+    if s >= 86400.0 {
+        format!("{:.1} days", s / 86400.0)
+    } else if s >= 3600.0 {
+        format!("{:.2} h", s / 3600.0)
+    } else if s >= 60.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+fn bytes(b: f64) -> String {
+    if b >= 1024.0 * GIB {
+        format!("{:.2} TiB", b / GIB / 1024.0)
+    } else if b >= GIB {
+        format!("{:.1} GiB", b / GIB)
+    } else {
+        format!("{:.1} MiB", b / 1048576.0)
+    }
+}
+
+/// The smallest fixes of a rejected layout.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
+    if f.fixes.is_empty() {
+        writeln!(
+            w,
+            "No single change nor pair of changes makes it valid ({} changed layouts priced).",
+            f.tried
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "Smallest {} that make it valid, each priced by the cost model ({} changed layouts tried; original: peak {:.1} GiB, step {:.2} s):",
+        if f.pairs {
+            "pairs of changes (no single change works)"
+        } else {
+            "changes"
+        },
+        f.tried,
+        f.original_peak_gib,
+        f.original_step_s
+    )?;
+    let mut t = table();
+    t.set_header(vec![
+        "",
+        "change",
+        "peak GiB",
+        "step s",
+        "Δ step",
+        "tokens/s",
+        "memory relieved",
+    ]);
+    for (i, x) in f.fixes.iter().enumerate() {
+        t.add_row(vec![
+            if i == 0 {
+                "cheapest".to_string()
+            } else {
+                String::new()
+            },
+            x.changes.join(" + "),
+            format!("{:.1}", x.peak_gib),
+            format!("{:.2}", x.eval.time.step),
+            signed_pct(x.step_delta),
+            format!("{:.0}", x.eval.tokens_per_s),
+            x.relief
+                .as_ref()
+                .map(|(n, b, a)| format!("{n} {b:.1} → {a:.1} GiB"))
+                .unwrap_or_default(),
+        ]);
+    }
+    right_align(&mut t, 2);
+    if let Some(c) = t.column_mut(6) {
+        c.set_cell_alignment(CellAlignment::Left);
+    }
+    writeln!(w, "{t}")?;
+    if let Some(best) = f.cheapest() {
+        writeln!(w, "  cheapest fix: {}", best.layout.short())?;
+    }
+    Ok(())
+}
+
+/// Where the time goes against the winner.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "Gap to the winner: step {:.3} s vs {:.3} s ({:+.3} s, the winner is {:.1}% faster), part by part:",
+        g.this_step_s,
+        g.winner_step_s,
+        g.delta_s,
+        100.0 * g.winner_faster
+    )?;
+    let mut t = table();
+    t.set_header(vec!["part", "winner s", "this s", "Δ s", "share of gap"]);
+    for p in &g.parts {
+        if p.winner_s.abs() < 1e-9 && p.this_s.abs() < 1e-9 {
+            continue;
+        }
+        let share = if g.delta_s.abs() > 1e-12 {
+            format!("{:.1}%", 100.0 * p.delta_s / g.delta_s)
+        } else {
+            "-".into()
+        };
+        t.add_row(vec![
+            p.part.to_string(),
+            format!("{:.3}", p.winner_s),
+            format!("{:.3}", p.this_s),
+            format!("{:+.3}", p.delta_s),
+            share,
+        ]);
+    }
+    right_align(&mut t, 1);
+    writeln!(w, "{t}")
+}
+
+/// The answer to `--why-not`.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
+    writeln!(w)?;
+    writeln!(
+        w,
+        "Why not {}? {} matching layouts enumerated, {} of them valid (of {} valid in all).",
+        q.query, q.matching_considered, q.matching_valid, q.valid_total
+    )?;
+    if let Some(n) = &q.note {
+        writeln!(w, "  {n}")?;
+    }
+    match (&q.best, &q.winner) {
+        (Some(b), Some(win)) => {
+            writeln!(
+                w,
+                "Best matching layout: {} — rank {} of {}, {:.0} tokens/s, peak {:.1} GiB",
+                b.layout.short(),
+                b.rank,
+                q.valid_total,
+                b.tokens_per_s,
+                b.peak_gib
+            )?;
+            if b.rank == 1 || (win.tokens_per_s - b.tokens_per_s).abs() < 1e-9 {
+                writeln!(w, "It is (tied with) the winner.")?;
+            } else {
+                writeln!(
+                    w,
+                    "Winner: {} at {:.0} tokens/s",
+                    win.layout.short(),
+                    win.tokens_per_s
+                )?;
+                if let Some(g) = &q.gap {
+                    gap(w, g)?;
+                }
+            }
+        }
+        _ => {
+            if !q.rejections.is_empty() {
+                writeln!(
+                    w,
+                    "No matching layout is valid. Matching layouts rejected (first broken rule):"
+                )?;
+                for r in &q.rejections {
+                    match &r.near_miss {
+                        Some(n) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
+                        None => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
+                    }
+                }
+            }
+            if let Some(n) = &q.near_miss {
+                writeln!(
+                    w,
+                    "Best near-miss: {} — {:.0} tokens/s, peak {:.1} GiB; would rank {} if it were valid",
+                    n.layout.short(),
+                    n.eval.tokens_per_s,
+                    n.eval.peak_bytes / GIB,
+                    n.rank_if_allowed
+                )?;
+                for v in &n.violations {
+                    writeln!(w, "  [{}] {}", v.code, v.message)?;
+                }
+                fixes(w, &n.fixes)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checkpoint size, write time and interval; `brief` gives two lines.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn checkpoint(
+    w: &mut dyn Write,
+    c: &CheckpointPlan,
+    brief: bool,
+    who: &str,
+) -> std::io::Result<()> {
+    let per_param = (c.weights_bytes + c.master_bytes + c.moments_bytes) / c.params;
+    if brief {
+        writeln!(
+            w,
+            "Checkpoint of {who}: {} ({:.0} B/param: weights, fp32 master, Adam moments; + scaler/RNG), {} per rank at most, written in {} at {:.0} GB/s.",
+            bytes(c.total_bytes),
+            per_param,
+            bytes(c.per_rank_bytes),
+            duration(c.write_s),
+            c.storage_bandwidth_gbs
+        )?;
+        writeln!(
+            w,
+            "Daly interval τ* = √(2CM) = {} (≈ {:.0} steps) with M = {} ({:.0} h node MTBF / {} nodes); expected waste W = C/τ* + τ*/2M = {:.2}%.",
+            duration(c.interval_s),
+            c.steps_between,
+            duration(c.job_mtbf_s),
+            c.node_mtbf_hours,
+            c.nodes,
+            100.0 * c.waste_fraction
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "Checkpoint (seed 000; Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
+    )?;
+    let mut t = table();
+    t.set_header(vec!["part", "bytes per parameter", "size"]);
+    t.add_row(vec![
+        "bf16 weights".to_string(),
+        format!("{:.0}", c.weights_bytes / c.params),
+        bytes(c.weights_bytes),
+    ]);
+    t.add_row(vec![
+        "fp32 master weights".to_string(),
+        format!("{:.0}", c.master_bytes / c.params),
+        bytes(c.master_bytes),
+    ]);
+    t.add_row(vec![
+        "Adam moments (m, v)".to_string(),
+        format!("{:.0}", c.moments_bytes / c.params),
+        bytes(c.moments_bytes),
+    ]);
+    t.add_row(vec![
+        "scaler, step, RNG (16 KiB/rank)".to_string(),
+        "-".to_string(),
+        bytes(c.small_state_bytes),
+    ]);
+    t.add_row(vec![
+        "total".to_string(),
+        format!("{per_param:.0}"),
+        bytes(c.total_bytes),
+    ]);
+    right_align(&mut t, 1);
+    writeln!(w, "{t}")?;
+    writeln!(
+        w,
+        "  per rank: {} at most (pipeline stage {}; its weight shard and, with the distributed optimizer, its optimizer shard)",
+        bytes(c.per_rank_bytes),
+        c.per_rank_stage
+    )?;
+    writeln!(
+        w,
+        "  write time C = {:.0} GB ÷ {:.0} GB/s storage = {}",
+        c.total_bytes / 1e9,
+        c.storage_bandwidth_gbs,
+        duration(c.write_s)
+    )?;
+    writeln!(
+        w,
+        "  job MTBF M = {:.0} h node MTBF / {} nodes = {}",
+        c.node_mtbf_hours,
+        c.nodes,
+        duration(c.job_mtbf_s)
+    )?;
+    writeln!(
+        w,
+        "  Daly interval τ* = √(2·C·M) = {} (≈ every {:.0} steps; Daly's higher-order estimate {})",
+        duration(c.interval_s),
+        c.steps_between,
+        duration(c.interval_daly_s)
+    )?;
+    writeln!(
+        w,
+        "  expected waste W(τ*) = C/τ* + τ*/(2M) = {:.3}% of wall time (first order; restart time not included)",
+        100.0 * c.waste_fraction
+    )
+}
+
+fn tokens(t: f64) -> String {
+    let (v, suffix) = if t >= 1e12 {
+        (t / 1e12, "T")
+    } else if t >= 1e9 {
+        (t / 1e9, "B")
+    } else if t >= 1e6 {
+        (t / 1e6, "M")
+    } else {
+        (t, "")
+    };
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}{suffix}")
+}
+
+/// Days and GPU-hours for a token budget.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn time_to_train(w: &mut dyn Write, t: &TimeToTrain, who: &str) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "Time to train {} tokens ({:.0} steps) with {who} on {} GPUs: {:.1} days, {:.3}M GPU-hours at {:.0} tokens/s; {:.1} days, {:.3}M GPU-hours at goodput {:.0} tokens/s (× (1 − W)).",
+        tokens(t.tokens),
+        t.steps,
+        t.gpus,
+        t.days,
+        t.gpu_hours / 1e6,
+        t.tokens_per_s,
+        t.days_goodput,
+        t.gpu_hours_goodput / 1e6,
+        t.goodput_tokens_per_s
+    )
+}

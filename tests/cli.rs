@@ -1,0 +1,276 @@
+//! The binary end to end: the main job, and one clear error (non-zero exit,
+//! no panic) for each kind of bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn meshplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_meshplan"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// One error line, exit status 1, and no panic message.
+fn assert_clean_error(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "`{n}` not in: {err}");
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("meshplan-test-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn main_job_prints_ranked_plans() {
+    let o = meshplan(&["search", "--model", "70b", "--cluster", "dgx64"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("llama3-70b on 64 × a100-80g"));
+    assert!(out.contains("tokens/s") && out.contains("MFU"));
+    assert!(out.contains("Considered") && out.contains("valid"));
+    assert!(out.contains("Rejected"));
+}
+
+#[test]
+fn json_and_csv_formats_parse() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--format",
+        "json",
+        "--top",
+        "3",
+    ]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 3);
+    assert_eq!(v["context"]["gpus"], 64);
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--format",
+        "csv",
+        "--top",
+        "4",
+    ]);
+    assert!(o.status.success());
+    let mut r = csv::Reader::from_reader(o.stdout.as_slice());
+    assert!(r.headers().unwrap().iter().any(|h| h == "tokens_per_s"));
+    assert_eq!(r.records().count(), 4);
+}
+
+#[test]
+fn explain_valid_and_rejected_layouts() {
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--sp",
+        "--recompute",
+        "selective",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Verdict: VALID"), "{out}");
+    assert!(out.contains("Per pipeline stage"));
+    // T = 3 breaks the head rule: 64 heads.
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "2",
+        "--pp",
+        "3",
+        "--dp",
+        "10",
+    ]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(
+        out.contains("REJECTED") && out.contains("[mesh-size]") && out.contains("[layers-pp]"),
+        "{out}"
+    );
+}
+
+#[test]
+fn list_commands() {
+    let o = meshplan(&["list", "models"]);
+    assert!(stdout(&o).contains("llama3-70b") && stdout(&o).contains("alias 70b"));
+    let o = meshplan(&["list", "clusters"]);
+    assert!(stdout(&o).contains("dgx64"));
+    let o = meshplan(&["list", "gpus"]);
+    assert!(stdout(&o).contains("h100-sxm"));
+}
+
+#[test]
+fn unknown_model_lists_known_names() {
+    let o = meshplan(&["search", "--model", "gpt5", "--cluster", "dgx64"]);
+    assert_clean_error(&o, &["unknown model `gpt5`", "llama3-70b (70b"]);
+}
+
+#[test]
+fn unknown_cluster_lists_known_names() {
+    let o = meshplan(&["search", "--model", "70b", "--cluster", "dgx9"]);
+    assert_clean_error(&o, &["unknown cluster `dgx9`", "dgx64"]);
+}
+
+#[test]
+fn malformed_toml_names_the_file_and_line() {
+    let d = temp_dir("malformed");
+    std::fs::write(d.join("bad.toml"), "name = \"bad\"\nsource = [unclosed\n").unwrap();
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--models-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["bad.toml", "line 2"]);
+}
+
+#[test]
+fn incomplete_toml_names_the_missing_field() {
+    let d = temp_dir("incomplete");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/llama3-8b.toml"
+    ))
+    .unwrap();
+    let text = text.replace("name = \"llama3-8b\"", "name = \"mine\"");
+    let without: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("hidden"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(d.join("mine.toml"), without).unwrap();
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "mine",
+        "--cluster",
+        "dgx64",
+        "--models-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["mine.toml", "missing field `hidden`"]);
+}
+
+#[test]
+fn impossible_values_name_the_field() {
+    let d = temp_dir("zero");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/llama3-8b.toml"
+    ))
+    .unwrap();
+    let text = text.replace("name = \"llama3-8b\"", "name = \"zero\"");
+    let text = text.replacen("layers = 32", "layers = 0", 1);
+    std::fs::write(d.join("zero.toml"), text).unwrap();
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "zero",
+        "--cluster",
+        "dgx64",
+        "--models-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert_clean_error(
+        &o,
+        &["zero.toml", "architecture.layers", "must be positive"],
+    );
+}
+
+#[test]
+fn impossible_jobs() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "0",
+    ]);
+    assert_clean_error(&o, &["impossible job", "--gpus"]);
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--global-batch",
+        "0",
+    ]);
+    assert_clean_error(&o, &["impossible job", "--global-batch"]);
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "100000",
+    ]);
+    assert_clean_error(&o, &["exceeds the 64 GPUs"]);
+    // Global batch smaller than D for an explicit layout.
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--global-batch",
+        "4",
+        "--dp",
+        "64",
+    ]);
+    assert_clean_error(&o, &["impossible job", "global batch 4", "D = 64"]);
+}
+
+#[test]
+fn bad_fix_expression() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--fix",
+        "tq=8",
+    ]);
+    assert_clean_error(&o, &["--fix", "unknown key"]);
+}

@@ -1,0 +1,524 @@
+//! Expert explanations on Llama-3 70B and the 64-GPU DGX A100 cluster:
+//! checkpoint size and Daly interval worked by hand, smallest fixes of an
+//! out-of-memory layout checked by pricing them again, `--why-not` ranks and
+//! gaps (library and command line), and the three SVG pictures parsed as XML.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use meshplan::checkpoint;
+use meshplan::cost::{self, Problem};
+use meshplan::explain;
+use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::report::{ExplainReport, memory_note};
+use meshplan::rules::{self, Policy, Rule};
+use meshplan::search::{self, Space, better};
+use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
+
+struct Fixture {
+    model: Model,
+    gpu: Gpu,
+    cluster: Cluster,
+    job: Job,
+}
+
+fn fixture() -> Fixture {
+    let cat = Catalog::shipped().expect("the shipped catalog loads");
+    let model = cat.model("70b").expect("70b").clone();
+    let cluster = cat.cluster("dgx64").expect("dgx64").clone();
+    let gpu = cat.gpu(&cluster.gpu).expect("a100-80g").clone();
+    // Card defaults: global batch 2048 sequences of 8192 tokens.
+    let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
+    Fixture {
+        model,
+        gpu,
+        cluster,
+        job,
+    }
+}
+
+impl Fixture {
+    fn problem(&self) -> Problem<'_> {
+        Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, 64)
+    }
+}
+
+fn layout(dp: u32, tp: u32, pp: u32, recompute: Recompute, zero: u8, sp: bool) -> Layout {
+    Layout {
+        dp,
+        tp,
+        pp,
+        cp: 1,
+        ep: 1,
+        etp: 1,
+        vpp: 1,
+        micro_batch: 1,
+        recompute,
+        zero,
+        sp,
+        order: RankOrder::TpCpEpDpPp,
+        split: None,
+        cp_comm: Default::default(),
+    }
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a / b - 1.0).abs()
+}
+
+/// Llama-3 70B with the Megatron recipe, D = 8, T = 8, p = 1, ZeRO-1
+/// (distributed optimizer), on 64 GPUs in 8 nodes:
+///
+/// whole checkpoint   P = 70,553,706,496 (tests/catalog.rs)
+///   bf16 weights     2·P = 141,107,412,992
+///   fp32 master      4·P = 282,214,825,984
+///   Adam m and v     8·P = 564,429,651,968
+///   scaler/step/RNG  64 ranks · 16,384 = 1,048,576
+///   total            14·P + 1,048,576 = 987,752,939,520 bytes (919.9 GiB)
+/// Gradients are not saved: Megatron checkpoints at an optimizer-step
+/// boundary, after the update consumed them and before the next step
+/// zeroes and refills the buffers.
+///
+/// per rank (T = 8 shards every matrix; 8 KV heads = T):
+///   per layer (Q,O + K,V)/8 + MLP/8 + 2 norms
+///     = (134,217,728 + 16,777,216)/8 + 704,643,072/8 + 16,384 = 106,971,136
+///   80 layers 8,557,690,880; embedding and output each 129,024·8192/8
+///   = 132,120,576 (vocabulary padded to a multiple of 128·8); final norm 8,192
+///   P_r = 8,821,940,224
+///   bytes = 2·P_r + 12·P_r/8 + 16,384 = 3.5·P_r + 16,384 = 30,876,807,168
+///
+/// write time C = 987,752,939,520 B / 100 GB/s = 9.8775293952 s
+/// M = 6,335 h · 3600 / 8 nodes = 2,850,750 s
+/// τ* = √(2·9.8775293952·2,850,750) = 7,504.4476 s (2.08 h)
+/// W(τ*) = 2C/τ* = 0.0026324 (0.263%)
+#[test]
+fn checkpoint_llama3_70b_megatron_by_hand() {
+    let f = fixture();
+    let pr = f.problem();
+    let l = layout(8, 8, 1, Recompute::Selective, 1, true);
+    let e = cost::evaluate(&pr, &l);
+    let c = checkpoint::plan(&pr, &l, &e);
+    assert_eq!(c.params, 70_553_706_496.0);
+    assert_eq!(c.weights_bytes, 141_107_412_992.0);
+    assert_eq!(c.master_bytes, 282_214_825_984.0);
+    assert_eq!(c.moments_bytes, 564_429_651_968.0);
+    assert_eq!(c.small_state_bytes, 1_048_576.0);
+    assert_eq!(c.total_bytes, 987_752_939_520.0);
+    assert!(
+        rel(c.per_rank_bytes, 30_876_807_168.0) < 1e-12,
+        "per rank {}",
+        c.per_rank_bytes
+    );
+    assert!(rel(c.write_s, 9.877_529_395_2) < 1e-12, "C = {}", c.write_s);
+    assert_eq!(c.nodes, 8);
+    assert!(rel(c.job_mtbf_s, 2_850_750.0) < 1e-12);
+    assert!(
+        (c.interval_s - 7504.4476).abs() < 1e-3,
+        "τ* = {}",
+        c.interval_s
+    );
+    assert!(
+        rel(c.waste_fraction, 0.002_632_446_761) < 1e-8,
+        "W = {}",
+        c.waste_fraction
+    );
+    // Without the distributed optimizer (ZeRO-0) the rank holds its whole
+    // optimizer shard: 14·P_r + 16,384; the checkpoint total is unchanged.
+    let l0 = Layout {
+        zero: 0,
+        ..l.clone()
+    };
+    let c0 = checkpoint::plan(&pr, &l0, &cost::evaluate(&pr, &l0));
+    assert!(rel(c0.per_rank_bytes, 14.0 * 8_821_940_224.0 + 16_384.0) < 1e-12);
+    assert_eq!(c0.total_bytes, c.total_bytes);
+}
+
+/// Time to train 15T tokens: days = 15e12 / tokens_per_s / 86,400 and
+/// GPU-hours = 64 · 15e12 / tokens_per_s / 3,600; goodput scales by 1 − W.
+#[test]
+fn time_to_train_15t() {
+    let f = fixture();
+    let pr = f.problem();
+    let l = layout(8, 8, 1, Recompute::Selective, 1, true);
+    let e = cost::evaluate(&pr, &l);
+    let t = checkpoint::time_to_train(15e12, &e, 0.01, 64, pr.job.tokens_per_step());
+    let secs = 15e12 / e.tokens_per_s;
+    assert!(rel(t.days, secs / 86400.0) < 1e-12);
+    assert!(rel(t.gpu_hours, 64.0 * secs / 3600.0) < 1e-12);
+    assert!(rel(t.days_goodput, t.days / 0.99) < 1e-12);
+    // 15e12 / (2048·8192 = 16,777,216 tokens per step) = 894,069.67 → 894,070 steps.
+    assert_eq!(t.steps, 894_070.0);
+}
+
+/// T = 8, D = 8, no SP, no recompute, ZeRO-1 runs out of memory on 80 GB
+/// A100s: activations (a 8192-token sequence, replicated norm/residual
+/// tensors without SP) are the largest part. Every proposed fix is valid
+/// when judged again, and the cheapest is no slower than any other.
+#[test]
+fn oom_layout_names_dominant_part_and_a_valid_fix() {
+    let f = fixture();
+    let pr = f.problem();
+    let policy = Policy::default();
+    let l = layout(8, 8, 1, Recompute::None, 1, false);
+    let e = cost::evaluate(&pr, &l);
+    assert!(!e.fits(), "peak {} GiB", e.peak_bytes / meshplan::spec::GIB);
+    let v = rules::explain(&pr, &policy, &l, memory_note(&e));
+    let mem = v
+        .iter()
+        .find(|x| x.rule == Rule::Memory)
+        .expect("memory rule broken");
+    assert!(
+        mem.message.contains("largest part: activations"),
+        "{}",
+        mem.message
+    );
+    assert_eq!(e.memory.dominant().0, "activations");
+
+    let fixes = explain::smallest_fixes(&pr, &policy, &l);
+    assert!(!fixes.fixes.is_empty(), "no fix found");
+    assert!(!fixes.pairs, "a single change should do");
+    for fx in &fixes.fixes {
+        let (set, ev) = search::judge(&pr, &policy, &fx.layout);
+        assert!(set.is_empty(), "{:?} breaks {:?}", fx.changes, set);
+        assert!(ev.fits());
+        assert_eq!(fx.layout.world(), 64);
+    }
+    let cheapest = fixes.cheapest().expect("a cheapest fix");
+    assert!(
+        fixes
+            .fixes
+            .iter()
+            .all(|x| x.eval.time.step >= cheapest.eval.time.step)
+    );
+    // The explain report of the fixed layout says it is valid.
+    assert!(ExplainReport::new(&pr, &policy, &cheapest.layout).is_valid());
+    // Full recompute alone keeps only each layer's input and fits.
+    assert!(
+        fixes
+            .fixes
+            .iter()
+            .any(|x| x.changes == ["recompute none → full"]),
+        "{:?}",
+        fixes.fixes.iter().map(|x| &x.changes).collect::<Vec<_>>()
+    );
+}
+
+/// Pure data parallelism (T = p = 1, ZeRO-0) holds 18 bytes per parameter
+/// per GPU (1.27 TB): no single change fits it, but pairs do.
+#[test]
+fn hopeless_layout_needs_two_changes() {
+    let f = fixture();
+    let pr = f.problem();
+    let policy = Policy::default();
+    let l = layout(64, 1, 1, Recompute::None, 0, false);
+    let fixes = explain::smallest_fixes(&pr, &policy, &l);
+    assert!(fixes.pairs);
+    assert!(!fixes.fixes.is_empty());
+    for fx in &fixes.fixes {
+        assert_eq!(fx.changes.len(), 2, "{:?}", fx.changes);
+        assert!(search::judge(&pr, &policy, &fx.layout).0.is_empty());
+    }
+}
+
+/// A divisibility rule: T = 3 does not divide 64 heads (nor the GPUs);
+/// the nearest valid T values are proposed.
+#[test]
+fn divisibility_fix_proposes_nearest_valid_sizes() {
+    let f = fixture();
+    let pr = f.problem();
+    let policy = Policy::default();
+    // 3·1·1·21 = 63 GPUs: mesh-size, heads-tp and kv-heads-tp are broken.
+    let l = layout(21, 3, 1, Recompute::Selective, 1, true);
+    let v = rules::violations(&pr, &policy, &l);
+    assert!(v.contains(Rule::HeadsTp) && v.contains(Rule::MeshSize));
+    let fixes = explain::smallest_fixes(&pr, &policy, &l);
+    assert!(!fixes.fixes.is_empty());
+    for fx in &fixes.fixes {
+        // Every fix changes T to a divisor of the 64 heads within the
+        // 8-GPU node, with D = 64/(T·p·C).
+        assert!([1, 2, 4, 8].contains(&fx.layout.tp), "{:?}", fx.changes);
+        assert!(
+            fx.changes[0].starts_with("T 3 → ")
+                || fx.changes.iter().any(|c| c.starts_with("T 3 → ")),
+            "{:?}",
+            fx.changes
+        );
+        assert_eq!(fx.layout.world(), 64);
+        assert!(search::judge(&pr, &policy, &fx.layout).0.is_empty());
+    }
+}
+
+fn full_search(pr: &Problem) -> (search::SearchResult, Space) {
+    let space = Space {
+        keep_all: true,
+        ..Space::default()
+    };
+    (search::search(pr, &space), space)
+}
+
+/// `--why-not "tp=8,pp=1"`: the best T = 8, p = 1 layout, its rank among
+/// all valid layouts (1 + those strictly better) and the gap to the
+/// winner, whose parts add up to the step-time difference.
+#[test]
+fn why_not_tp8_pp1_rank_and_gap() {
+    let f = fixture();
+    let pr = f.problem();
+    let (r, space) = full_search(&pr);
+    let w = explain::why_not(&pr, &space, &r.all, "tp=8,pp=1").expect("query parses");
+    let best = w.best.as_ref().expect("a valid T = 8, p = 1 layout exists");
+    assert_eq!((best.layout.tp, best.layout.pp), (8, 1));
+    // Independent rank: sort every valid layout and find the first with
+    // T = 8, p = 1.
+    let mut all = r.all.clone();
+    all.sort_by(better);
+    let pos = all
+        .iter()
+        .position(|c| c.layout.tp == 8 && c.layout.pp == 1)
+        .unwrap();
+    let strictly_better = all
+        .iter()
+        .filter(|c| better(c, &all[pos]) == std::cmp::Ordering::Less)
+        .count();
+    assert_eq!(best.rank, strictly_better + 1);
+    assert!(
+        best.rank > 1,
+        "T = 8 is not the winner on dgx64 (T = 4 wins)"
+    );
+    assert_eq!(w.valid_total, r.stats.valid as usize);
+    let winner = w.winner.as_ref().unwrap();
+    assert_eq!(winner.tokens_per_s, r.top[0].eval.tokens_per_s);
+    let gap = w.gap.as_ref().unwrap();
+    let sum: f64 = gap.parts.iter().map(|p| p.delta_s).sum();
+    assert!(
+        (sum - gap.delta_s).abs() < 1e-9 * gap.this_step_s,
+        "{sum} vs {}",
+        gap.delta_s
+    );
+    assert!(gap.delta_s > 0.0);
+    assert_eq!(gap.delta_s, best.step_s - winner.step_s);
+}
+
+/// T = 16 crosses the 8-GPU NVLink domain: the search skips it, and the
+/// answer says so and prices the best such layout on the slower tier.
+#[test]
+fn why_not_tp16_explains_the_domain_rule() {
+    let f = fixture();
+    let pr = f.problem();
+    let (r, space) = full_search(&pr);
+    let w = explain::why_not(&pr, &space, &r.all, "tp=16,pp=2").unwrap();
+    assert!(w.best.is_none());
+    assert!(
+        w.note.as_deref().unwrap_or("").contains("NVLink domain"),
+        "{:?}",
+        w.note
+    );
+    let n = w
+        .near_miss
+        .as_ref()
+        .expect("a near-miss priced across nodes");
+    assert_eq!((n.layout.tp, n.layout.pp), (16, 2));
+    assert!(n.violations.iter().any(|v| v.rule == Rule::TpDomain));
+    assert!(n.rank_if_allowed > 1);
+}
+
+/// A question no layout can match (T = 3 on 64 GPUs) gets the reason.
+#[test]
+fn why_not_impossible_query_says_why() {
+    let f = fixture();
+    let pr = f.problem();
+    let (r, space) = full_search(&pr);
+    let w = explain::why_not(&pr, &space, &r.all, "tp=3").unwrap();
+    assert_eq!(w.matching_considered, 0);
+    let note = w.note.unwrap();
+    assert!(
+        note.contains("heads-tp") && note.contains("mesh-size"),
+        "{note}"
+    );
+    assert!(explain::why_not(&pr, &space, &r.all, "tq=3").is_err());
+}
+
+fn meshplan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_meshplan"))
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("meshplan-test-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn cli_why_not_prints_rank_and_gap() {
+    let out = meshplan()
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--why-not",
+            "tp=8,pp=1",
+            "--top",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Why not tp=8,pp=1?"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Best matching layout:"))
+        .expect(&text);
+    assert!(line.contains("tp=8 pp=1"), "{line}");
+    // "… — rank R of N, …"
+    let after = line.split(" rank ").nth(1).unwrap();
+    let rank: usize = after.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(rank > 1, "{line}");
+    assert!(text.contains("Gap to the winner"), "{text}");
+    assert!(text.contains("TP communication"), "{text}");
+    // The footer gives the winner's checkpoint plan.
+    assert!(text.contains("Daly interval"), "{text}");
+}
+
+/// Parse `key=value` words of a layout's short form into explain flags.
+fn flags_of(short: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for kv in short.split_whitespace() {
+        let (k, v) = kv.split_once('=').unwrap();
+        match k {
+            "sp" => {
+                if v == "on" {
+                    out.push("--sp".into());
+                }
+            }
+            _ => {
+                let flag = if k == "mbs" {
+                    "--mbs".to_string()
+                } else {
+                    format!("--{k}")
+                };
+                out.push(flag);
+                out.push(v.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// `explain` of the out-of-memory layout prints the dominant part and the
+/// cheapest fix; `explain` of that fix says VALID. `--plot` writes three
+/// SVG files that parse as XML with text labels.
+#[test]
+fn cli_explain_oom_fix_is_valid_and_plots_parse() {
+    let dir = tmp_dir("explain");
+    let base = ["explain", "--model", "70b", "--cluster", "dgx64"];
+    let out = meshplan()
+        .args(base)
+        .args(["--tp", "8", "--pp", "1", "--tokens", "15T", "--plot"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("REJECTED"), "{text}");
+    assert!(text.contains("largest part: activations"), "{text}");
+    assert!(text.contains("Time to train 15T tokens"), "{text}");
+    let fix = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cheapest fix: "))
+        .expect(&text)
+        .to_string();
+    let out2 = meshplan().args(base).args(flags_of(&fix)).output().unwrap();
+    assert!(
+        out2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out2.stderr)
+    );
+    let text2 = String::from_utf8(out2.stdout).unwrap();
+    assert!(text2.contains("Verdict: VALID"), "{fix}\n{text2}");
+
+    for name in ["schedule.svg", "memory.svg", "pareto.svg"] {
+        let path = dir.join(name);
+        let svg =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let doc = roxmltree::Document::parse(&svg)
+            .unwrap_or_else(|e| panic!("{name} is not well-formed XML: {e}"));
+        let root = doc.root_element();
+        assert_eq!(root.tag_name().name(), "svg", "{name}");
+        let texts: Vec<String> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text().map(str::to_string))
+            .collect();
+        assert!(!texts.is_empty(), "{name} has no text");
+        let shapes = doc
+            .descendants()
+            .filter(|n| {
+                n.has_tag_name("rect") || n.has_tag_name("circle") || n.has_tag_name("polygon")
+            })
+            .count();
+        assert!(shapes > 3, "{name} draws {shapes} shapes");
+        match name {
+            "schedule.svg" => assert!(
+                texts.iter().any(|t| t.contains("Pipeline schedule")),
+                "{texts:?}"
+            ),
+            "memory.svg" => assert!(
+                texts.iter().any(|t| t.contains("usable 77.5 GiB")),
+                "{texts:?}"
+            ),
+            _ => assert!(
+                texts.iter().any(|t| t.contains("Pareto front")),
+                "{texts:?}"
+            ),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_bad_tokens_and_csv_are_clear_errors() {
+    let out = meshplan()
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--tokens",
+            "15X",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--tokens") && err.contains("unknown suffix"),
+        "{err}"
+    );
+    let out = meshplan()
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--why-not",
+            "tp=8",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--why-not"));
+}

@@ -1,0 +1,134 @@
+//! Hand-checked numbers of the cost model (issue 2). The working is in the
+//! comment above each assertion.
+
+mod common;
+
+use common::{Fixture, layout};
+use meshplan::cost::comm::{self, Links};
+use meshplan::cost::memory::{self, dense_layer_terms, layer_activation_bytes};
+use meshplan::cost::schedule::ideal_bubble_fraction;
+use meshplan::layout::{GroupSpan, Recompute};
+use meshplan::search::{self, Space};
+use meshplan::spec::{GIB, Recipe};
+
+#[test]
+fn llama3_70b_parameters() {
+    // 80·(2·8192² + 2·8192·1024 + 3·8192·28672 + 2·8192) + 2·128256·8192
+    // = 80·855,654,400 + 2,101,346,304 = 70,553,706,496 ≈ 70.55e9.
+    let f = Fixture::new("70b", "dgx64");
+    assert_eq!(f.model.total_params(), 70_553_706_496.0);
+}
+
+#[test]
+fn gpt3_activation_bytes_korthikanti() {
+    let f = Fixture::new("gpt3-175b", "dgx64");
+    let terms = dense_layer_terms(&f.model, true);
+    let (s, b, h) = (2048.0, 1.0, 12288.0);
+    // No parallelism, no flash: s·b·h·(34 + 5·a·s/h)
+    // = 2048·12288·(34 + 5·96·2048/12288) = 25,165,824·114 = 2,868,903,936.
+    let none = layer_activation_bytes(&terms, h, s * b, s, 1.0, false, Recompute::None, false);
+    assert_eq!(none, 2_868_903_936.0);
+    // T = 8, SP, selective: 34·s·b·h/8 = 106,954,752.
+    let sel = layer_activation_bytes(&terms, h, s * b, s, 8.0, true, Recompute::Selective, false);
+    assert_eq!(sel, 106_954_752.0);
+    // T = 8 without SP, selective: s·b·h·(10 + 24/8) = 25,165,824·13.
+    let tp = layer_activation_bytes(&terms, h, s * b, s, 8.0, false, Recompute::Selective, false);
+    assert_eq!(tp, 25_165_824.0 * 13.0);
+    // Full recompute keeps the layer input: 2·s·b·h, ÷T with SP.
+    let full = layer_activation_bytes(&terms, h, s * b, s, 8.0, true, Recompute::Full, false);
+    assert_eq!(full, 2.0 * 25_165_824.0 / 8.0);
+}
+
+#[test]
+fn bubble_fraction_seed_000() {
+    // p = 32, m = 32: (p−1)/(m+p−1) = 31/63.
+    assert_eq!(ideal_bubble_fraction(32, 32, 1), 31.0 / 63.0);
+}
+
+#[test]
+fn model_states_per_parameter() {
+    // Seed recipe 2/2/12 under DDP: 16 bytes per parameter.
+    let p = 1e9;
+    assert_eq!(
+        memory::model_states(p, &Recipe::SEED_2_2_12, 0, 64.0, 0.0).total(),
+        16.0 * p
+    );
+    // ZeRO-1: (2 + 2)·P + 12·P/D with D = 64 → 4e9 + 0.1875e9.
+    assert_eq!(
+        memory::model_states(p, &Recipe::SEED_2_2_12, 1, 64.0, 0.0).total(),
+        4.0 * p + 12.0 * p / 64.0
+    );
+}
+
+#[test]
+fn all_reduce_one_gib_inside_vs_across_dgx_nodes() {
+    // dgx64 profile: 300 GB/s NVLink per GPU per direction, 8 × 200 Gb/s
+    // NICs per 8-GPU node = 25 GB/s per GPU, collective efficiency `e`
+    // from the profile, latencies 8·... small.
+    let f = Fixture::new("70b", "dgx64");
+    let links = Links::of(&f.cluster);
+    let s = GIB;
+    let inside = comm::all_reduce(s, GroupSpan::of(8, 1, 8), &links);
+    let across = comm::all_reduce(s, GroupSpan::of(8, 8, 8), &links);
+    let e_in = f.cluster.collective.intra;
+    let e_out = f.cluster.collective.inter;
+    let lat_in = f.cluster.intra_node.latency_us * 1e-6;
+    let lat_out = f.cluster.inter_node.latency_us * 1e-6;
+    // 2·(7/8)·S/(300e9·e) + 14·α
+    let hand_in = 2.0 * 7.0 / 8.0 * s / (300e9 * e_in) + 14.0 * lat_in;
+    let hand_out = 2.0 * 7.0 / 8.0 * s / (25e9 * e_out) + 14.0 * lat_out;
+    assert!((inside - hand_in).abs() < 1e-9, "{inside} vs {hand_in}");
+    assert!((across - hand_out).abs() < 1e-9, "{across} vs {hand_out}");
+    // NVLink is 12× the NIC share per GPU, so crossing nodes is ~12× slower.
+    assert!(across / inside > 8.0);
+}
+
+#[test]
+fn every_printed_layout_satisfies_the_identities() {
+    let f = Fixture::new("70b", "dgx64");
+    let pr = f.problem();
+    let r = search::search(
+        &pr,
+        &Space {
+            top_k: 50,
+            ..Space::default()
+        },
+    );
+    assert!(!r.top.is_empty());
+    for c in &r.top {
+        let l = &c.layout;
+        // N = D·T·p·C
+        assert_eq!(l.world(), 64, "{}", l.short());
+        // B = D·m·b
+        assert_eq!(
+            l.dp as u64 * c.eval.micro_batches * l.micro_batch as u64,
+            f.job.global_batch
+        );
+        // Fits memory.
+        assert!(c.eval.peak_bytes <= c.eval.usable_bytes);
+        // The identity test of the rules agrees.
+        assert!(meshplan::rules::violations(&pr, &Default::default(), l).is_empty());
+    }
+    // Ranked best first.
+    for w in r.top.windows(2) {
+        assert!(w[0].eval.tokens_per_s >= w[1].eval.tokens_per_s);
+    }
+}
+
+#[test]
+fn worst_rank_is_an_edge_stage() {
+    // Under 1F1B stage 0 keeps p micro-batches of activations; the last
+    // stage keeps one but adds the logits. With no recompute on p = 4 the
+    // first stage is the worst.
+    let f = Fixture::new("70b", "dgx64");
+    let pr = f.problem();
+    let mut l = layout(2, 8, 4, 1);
+    l.recompute = Recompute::None;
+    let e = meshplan::cost::evaluate(&pr, &l);
+    assert_eq!(e.worst_rank, 0);
+    let ranks = meshplan::cost::rank_costs(&pr, &l);
+    // Activations fall with the stage index: min(m, p − i) in flight.
+    // Stages 1 and 2 hold the same 20 layers with 3 and 2 in flight.
+    assert!(ranks[0].memory.activations > ranks[1].memory.activations);
+    assert!((ranks[1].memory.activations / ranks[2].memory.activations - 3.0 / 2.0).abs() < 1e-9);
+}

@@ -1,0 +1,362 @@
+//! `meshplan generate`: golden files for llama3-70b on dgx64 (the best
+//! layout of the search, and a fixed layout whose predictions are frozen so
+//! its snapshots only change when the rendering changes), the command line,
+//! and refusals.
+//!
+//! Predicted numbers in plan.json are rounded to 4 decimals.
+//!
+//! The best layout, and every predicted number in its files, follow the
+//! cost model: when a calibration changes them, review the new snapshots
+//! (`cargo insta review`, or `INSTA_UPDATE=always cargo test --release
+//! --test generate` and read the diff).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Setup, layout};
+use meshplan::generate::{self, GenerateError, Plan};
+use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::rules::Policy;
+use serde_json::Value;
+
+/// The fixed layout of the second golden set: T8 p2 v2 with SP, selective
+/// recompute, ZeRO-1 (D = 4).
+fn fixed_layout() -> Layout {
+    let mut l = layout(4, 8, 2, 1);
+    l.vpp = 2;
+    l.recompute = Recompute::Selective;
+    l
+}
+
+/// Replace every prediction that depends on the cost model's calibration by
+/// a constant: floats under `predicted` become 1.0, the checkpoint interval
+/// 1 step and the worst rank 0. Structure (stage count, group spans) stays.
+fn freeze_predictions(plan: &Plan) -> Plan {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Number(n) if n.is_f64() => *v = Value::from(1.0),
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(plan).unwrap();
+    walk(&mut v["predicted"]);
+    v["predicted"]["checkpoint"]["interval_steps"] = Value::from(1);
+    v["predicted"]["worst_pp_rank"] = Value::from(0);
+    serde_json::from_value(v).unwrap()
+}
+
+fn snapshot_all(prefix: &str, files: &[generate::GeneratedFile]) {
+    for f in files {
+        let name = format!("{prefix}__{}", f.name.replace('.', "_"));
+        insta::assert_snapshot!(name, f.contents);
+    }
+}
+
+#[test]
+fn golden_best_70b_dgx64() {
+    let s = Setup::new("70b", "dgx64", None);
+    let best = s.best().expect("a valid layout");
+    let b = s.bundle(&best);
+    assert_eq!(
+        b.files.iter().map(|f| f.name).collect::<Vec<_>>(),
+        generate::FILES
+    );
+    snapshot_all("best_70b_dgx64", &b.files);
+}
+
+#[test]
+fn golden_fixed_layout_70b_dgx64() {
+    let s = Setup::new("70b", "dgx64", None);
+    let b = s.bundle(&fixed_layout());
+    let frozen = freeze_predictions(&b.plan);
+    let files = generate::render(&frozen).unwrap();
+    snapshot_all("fixed_70b_dgx64_t8p2v2", &files);
+    // Freezing touched only predictions.
+    let (mut a, mut z) = (
+        serde_json::to_value(&b.plan).unwrap(),
+        serde_json::to_value(&frozen).unwrap(),
+    );
+    a["predicted"] = Value::Null;
+    z["predicted"] = Value::Null;
+    assert_eq!(a, z);
+}
+
+/// The numbers printed in the files are the cost model's (to 4 decimals in
+/// plan.json), and the header of the script quotes them.
+#[test]
+fn predictions_in_the_files_are_the_cost_models() {
+    let s = Setup::new("70b", "dgx64", None);
+    let l = fixed_layout();
+    let pr = s.problem();
+    let e = meshplan::cost::evaluate(&pr, &l);
+    let b = s.bundle(&l);
+    let v: Value = serde_json::from_str(b.file(generate::PLAN_FILE).unwrap()).unwrap();
+    let p = &v["predicted"];
+    // Rounded to 4 decimals in the file.
+    let close = |key: &str, want: f64| {
+        let got = p[key].as_f64().unwrap();
+        assert!((got - want).abs() <= 0.5e-4, "{key}: {got} vs {want}");
+    };
+    close("step_s", e.time.step);
+    close("tokens_per_s", e.tokens_per_s);
+    close("peak_gib", e.peak_bytes / meshplan::spec::GIB);
+    close("mfu", e.mfu);
+    assert_eq!(p["worst_pp_rank"].as_u64().unwrap(), e.worst_rank as u64);
+    assert_eq!(p["stages"].as_array().unwrap().len(), 2);
+    let script = b.file(generate::MEGATRON_SCRIPT).unwrap();
+    assert!(
+        script.contains(&format!("step {:.2} s", e.time.step)),
+        "{script}"
+    );
+    assert!(script.contains(&format!(
+        "peak {:.1} GiB",
+        e.peak_bytes / meshplan::spec::GIB
+    )));
+    // m = B/(D·b) = 2048/(4·1) = 512, and the script says B = D·m·b.
+    assert_eq!(v["job"]["micro_batches"], 512);
+    assert!(script.contains("--global-batch-size 2048   # B = D·m·b = 4·512·1"));
+    // The checklist gives the per-stage peaks of plan.json.
+    let check = b.file(generate::CHECKLIST).unwrap();
+    for st in p["stages"].as_array().unwrap() {
+        let peak = st["memory_gib"]["total"].as_f64().unwrap();
+        assert!(
+            check.contains(&format!("| {:.1} |", peak)),
+            "stage peak {peak:.1} missing"
+        );
+    }
+}
+
+fn refusal_codes(s: &Setup, l: &Layout) -> Vec<String> {
+    let pr = s.problem();
+    match generate::generate(&pr, &Policy::default(), l) {
+        Err(GenerateError::Refused { refusals, .. }) => {
+            refusals.into_iter().map(|r| r.code).collect()
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => vec![],
+    }
+}
+
+#[test]
+fn generate_refuses_layouts_that_break_a_rule() {
+    let s = Setup::new("70b", "dgx64", None);
+    // Memory: T8 with plain DDP holds 206 GiB.
+    let mut l = layout(8, 8, 1, 1);
+    l.zero = 0;
+    l.sp = false;
+    assert_eq!(refusal_codes(&s, &l), ["memory"]);
+    // Structure: 64 heads over T = 16 cross the 8-GPU node; 80 layers over p·v = 2·3.
+    let mut l = fixed_layout();
+    l.vpp = 3;
+    assert_eq!(refusal_codes(&s, &l), ["layers-pp"]);
+    let l = layout(2, 16, 2, 1);
+    assert_eq!(refusal_codes(&s, &l), ["tp-domain"]);
+    // Megatron-only: tp-pp-dp mapping with C > 1 and p > 1 on a dense model
+    // [W4: N/(ETP·E·p) = 64/(4·1·2) = 8 ≠ D = 4]; meshplan's rules accept it.
+    let mut l = layout(4, 4, 2, 2);
+    l.recompute = Recompute::Full;
+    l.order = RankOrder::TpCpEpPpDp;
+    assert_eq!(refusal_codes(&s, &l), ["megatron-rank-mapping"]);
+    l.order = RankOrder::TpCpEpDpPp;
+    assert!(refusal_codes(&s, &l).is_empty());
+    // Launch: 12 GPUs do not fill whole 8-GPU nodes.
+    let mut s12 = Setup::new("llama3-8b", "dgx64", Some(12));
+    s12.job.global_batch = 1536; // divisible by D = 3
+    let mut l = layout(3, 4, 1, 1);
+    l.recompute = Recompute::Full;
+    assert_eq!(refusal_codes(&s12, &l), ["launch-nodes"]);
+    // The message lists each rule with its numbers and fix.
+    let pr = s.problem();
+    let err = generate::generate(&pr, &Policy::default(), &layout(2, 16, 2, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[tp-domain] T = 16") && err.contains("spans more than the 8 GPUs"),
+        "{err}"
+    );
+}
+
+// ---- The command line (runs the built binary). ----
+
+fn meshplan(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_meshplan"))
+        .args(args)
+        .output()
+        .expect("meshplan runs")
+}
+
+fn read_plan(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join(generate::PLAN_FILE)).unwrap()).unwrap()
+}
+
+#[test]
+fn cli_writes_the_files_of_the_best_layout_and_prints_the_checklist() {
+    let dir = common::temp_dir("cli-best");
+    let out = dir.join("plan");
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    for f in generate::FILES {
+        assert!(out.join(f).is_file(), "{f} not written");
+    }
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        stdout.contains("# Before the long run: validate the layout"),
+        "{stdout}"
+    );
+    let s = Setup::new("70b", "dgx64", None);
+    let best = s.best().unwrap();
+    let plan = read_plan(&out);
+    assert_eq!(
+        serde_json::from_value::<Layout>(plan["layout"].clone()).unwrap(),
+        best
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(out.join(generate::MEGATRON_SCRIPT))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "launch script not executable");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_takes_a_row_of_a_search_json_or_a_plan_file() {
+    let dir = common::temp_dir("cli-plan");
+    let res = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "5",
+        "--format",
+        "json",
+    ]);
+    assert!(res.status.success());
+    let search = dir.join("search.json");
+    std::fs::write(&search, &res.stdout).unwrap();
+    let rows: Value = serde_json::from_slice(&res.stdout).unwrap();
+    let out = dir.join("p3");
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--plan",
+        search.to_str().unwrap(),
+        "--rank",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert_eq!(read_plan(&out)["layout"], rows["rows"][2]["layout"]);
+    // The plan file written can be fed back.
+    let again = dir.join("again");
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--plan",
+        out.join("plan.json").to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert_eq!(read_plan(&again)["layout"], rows["rows"][2]["layout"]);
+    // A different job than the one searched is an error naming the field and flag.
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--global-batch",
+        "1024",
+        "--plan",
+        search.to_str().unwrap(),
+        "--out",
+        dir.join("x").to_str().unwrap(),
+    ]);
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        err.contains("global_batch") && err.contains("--global-batch 2048"),
+        "{err}"
+    );
+    assert!(!dir.join("x").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_refuses_an_invalid_layout_and_writes_nothing() {
+    let dir = common::temp_dir("cli-refuse");
+    let out = dir.join("plan");
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "8",
+        "--zero",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(res.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        err.contains("refusing to write launch files") && err.contains("[memory]"),
+        "{err}"
+    );
+    assert!(!out.exists(), "files written for a refused layout");
+    // Layout flags and --rank cannot be mixed.
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "8",
+        "--rank",
+        "2",
+    ]);
+    assert!(!res.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
