@@ -46,9 +46,10 @@
 //! assumes equal chunks, so without this the solver may return chunks of
 //! 1 and 7 layers on one rank); then by the least largest memory (as a
 //! share of usable memory), as the search ranks ties by headroom. The
-//! data-parallel and optimizer terms of the step depend on the split only
-//! through the largest rank's parameters; the search re-prices the chosen
-//! split with [`crate::cost::evaluate`].
+//! data-parallel and optimizer terms of the step also move with the split
+//! (through the ranks' parameters and backward times) but are left out of
+//! the objective; the search re-prices the chosen split with
+//! [`crate::cost::evaluate`] and keeps it only if the step is faster.
 //!
 //! Two solvers: [`ilp::solve`] (good_lp with HiGHS, any v; used by the
 //! search) and [`dp::solve`] (an exact dynamic program for v = 1, the test
