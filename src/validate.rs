@@ -312,7 +312,10 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
         if let Some(m) = row.measured_mfu
             && m > 1.0
         {
-            return Err(c.err("measured_mfu", format!("is a fraction of peak, at most 1, found {m}")));
+            return Err(c.err(
+                "measured_mfu",
+                format!("is a fraction of peak, at most 1, found {m}"),
+            ));
         }
         for (col, v) in [
             ("layers", row.layers.map(|x: u32| x as u64)),
@@ -678,6 +681,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         max_seq: row.seq,
         linear_bias: bias,
         dropout,
+        rope_theta: None,
     };
     if heads % kv_heads.max(1) != 0 {
         return Err(format!(

@@ -314,11 +314,22 @@ pub fn megatron(plan: &Plan) -> Megatron {
     model.push(val("--seq-length", job.seq_len));
     model.push(val("--max-position-embeddings", max_pos));
     match m.position_embedding {
-        PositionEmbedding::Rope => model.push(
-            val("--position-embedding-type", "rope")
-                .note("RoPE base: Megatron's default 10000 unless you add --rotary-base (the model card does not record it)"),
-        ),
-        PositionEmbedding::Learned => model.push(val("--position-embedding-type", "learned_absolute")),
+        PositionEmbedding::Rope => {
+            model.push(val("--position-embedding-type", "rope"));
+            match m.rope_theta {
+                Some(theta) => model.push(
+                    val("--rotary-base", theta.round() as u64)
+                        .note("RoPE base θ from the model card"),
+                ),
+                None => model.push(
+                    val("--rotary-base", 10000)
+                        .note("the model card gives no RoPE base; 10000 is Megatron's default"),
+                ),
+            }
+        }
+        PositionEmbedding::Learned => {
+            model.push(val("--position-embedding-type", "learned_absolute"))
+        }
         // Refused before rendering (Megatron-LM has no ALiBi).
         PositionEmbedding::Alibi => {}
     }
