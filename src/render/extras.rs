@@ -256,7 +256,7 @@ pub fn checkpoint(
     }
     writeln!(
         w,
-        "Checkpoint (seed 000; Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
+        "Checkpoint (Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
     )?;
     let mut t = table();
     t.set_header(vec!["part", "bytes per parameter", "size"]);
