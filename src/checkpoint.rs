@@ -75,6 +75,8 @@ pub struct CheckpointPlan {
     pub waste_fraction: f64,
     /// Optimizer steps between checkpoints at τ* (at least 1).
     pub steps_between: f64,
+    /// Step time of the plan, seconds.
+    pub step_s: f64,
 }
 
 /// Checkpoint bytes of `params` parameters under a recipe with `weight_bytes`
@@ -180,6 +182,7 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
         interval_daly_s: daly_interval_higher_order(write_s, job_mtbf_s),
         waste_fraction: waste_fraction(write_s, interval_s, job_mtbf_s),
         steps_between: (interval_s / eval.time.step).max(1.0),
+        step_s: eval.time.step,
     }
 }
 
@@ -264,7 +267,10 @@ pub fn parse_tokens(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("`{text}`: not a number of tokens; write e.g. 15T, 300B or 2e12"))?;
     let v = v * scale;
-    if !(v.is_finite() && v >= 1.0) {
+    if !v.is_finite() {
+        return Err(format!("`{text}`: too large a number of tokens"));
+    }
+    if v < 1.0 {
         return Err(format!(
             "`{text}`: the token budget must be at least 1 token"
         ));

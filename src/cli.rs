@@ -135,9 +135,9 @@ struct JobArgs {
 struct SearchArgs {
     #[command(flatten)]
     job: JobArgs,
-    /// How many of the best layouts to print.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
+    /// How many of the best layouts to print (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    top: u64,
     /// Largest T to try.
     #[arg(long)]
     max_tp: Option<u32>,
@@ -193,6 +193,9 @@ struct Extras {
 struct ExplainArgs {
     #[command(flatten)]
     job: JobArgs,
+    /// Accept T beyond one NVLink domain (costed on the NICs).
+    #[arg(long)]
+    allow_tp_across_nodes: bool,
     /// Data-parallel size D (default: what the GPUs leave).
     #[arg(long)]
     dp: Option<u32>,
@@ -370,10 +373,24 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         ))
         .into());
     }
-    let mut job = Job::new(
-        a.global_batch.unwrap_or(model.defaults.global_batch),
-        a.seq_len.unwrap_or(model.defaults.seq_len),
-    );
+    let seq_len = a.seq_len.unwrap_or(model.defaults.seq_len);
+    let global_batch = match (a.global_batch, a.seq_len) {
+        (Some(b), _) => b,
+        // A new sequence length alone keeps the card's tokens per step, as
+        // long-context phases do: B = B₀·s₀/s (at least one sequence).
+        (None, Some(s)) if s > 0 && s != model.defaults.seq_len => {
+            let tokens = model.defaults.global_batch * model.defaults.seq_len;
+            let b = (tokens as f64 / s as f64).round().max(1.0) as u64;
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: --seq-len {s} without --global-batch keeps the model card's {:.1}M tokens per step: global batch {b} sequences",
+                tokens as f64 / 1e6
+            );
+            b
+        }
+        _ => model.defaults.global_batch,
+    };
+    let mut job = Job::new(global_batch, seq_len);
     job.recipe_name = a.recipe;
     job.recipe = a.recipe.recipe();
     job.flash_attention = !a.no_flash_attention;
@@ -416,7 +433,7 @@ fn space(a: &SearchArgs) -> Result<Space> {
             max_cp,
             allow_tp_across_domains: a.allow_tp_across_nodes,
         },
-        top_k: a.top.max(1),
+        top_k: a.top.max(1) as usize,
         ..Space::default()
     })
 }
@@ -445,7 +462,8 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     out.flush()?;
     if a.stats {
         let st = &result.stats;
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "stats: considered {} layouts, pruned {}, priced {}, valid {}; search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
             st.considered,
             st.pruned,
@@ -539,10 +557,10 @@ fn search_extras(
 /// Say on stderr which pictures were written (stdout stays parseable).
 fn report_plots(files: &[PathBuf], note: Option<String>) {
     for f in files {
-        eprintln!("wrote {}", f.display());
+        let _ = writeln!(std::io::stderr(), "wrote {}", f.display());
     }
     if let Some(n) = note {
-        eprintln!("note: {n}");
+        let _ = writeln!(std::io::stderr(), "note: {n}");
     }
 }
 
@@ -607,7 +625,10 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         layout.split = Some(s.layers);
     }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
-    let policy = Policy::default();
+    let policy = Policy {
+        allow_tp_across_domains: a.allow_tp_across_nodes,
+        ..Policy::default()
+    };
     let mut report = ExplainReport::new(&pr, &policy, &layout);
     // Place it among all valid layouts.
     let space = Space {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// A TOML file could not be read from disk.
-    #[error("{file}: cannot read the file: {source}")]
+    #[error("{file}: cannot read the file")]
     Io {
         /// The file that failed.
         file: PathBuf,

@@ -123,6 +123,15 @@ impl Filter {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("`{part}`: expected key=value, e.g. tp=8"))?;
+            let key = k.trim();
+            let seen = text
+                .split(',')
+                .map(str::trim)
+                .take_while(|p| *p != part)
+                .any(|p| p.split_once('=').is_some_and(|(k2, _)| k2.trim() == key));
+            if seen {
+                return Err(format!("`{key}` is given twice"));
+            }
             let num = || -> Result<u32, String> {
                 v.trim()
                     .parse::<u32>()

@@ -309,6 +309,28 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
                 return Err(c.err(col, format!("must be a positive number, found {x}")));
             }
         }
+        if let Some(m) = row.measured_mfu
+            && m > 1.0
+        {
+            return Err(c.err(
+                "measured_mfu",
+                format!("is a fraction of peak, at most 1, found {m}"),
+            ));
+        }
+        for (col, v) in [
+            ("layers", row.layers.map(|x: u32| x as u64)),
+            ("heads", row.heads.map(|x: u32| x as u64)),
+            ("kv_heads", row.kv_heads.map(|x: u32| x as u64)),
+            ("ffn", row.ffn),
+            ("cp", row.cp.map(|x: u32| x as u64)),
+            ("ep", row.ep.map(|x: u32| x as u64)),
+            ("vpp", row.vpp.map(|x: u32| x as u64)),
+            ("mbs", row.mbs.map(|x: u32| x as u64)),
+        ] {
+            if v == Some(0) {
+                return Err(c.err(col, "must be positive, found 0".into()));
+            }
+        }
         rows.push(row);
     }
     Ok(rows)
@@ -659,6 +681,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         max_seq: row.seq,
         linear_bias: bias,
         dropout,
+        rope_theta: None,
     };
     if heads % kv_heads.max(1) != 0 {
         return Err(format!(

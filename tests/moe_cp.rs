@@ -420,8 +420,11 @@ fn mixtral_on_dgx64_plans_with_expert_parallelism() {
     assert!(rep.eval.time.ep_comm > 0.0);
     assert!(rep.eval.memory.experts.weights > 0.0);
     assert!(text.contains("EP all-to-all"), "{text}");
-    assert!(text.contains("of which expert weights"), "{text}");
-    assert!(text.contains("of which routed-token activations"), "{text}");
+    assert!(text.contains("expert weights (part of weights)"), "{text}");
+    assert!(
+        text.contains("routed-token activations (part of activations)"),
+        "{text}"
+    );
     assert!(text.contains("MoE counts active parameters only"), "{text}");
     // ETP > 1 is searched too.
     let space = Space {
@@ -442,7 +445,7 @@ fn deepseek_v3_on_h800_2048_plans_with_expert_parallelism() {
     let (rep, text) = explain_text(&pr, &r.top[0].layout);
     assert!(rep.eval.time.ep_comm > 0.0 && rep.eval.memory.experts.optimizer > 0.0);
     assert!(
-        text.contains("EP all-to-all") && text.contains("of which expert weights"),
+        text.contains("EP all-to-all") && text.contains("expert weights (part of weights)"),
         "{text}"
     );
 }
@@ -577,7 +580,10 @@ fn cli_moe_searches_print_plans_with_expert_parallelism() {
     ]);
     assert!(text.contains("Verdict: VALID"), "{text}");
     assert!(text.contains("EP all-to-all (dispatch+combine)"), "{text}");
-    assert!(text.contains("of which expert optimizer"), "{text}");
+    assert!(
+        text.contains("expert optimizer (part of optimizer)"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -213,18 +213,18 @@ pub fn megatron(plan: &Plan) -> Megatron {
     if fsdp {
         env.push(EnvLine {
             text: "unset CUDA_DEVICE_MAX_CONNECTIONS".into(),
-            note: "Megatron-FSDP rejects CUDA_DEVICE_MAX_CONNECTIONS=1 [FACTS D3]; with FSDP the T7 check only warns".into(),
+            note: "Megatron-FSDP rejects CUDA_DEVICE_MAX_CONNECTIONS=1; with FSDP the CUDA_DEVICE_MAX_CONNECTIONS check only warns".into(),
         });
     } else if mesh.tp > 1 || mesh.cp > 1 {
         match cc {
             Some(c) if c >= 100 => env.push(EnvLine {
                 text: "# CUDA_DEVICE_MAX_CONNECTIONS left unset".into(),
-                note: format!("sm_{c} (Blackwell or newer): Megatron requires it only before Blackwell [FACTS T7]"),
+                note: format!("sm_{c} (Blackwell or newer): Megatron requires it only before Blackwell"),
             }),
             _ => env.push(EnvLine {
                 text: "export CUDA_DEVICE_MAX_CONNECTIONS=1".into(),
                 note: format!(
-                    "T = {}, C = {} on {} ({}): Megatron's validate_args requires it before Blackwell so TP/CP communication is ordered with compute [FACTS T7]",
+                    "T = {}, C = {} on {} ({}): Megatron's validate_args requires it before Blackwell so TP/CP communication is ordered with compute",
                     mesh.tp,
                     mesh.cp,
                     plan.hardware.gpu,
@@ -314,11 +314,22 @@ pub fn megatron(plan: &Plan) -> Megatron {
     model.push(val("--seq-length", job.seq_len));
     model.push(val("--max-position-embeddings", max_pos));
     match m.position_embedding {
-        PositionEmbedding::Rope => model.push(
-            val("--position-embedding-type", "rope")
-                .note("RoPE base: Megatron's default 10000 unless you add --rotary-base (the model card does not record it)"),
-        ),
-        PositionEmbedding::Learned => model.push(val("--position-embedding-type", "learned_absolute")),
+        PositionEmbedding::Rope => {
+            model.push(val("--position-embedding-type", "rope"));
+            match m.rope_theta {
+                Some(theta) => model.push(
+                    val("--rotary-base", theta.round() as u64)
+                        .note("RoPE base θ from the model card"),
+                ),
+                None => model.push(
+                    val("--rotary-base", 10000)
+                        .note("the model card gives no RoPE base; 10000 is Megatron's default"),
+                ),
+            }
+        }
+        PositionEmbedding::Learned => {
+            model.push(val("--position-embedding-type", "learned_absolute"))
+        }
         // Refused before rendering (Megatron-LM has no ALiBi).
         PositionEmbedding::Alibi => {}
     }
@@ -357,7 +368,7 @@ pub fn megatron(plan: &Plan) -> Megatron {
         if x.top_k == 1 {
             moe_args.push(
                 flag("--moe-router-pre-softmax")
-                    .note("top-1 routing with softmax scores needs it [FACTS E5]"),
+                    .note("top-1 routing with softmax scores needs it"),
             );
         }
         moe_args.push(val("--moe-ffn-hidden-size", x.expert_ffn));
@@ -448,7 +459,7 @@ pub fn megatron(plan: &Plan) -> Megatron {
         if job.tp_comm_overlap {
             par.push(
                 flag("--tp-comm-overlap")
-                    .note("overlap TP all-gather/reduce-scatter with GEMMs (needs SP) [FACTS T5]"),
+                    .note("overlap TP all-gather/reduce-scatter with GEMMs (needs SP)"),
             );
         }
     }
@@ -568,7 +579,7 @@ pub fn megatron(plan: &Plan) -> Megatron {
             if fsdp { "fsdp_dtensor" } else { "torch_dist" },
         )
         .note(if fsdp {
-            "Megatron-FSDP requires fsdp_dtensor [FACTS D3]"
+            "Megatron-FSDP requires fsdp_dtensor"
         } else {
             "distributed checkpoint: reshardable to another layout"
         }),

@@ -84,7 +84,7 @@ pub enum GenerateError {
         detail: String,
     },
     /// A file could not be written.
-    #[error("{}: cannot write: {source}", .path.display())]
+    #[error("{}: cannot write", .path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,

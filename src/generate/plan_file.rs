@@ -93,6 +93,9 @@ pub struct ModelInfo {
     pub norm: Norm,
     /// Position embedding.
     pub position_embedding: PositionEmbedding,
+    /// RoPE base θ, when the card gives one.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
     /// Longest context of the model (learned table size).
     pub max_seq: u64,
     /// Input embedding and output layer share weights.
@@ -823,6 +826,7 @@ impl Plan {
                 gated_mlp: a.gated_mlp,
                 norm: a.norm,
                 position_embedding: a.position_embedding,
+                rope_theta: a.rope_theta,
                 max_seq: a.max_seq,
                 tied_embeddings: a.tied_embeddings,
                 linear_bias: a.linear_bias,

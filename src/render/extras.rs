@@ -244,9 +244,9 @@ pub fn checkpoint(
         )?;
         writeln!(
             w,
-            "Daly interval τ* = √(2CM) = {} (≈ {:.0} steps) with M = {} ({:.0} h node MTBF / {} nodes); expected waste W = C/τ* + τ*/2M = {:.2}%.",
+            "Daly interval τ* = √(2CM) = {} ({}) with M = {} ({:.0} h node MTBF / {} nodes); expected waste W = C/τ* + τ*/2M = {:.2}%.",
             duration(c.interval_s),
-            c.steps_between,
+            every(c),
             duration(c.job_mtbf_s),
             c.node_mtbf_hours,
             c.nodes,
@@ -256,7 +256,7 @@ pub fn checkpoint(
     }
     writeln!(
         w,
-        "Checkpoint (seed 000; Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
+        "Checkpoint (Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
     )?;
     let mut t = table();
     t.set_header(vec!["part", "bytes per parameter", "size"]);
@@ -309,9 +309,9 @@ pub fn checkpoint(
     )?;
     writeln!(
         w,
-        "  Daly interval τ* = √(2·C·M) = {} (≈ every {:.0} steps; Daly's higher-order estimate {})",
+        "  Daly interval τ* = √(2·C·M) = {} ({}; Daly's higher-order estimate {})",
         duration(c.interval_s),
-        c.steps_between,
+        every(c),
         duration(c.interval_daly_s)
     )?;
     writeln!(
@@ -354,4 +354,14 @@ pub fn time_to_train(w: &mut dyn Write, t: &TimeToTrain, who: &str) -> std::io::
         t.gpu_hours_goodput / 1e6,
         t.goodput_tokens_per_s
     )
+}
+
+/// How often to checkpoint in steps, or a warning when τ* is shorter than
+/// one step (then every step is the best one can do).
+fn every(c: &crate::checkpoint::CheckpointPlan) -> String {
+    if c.interval_s < c.step_s {
+        "shorter than one step: checkpoint every step".to_string()
+    } else {
+        format!("≈ every {:.0} steps", c.steps_between)
+    }
 }

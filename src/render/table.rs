@@ -15,14 +15,14 @@ pub struct Table;
 fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
     writeln!(
         w,
-        "{} on {} × {} ({}), global batch {} × seq {} = {:.1}M tokens/step, recipe {}, usable {:.1} GiB/GPU",
+        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}, usable {:.1} GiB/GPU",
         c.model,
         c.gpus,
         c.gpu,
         c.cluster,
         c.global_batch,
         c.seq_len,
-        (c.global_batch * c.seq_len) as f64 / 1e6,
+        tokens_text((c.global_batch * c.seq_len) as f64),
         c.recipe,
         c.usable_gib
     )
@@ -163,8 +163,17 @@ impl Exporter for Table {
                 "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = allgather)."
             )?;
         }
-        if r.rows.is_empty() {
-            writeln!(w, "No valid layout: every one breaks a rule below.")?;
+        if r.rows.is_empty() && r.considered == 0 {
+            writeln!(
+                w,
+                "No layout of {} GPUs matches the fixed values and bounds (--fix, --max-tp, --max-pp, --max-cp): every mesh size must divide the GPU count.",
+                r.context.gpus
+            )?;
+        } else if r.rows.is_empty() {
+            writeln!(
+                w,
+                "No valid layout: every one breaks a rule below. Try another GPU count (--gpus), global batch or sequence length, relax --fix, or explain the best near-miss."
+            )?;
         }
         if !r.rejections.is_empty() {
             writeln!(
@@ -228,14 +237,23 @@ impl Exporter for Table {
             }
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
-            writeln!(
-                w,
-                "Rank among valid layouts: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
-                rank,
-                best.layout.short(),
-                best.tokens_per_s,
-                100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
-            )?;
+            if best.tokens_per_s > e.tokens_per_s {
+                writeln!(
+                    w,
+                    "Rank among valid layouts: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
+                    rank,
+                    best.layout.short(),
+                    best.tokens_per_s,
+                    100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
+                )?;
+            } else {
+                writeln!(
+                    w,
+                    "Rank among valid layouts: 1 — at least as fast as the best of the default search ({} at {:.0} tokens/s).",
+                    best.layout.short(),
+                    best.tokens_per_s
+                )?;
+            }
             if let Some(g) = r.gap_to_best.as_ref().filter(|_| rank > 1) {
                 super::extras::gap(w, g)?;
             }
@@ -260,12 +278,21 @@ impl Exporter for Table {
         // Expert and CP shares, already inside the components above.
         let x = &e.memory.experts;
         for (name, bytes) in [
-            ("  of which expert weights", x.weights),
-            ("  of which expert gradients", x.grads),
-            ("  of which expert optimizer", x.optimizer),
-            ("  of which routed-token activations", x.routed_activations),
-            ("  of which EP dispatch buffers", x.dispatch_buffers),
-            ("  of which CP K/V buffers", e.memory.cp_buffers),
+            ("  expert weights (part of weights)", x.weights),
+            ("  expert gradients (part of gradients)", x.grads),
+            ("  expert optimizer (part of optimizer)", x.optimizer),
+            (
+                "  routed-token activations (part of activations)",
+                x.routed_activations,
+            ),
+            (
+                "  EP dispatch buffers (part of temporaries)",
+                x.dispatch_buffers,
+            ),
+            (
+                "  CP K/V buffers (part of temporaries)",
+                e.memory.cp_buffers,
+            ),
         ] {
             if bytes > 0.0 {
                 t.add_row(vec![
@@ -339,5 +366,18 @@ impl Exporter for Table {
             super::extras::time_to_train(w, t, "this layout")?;
         }
         Ok(())
+    }
+}
+
+/// Tokens with a readable unit: `16.8M`, `524K`, `512`.
+fn tokens_text(t: f64) -> String {
+    if t >= 1e9 {
+        format!("{:.2}B", t / 1e9)
+    } else if t >= 1e6 {
+        format!("{:.1}M", t / 1e6)
+    } else if t >= 1e4 {
+        format!("{:.0}K", t / 1e3)
+    } else {
+        format!("{t:.0}")
     }
 }

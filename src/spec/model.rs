@@ -100,6 +100,9 @@ pub struct Architecture {
     pub position_embedding: PositionEmbedding,
     /// Longest context the model was built for (learned position table size).
     pub max_seq: u64,
+    /// RoPE base θ (Llama 3: 500,000); only with rotary embeddings.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
     /// Linear layers carry a bias (GPT, BLOOM); Llama has none.
     #[serde(default)]
     pub linear_bias: bool,
@@ -228,6 +231,20 @@ impl Model {
                         "{} dense layers leave no MoE layer among {}",
                         m.first_k_dense, a.layers
                     ),
+                );
+            }
+        }
+        if let Some(t) = a.rope_theta {
+            if a.position_embedding != PositionEmbedding::Rope {
+                return err(
+                    "architecture.rope_theta",
+                    "is set but position_embedding is not \"rope\"".into(),
+                );
+            }
+            if !(t.is_finite() && t > 1.0) {
+                return err(
+                    "architecture.rope_theta",
+                    format!("must be a number above 1, found {t}"),
                 );
             }
         }
