@@ -367,8 +367,7 @@ pub fn megatron(plan: &Plan) -> Megatron {
         moe_args.push(val("--moe-router-topk", x.top_k));
         if x.top_k == 1 {
             moe_args.push(
-                flag("--moe-router-pre-softmax")
-                    .note("top-1 routing with softmax scores needs it"),
+                flag("--moe-router-pre-softmax").note("top-1 routing with softmax scores needs it"),
             );
         }
         moe_args.push(val("--moe-ffn-hidden-size", x.expert_ffn));
