@@ -871,11 +871,22 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 };
                 overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
             }
+            // One layout of each pruned (mesh, ZeRO stage) is still priced,
+            // so a memory rejection can name its near-miss with numbers.
+            let mut sampled = [false; 4];
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
                 if overflow[l.zero as usize] {
                     acc.stats.pruned += 1;
+                    let z = l.zero as usize;
+                    if structural.is_empty() && l.recompute == Recompute::Full && !sampled[z] {
+                        sampled[z] = true;
+                        acc.stats.evaluated += 1;
+                        let eval = cost::evaluate(pr, &l);
+                        acc.reject(Rule::Memory, Some(Candidate { layout: l, eval }));
+                        return;
+                    }
                     let mut s = structural;
                     s.insert(Rule::Memory);
                     acc.reject(s.first().unwrap_or(Rule::Memory), None);

@@ -38,15 +38,23 @@ fn pct(x: f64) -> String {
     format!("{:.1}", 100.0 * x)
 }
 
+/// Layers per pipeline chunk, runs of equal counts folded: `7/8×14/7`.
 fn split_text(split: &Option<Vec<u32>>) -> String {
-    match split {
-        Some(s) => s
-            .iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join("/"),
-        None => "uniform".into(),
+    let Some(s) = split else {
+        return "uniform".into();
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        let run = s[i..].iter().take_while(|x| **x == s[i]).count();
+        parts.push(if run > 2 {
+            format!("{}×{}", s[i], run)
+        } else {
+            vec![s[i].to_string(); run].join("/")
+        });
+        i += run;
     }
+    parts.join("/")
 }
 
 impl Exporter for Table {
@@ -379,5 +387,15 @@ fn tokens_text(t: f64) -> String {
         format!("{:.0}K", t / 1e3)
     } else {
         format!("{t:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_runs_fold() {
+        assert_eq!(super::split_text(&Some(vec![7, 8, 8, 8, 7])), "7/8×3/7");
+        assert_eq!(super::split_text(&Some(vec![1, 2, 2, 1])), "1/2/2/1");
+        assert_eq!(super::split_text(&None), "uniform");
     }
 }
