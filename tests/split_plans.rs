@@ -388,7 +388,7 @@ fn command_line_splits() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("split"), "{out}");
-    assert!(out.contains("7/8/8/8/8/8/8/8/8/8/8/8/8/8/8/7"), "{out}");
+    assert!(out.contains("7/8×14/7"), "{out}");
     assert!(out.contains("re-split by the ILP"), "{out}");
 
     let o = meshplan(&[
