@@ -412,7 +412,14 @@ fn command_line_splits() {
         .nth(1)
         .and_then(|s| s.split(')').next())
         .unwrap_or("");
-    let layers: Vec<u32> = split.split('/').map(|x| x.parse().unwrap()).collect();
+    // Runs of equal counts are folded as `8×14`.
+    let layers: Vec<u32> = split
+        .split('/')
+        .flat_map(|x| match x.split_once('×') {
+            Some((v, n)) => vec![v.parse::<u32>().unwrap(); n.parse().unwrap()],
+            None => vec![x.parse().unwrap()],
+        })
+        .collect();
     assert_eq!(layers.len(), 16, "{out}");
     assert_eq!(layers.iter().sum::<u32>(), 126);
 
