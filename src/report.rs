@@ -127,23 +127,10 @@ pub struct SearchReport {
     pub rows: Vec<Row>,
     /// Rejections per reason.
     pub rejections: Vec<RejectionLine>,
-    /// Layouts considered.
-    pub considered: u64,
-    /// Layouts dropped by exact bounds before pricing.
-    pub pruned: u64,
-    /// Layouts priced.
-    pub evaluated: u64,
-    /// Valid layouts.
-    pub valid: u64,
-    /// Stage-split ILP programs solved.
-    pub splits_solved: u64,
-    /// Layouts given an uneven split (improved or rescued).
-    pub resplit: u64,
-    /// Layouts that might have beaten the K-th best with a split but were
-    /// not re-split (solve budget spent).
-    pub split_skipped: u64,
-    /// Wall time of the search, seconds.
-    pub seconds: f64,
+    /// Search counters (layouts considered, pruned, priced, valid, splits,
+    /// wall time), flattened into the JSON object.
+    #[serde(flatten)]
+    pub stats: crate::search::Stats,
     /// Checkpoint size and interval of the winner.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointPlan>,
@@ -188,14 +175,7 @@ impl SearchReport {
             context: Context::of(pr),
             rows,
             rejections,
-            considered: r.stats.considered,
-            pruned: r.stats.pruned,
-            evaluated: r.stats.evaluated,
-            valid: r.stats.valid,
-            splits_solved: r.stats.splits_solved,
-            resplit: r.stats.resplit,
-            split_skipped: r.stats.split_skipped,
-            seconds: r.stats.seconds,
+            stats: r.stats,
             checkpoint: None,
             time_to_train: None,
             why_not: None,

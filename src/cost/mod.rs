@@ -77,7 +77,7 @@ impl<'a> Problem<'a> {
 }
 
 /// Where one step's time goes, seconds. The parts add up to `step`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct TimeBreakdown {
     /// Forward and backward compute of the slowest stage.
     pub compute: f64,

@@ -403,30 +403,9 @@ impl MemoryGib {
     }
 }
 
-/// Where one step's time goes on the slowest stage, seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct TimeS {
-    /// Forward and backward compute.
-    pub compute: f64,
-    /// Recomputed forward.
-    pub recompute: f64,
-    /// Pipeline bubble.
-    pub bubble: f64,
-    /// Exposed TP communication.
-    pub tp_comm: f64,
-    /// Exposed CP communication.
-    pub cp_comm: f64,
-    /// Expert all-to-all.
-    pub ep_comm: f64,
-    /// Pipeline point-to-point.
-    pub pp_comm: f64,
-    /// Exposed DP gradient/parameter communication.
-    pub dp_comm: f64,
-    /// Optimizer step.
-    pub optimizer: f64,
-    /// Whole step.
-    pub step: f64,
-}
+/// Where one step's time goes on the slowest stage, seconds (the cost
+/// model's [`crate::cost::TimeBreakdown`], field for field).
+pub type TimeS = crate::cost::TimeBreakdown;
 
 /// Predictions for one pipeline rank.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -779,18 +758,7 @@ impl Plan {
             worst_pp_rank: eval.worst_rank,
             headroom_gib: usable_gib - eval.peak_bytes / GIB,
             memory_gib: MemoryGib::of(&eval.memory),
-            time_s: TimeS {
-                compute: t.compute,
-                recompute: t.recompute,
-                bubble: t.bubble,
-                tp_comm: t.tp_comm,
-                cp_comm: t.cp_comm,
-                ep_comm: t.ep_comm,
-                pp_comm: t.pp_comm,
-                dp_comm: t.dp_comm,
-                optimizer: t.optimizer,
-                step: t.step,
-            },
+            time_s: *t,
             stages: stage_costs
                 .iter()
                 .map(|rc| StagePredicted {

@@ -144,24 +144,24 @@ impl Exporter for Table {
         writeln!(
             w,
             "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
-            r.considered,
-            r.valid,
-            r.evaluated,
-            r.pruned,
-            r.seconds * 1e3
+            r.stats.considered,
+            r.stats.valid,
+            r.stats.evaluated,
+            r.stats.pruned,
+            r.stats.seconds * 1e3
         )?;
-        if r.splits_solved > 0 {
+        if r.stats.splits_solved > 0 {
             writeln!(
                 w,
                 "Stage splits: {} layouts re-split by the ILP ({} programs solved); split = transformer layers per stage (p·v chunks, model order).",
-                r.resplit, r.splits_solved
+                r.stats.resplit, r.stats.splits_solved
             )?;
         }
-        if r.split_skipped > 0 {
+        if r.stats.split_skipped > 0 {
             writeln!(
                 w,
                 "  {} more layouts might beat row {} with an uneven split but were not re-split (solve budget spent).",
-                r.split_skipped,
+                r.stats.split_skipped,
                 r.rows.len()
             )?;
         }
@@ -171,7 +171,7 @@ impl Exporter for Table {
                 "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = allgather)."
             )?;
         }
-        if r.rows.is_empty() && r.considered == 0 {
+        if r.rows.is_empty() && r.stats.considered == 0 {
             writeln!(
                 w,
                 "No layout of {} GPUs matches the fixed values and bounds (--fix, --max-tp, --max-pp, --max-cp): every mesh size must divide the GPU count.",
