@@ -967,6 +967,7 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
         rows.retain(|r| ids.contains(&r.id));
     }
     let cat = Catalog::shipped()?;
+    cat.gpu(&a.gpu).map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
     let fit = calibrate::calibrate(&rows, &cat, &a.gpu)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let text = toml::to_string_pretty(&fit.overlay)?;

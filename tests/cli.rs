@@ -274,3 +274,49 @@ fn bad_fix_expression() {
     ]);
     assert_clean_error(&o, &["--fix", "unknown key"]);
 }
+
+#[test]
+fn bad_hardware_profiles_name_file_and_field() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/hardware");
+    // A cluster naming an unknown GPU: the user's file is named.
+    let d = temp_dir("hw-gpu");
+    std::fs::create_dir_all(d.join("clusters")).unwrap();
+    let text = std::fs::read_to_string(format!("{root}/clusters/dgx64.toml")).unwrap();
+    let text = text
+        .replace("name = \"dgx64\"", "name = \"xc\"")
+        .replace("gpu = \"a100-80g\"", "gpu = \"z9\"");
+    std::fs::write(d.join("clusters/xc.toml"), text).unwrap();
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "xc",
+        "--hardware-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["clusters/xc.toml", "field `gpu`", "unknown GPU `z9`"]);
+    // NaN and negative bandwidths in a GPU profile.
+    for (bad, needle) in [("nan", "hbm_bandwidth_gbs"), ("-5.0", "hbm_bandwidth_gbs")] {
+        let d = temp_dir(&format!("hw-nan-{}", bad.len()));
+        std::fs::create_dir_all(d.join("gpus")).unwrap();
+        let text = std::fs::read_to_string(format!("{root}/gpus/a100-80g.toml")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("hbm_bandwidth_gbs"))
+            .unwrap()
+            .to_string();
+        let text = text.replace(&line, &format!("hbm_bandwidth_gbs = {bad}"));
+        std::fs::write(d.join("gpus/a100-80g.toml"), text).unwrap();
+        let o = meshplan(&[
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--hardware-dir",
+            d.to_str().unwrap(),
+        ]);
+        assert_clean_error(&o, &["a100-80g.toml", needle, "positive"]);
+    }
+}

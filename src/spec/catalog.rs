@@ -123,9 +123,15 @@ impl Catalog {
         let clusters = dir.join("clusters");
         if clusters.is_dir() {
             for (path, text) in read_dir_toml(&clusters)? {
-                upsert(&mut self.clusters, Cluster::from_toml(&text, &path)?, |c| {
-                    &c.name
-                });
+                let c = Cluster::from_toml(&text, &path)?;
+                if self.gpus.iter().all(|g| g.name != c.gpu) {
+                    return Err(InputError::field(
+                        &path,
+                        "gpu",
+                        format!("unknown GPU `{}`; known GPUs: {}", c.gpu, self.gpu_names()),
+                    ));
+                }
+                upsert(&mut self.clusters, c, |c| &c.name);
             }
         }
         if !gpus.is_dir() && !clusters.is_dir() {
