@@ -829,6 +829,24 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     }
     let t = threshold(acc);
     acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
+    // A layout that differs from a better-ranked one only in its rank order,
+    // with the same predicted numbers, adds nothing to the ranking: keep the
+    // first (they stay counted as valid).
+    let mut kept: Vec<Candidate> = Vec::with_capacity(acc.top.len());
+    for c in acc.top.drain(..) {
+        let twin = kept.iter().any(|x| {
+            x.eval.tokens_per_s == c.eval.tokens_per_s
+                && x.eval.peak_bytes == c.eval.peak_bytes
+                && Layout {
+                    order: x.layout.order,
+                    ..c.layout.clone()
+                } == x.layout
+        });
+        if !twin {
+            kept.push(c);
+        }
+    }
+    acc.top = kept;
     acc.top.truncate(k);
     acc.stats.splits_solved = splitter.solved;
 }

@@ -12,7 +12,7 @@ use crate::spec::GIB;
 /// CSV exporter.
 pub struct Csv;
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Line<'a> {
     rank: usize,
     dp: u32,
@@ -115,6 +115,17 @@ fn line(r: &Row) -> Line<'_> {
 
 impl Exporter for Csv {
     fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
+        if r.rows.is_empty() {
+            // No valid layout: still print the header, so readers see the
+            // columns and an empty table rather than nothing.
+            let mut probe = csv::Writer::from_writer(Vec::new());
+            probe.serialize(Line::default())?;
+            let bytes = probe.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let header = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+            w.write_all(header)?;
+            writeln!(w)?;
+            return Ok(());
+        }
         let mut out = csv::Writer::from_writer(w);
         for row in &r.rows {
             out.serialize(line(row))?;
