@@ -35,6 +35,8 @@
 //! [`split`] chooses uneven pipeline stage layer splits (an ILP, with an
 //! exact dynamic program as its test oracle).
 
+#![warn(missing_docs)]
+
 pub mod calibrate;
 pub mod checkpoint;
 pub mod cli;
