@@ -161,53 +161,42 @@ fn malformed_toml_names_the_file_and_line() {
     assert_clean_error(&o, &["bad.toml", "line 2"]);
 }
 
-#[test]
-fn incomplete_toml_names_the_missing_field() {
-    let d = temp_dir("incomplete");
+/// Search with a copy of the llama3-8b card renamed to `name` and changed
+/// by `edit`, given through `--models-dir`.
+fn search_with_card(name: &str, edit: impl Fn(String) -> String) -> Output {
+    let d = temp_dir(name);
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/models/llama3-8b.toml"
     ))
     .unwrap();
-    let text = text.replace("name = \"llama3-8b\"", "name = \"mine\"");
-    let without: String = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("hidden"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    std::fs::write(d.join("mine.toml"), without).unwrap();
-    let o = meshplan(&[
+    let text = edit(text.replace("name = \"llama3-8b\"", &format!("name = \"{name}\"")));
+    std::fs::write(d.join(format!("{name}.toml")), text).unwrap();
+    meshplan(&[
         "search",
         "--model",
-        "mine",
+        name,
         "--cluster",
         "dgx64",
         "--models-dir",
         d.to_str().unwrap(),
-    ]);
+    ])
+}
+
+#[test]
+fn incomplete_toml_names_the_missing_field() {
+    let o = search_with_card("mine", |text| {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with("hidden"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
     assert_clean_error(&o, &["mine.toml", "missing field `hidden`"]);
 }
 
 #[test]
 fn impossible_values_name_the_field() {
-    let d = temp_dir("zero");
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/models/llama3-8b.toml"
-    ))
-    .unwrap();
-    let text = text.replace("name = \"llama3-8b\"", "name = \"zero\"");
-    let text = text.replacen("layers = 32", "layers = 0", 1);
-    std::fs::write(d.join("zero.toml"), text).unwrap();
-    let o = meshplan(&[
-        "search",
-        "--model",
-        "zero",
-        "--cluster",
-        "dgx64",
-        "--models-dir",
-        d.to_str().unwrap(),
-    ]);
+    let o = search_with_card("zero", |text| text.replacen("layers = 32", "layers = 0", 1));
     assert_clean_error(
         &o,
         &["zero.toml", "architecture.layers", "must be positive"],

@@ -3,6 +3,9 @@
 //! the plans the issue asks for (Mixtral on dgx64, DeepSeek-V3 on
 //! h800-2048, Llama 3 at 32K and 128K).
 
+mod common;
+
+use common::Setup;
 use meshplan::cost::comm::{self, Links};
 use meshplan::cost::{self, Problem, cp, layer, memory, moe};
 use meshplan::layout::{CpComm, GroupSpan, Layout, Placement, RankOrder, Recompute};
@@ -10,43 +13,6 @@ use meshplan::render::{self, Format};
 use meshplan::report::ExplainReport;
 use meshplan::rules::{self, Policy, Rule};
 use meshplan::search::{self, Filter, Space};
-use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
-
-struct Setup {
-    model: Model,
-    gpu: Gpu,
-    cluster: Cluster,
-    job: Job,
-}
-
-impl Setup {
-    fn new(model: &str, cluster: &str, seq: Option<u64>) -> Setup {
-        let cat = Catalog::shipped().expect("shipped catalog");
-        let model = cat.model(model).expect("model").clone();
-        let cluster = cat.cluster(cluster).expect("cluster").clone();
-        let gpu = cat.gpu(&cluster.gpu).expect("gpu").clone();
-        let job = Job::new(
-            model.defaults.global_batch,
-            seq.unwrap_or(model.defaults.seq_len),
-        );
-        Setup {
-            model,
-            gpu,
-            cluster,
-            job,
-        }
-    }
-
-    fn problem(&self) -> Problem<'_> {
-        Problem::new(
-            &self.model,
-            &self.gpu,
-            &self.cluster,
-            &self.job,
-            self.cluster.total_gpus(),
-        )
-    }
-}
 
 #[allow(clippy::too_many_arguments)]
 fn layout(
@@ -94,7 +60,7 @@ fn layout(
 /// active = total − 32·6·176,160,768                  = 12,879,925,248 (12.9e9)
 #[test]
 fn mixtral_total_and_active_by_hand() {
-    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     assert_eq!(s.model.total_params(), 46_702_792_704.0);
     assert_eq!(s.model.active_params(), 12_879_925_248.0);
     assert_eq!(s.model.one_expert_params(), 176_160_768.0);
@@ -110,7 +76,7 @@ fn mixtral_total_and_active_by_hand() {
 /// Time: 4·(7/8·67,108,864 B / NVLink + one NVLink latency).
 #[test]
 fn all_to_all_bytes_per_moe_layer_by_hand() {
-    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     let m = &s.model;
     assert_eq!(moe::all_to_all_bytes(m, 4096.0, 1.0, 1.0), 67_108_864.0);
     assert_eq!(moe::all_to_alls_per_layer(Recompute::None), 4.0);
@@ -156,7 +122,7 @@ fn all_to_all_bytes_per_moe_layer_by_hand() {
 fn all_to_all_across_nodes_puts_the_off_node_share_on_the_nics() {
     // DeepSeek-V3 with E = 64, ETP = 1: the EP group is 64 consecutive ranks
     // = 8 nodes of h800-2048; 56/64 of every all-to-all crosses the NICs.
-    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let s = Setup::with_seq("deepseek-v3", "h800-2048", None);
     let pr = s.problem();
     let l = layout(1024, 2, 1, 1, 64, 1, true, Recompute::None, 1);
     let pl = Placement::new(&l, 8);
@@ -185,7 +151,7 @@ fn expert_states_shard_by_e_etp_and_expert_dp() {
     // holds 16 MoE layers' experts ÷ 8: 16·1,409,286,144/8 = 2,818,572,288
     // expert parameters: weights 2 B, grads 4 B, optimizer 12 B over
     // expert DP = T·C·D/(E·ETP) = 32/8 = 4.
-    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     let pr = s.problem();
     let l = layout(32, 1, 2, 1, 8, 1, false, Recompute::None, 1);
     assert_eq!(l.edp(), 4);
@@ -212,7 +178,7 @@ fn expert_states_shard_by_e_etp_and_expert_dp() {
 
 #[test]
 fn capacity_factor_caps_the_load() {
-    let mut s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let mut s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     s.job.moe_imbalance = 1.5;
     assert_eq!(s.job.moe_load(), 1.5);
     s.job.moe_capacity_factor = Some(1.25);
@@ -240,7 +206,7 @@ fn mla_activation_terms_by_hand() {
     // 2·(2·1536 + 2·512 + 64) = 8,320 → 51,328.
     // sharded: Q 2·128·192 + K 2·128·192 + V 2·128·128 + attention out
     // 2·128·128 = 163,840.
-    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let s = Setup::with_seq("deepseek-v3", "h800-2048", None);
     let t = memory::dense_layer_terms(&s.model, false);
     assert_eq!(t.replicated, 51_328.0);
     assert_eq!(t.sharded, 163_840.0);
@@ -255,7 +221,7 @@ fn mla_activation_terms_by_hand() {
 /// sends K/V and dK/dV, 8,388,608 bytes per step).
 #[test]
 fn ring_kv_bytes_per_step_by_hand() {
-    let s = Setup::new("llama3-70b", "dgx-h100-64", Some(131_072));
+    let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
     assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 8.0), 4_194_304.0);
     // T = 16 > 8 KV heads: one KV head per rank is kept (replicated).
     assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 16.0), 4_194_304.0);
@@ -275,7 +241,7 @@ fn ring_kv_bytes_per_step_by_hand() {
 fn cp_keeps_attention_flops_exact() {
     // Causal load balancing gives every CP rank 1/C of the attention FLOPs:
     // t = s/C queries over s keys, halved by the mask.
-    let s = Setup::new("llama3-8b", "dgx-h100-64", Some(131_072));
+    let s = Setup::with_seq("llama3-8b", "dgx-h100-64", Some(131_072));
     let whole = cost::compute::attention_core_flops(&s.model, 131_072.0, 131_072.0);
     let part = cost::compute::attention_core_flops(&s.model, 131_072.0 / 16.0, 131_072.0);
     assert_eq!(whole, 16.0 * part);
@@ -288,7 +254,7 @@ fn ring_hides_kv_under_attention_at_128k() {
     // Llama 3 70B, 128K, T = 4, C = 16: a ring step moves 8 MiB (NIC when
     // the CP group spans nodes) while 1/16 of the attention runs; the all-
     // gather moves the same bytes exposed, so the ring is cheaper.
-    let s = Setup::new("llama3-70b", "dgx-h100-64", Some(131_072));
+    let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
     let pr = s.problem();
     let mut l = layout(1, 4, 1, 16, 1, 1, true, Recompute::None, 3);
     let ring = cost::evaluate(&pr, &l);
@@ -307,7 +273,7 @@ fn ring_hides_kv_under_attention_at_128k() {
 
 #[test]
 fn expert_rules_with_numbers() {
-    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     let pr = s.problem();
     let p = Policy::default();
     // 8 experts over E = 16: E2.
@@ -346,7 +312,7 @@ fn expert_rules_with_numbers() {
             .contains("experts with biases need ETP = 1, but ETP = 2")
     }));
     // E on a dense model.
-    let d = Setup::new("llama3-8b", "dgx64", None);
+    let d = Setup::with_seq("llama3-8b", "dgx64", None);
     let l = layout(64, 1, 1, 1, 2, 1, false, Recompute::None, 1);
     assert!(rules::violations(&d.problem(), &p, &l).contains(Rule::Experts));
 }
@@ -355,12 +321,12 @@ fn expert_rules_with_numbers() {
 fn cp_rules() {
     let p = Policy::default();
     // s % 2C: 8200 = 256·32 + 8 is not divisible by 2·16 (but by 2·4).
-    let odd = Setup::new("llama3-8b", "dgx64", Some(8200));
+    let odd = Setup::with_seq("llama3-8b", "dgx64", Some(8200));
     let l16 = layout(4, 1, 1, 16, 1, 1, false, Recompute::None, 1);
     assert!(rules::violations(&odd.problem(), &p, &l16).contains(Rule::CpSeq));
     let l4 = layout(16, 1, 1, 4, 1, 1, false, Recompute::None, 1);
     assert!(!rules::violations(&odd.problem(), &p, &l4).contains(Rule::CpSeq));
-    let mut s = Setup::new("llama3-8b", "dgx64", Some(8192));
+    let mut s = Setup::with_seq("llama3-8b", "dgx64", Some(8192));
     let l = layout(16, 1, 1, 4, 1, 1, false, Recompute::None, 1);
     assert!(rules::violations(&s.problem(), &p, &l).is_empty());
     // CP needs fused attention.
@@ -404,7 +370,7 @@ fn explain_text(pr: &Problem, l: &Layout) -> (ExplainReport, String) {
 
 #[test]
 fn mixtral_on_dgx64_plans_with_expert_parallelism() {
-    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
     let pr = s.problem();
     let r = search::search(&pr, &Space::default());
     assert_eq!(r.top.len(), 10);
@@ -437,7 +403,7 @@ fn mixtral_on_dgx64_plans_with_expert_parallelism() {
 
 #[test]
 fn deepseek_v3_on_h800_2048_plans_with_expert_parallelism() {
-    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let s = Setup::with_seq("deepseek-v3", "h800-2048", None);
     let pr = s.problem();
     let r = search::search(&pr, &Space::default());
     assert!(!r.top.is_empty());
@@ -454,7 +420,7 @@ fn deepseek_v3_on_h800_2048_plans_with_expert_parallelism() {
 fn h800_2048_profile() {
     // 2048 H800, 8 per node, 400 GB/s NVLink total = 200 GB/s per direction,
     // 8 × 400 Gb/s InfiniBand per node = 50 GB/s per GPU.
-    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let s = Setup::with_seq("deepseek-v3", "h800-2048", None);
     assert_eq!(s.cluster.total_gpus(), 2048);
     assert_eq!(s.cluster.gpus_per_node, 8);
     assert_eq!(s.cluster.intra_bytes_per_s(), 200e9);
@@ -464,7 +430,7 @@ fn h800_2048_profile() {
 
 #[test]
 fn llama3_70b_at_128k_needs_cp_or_full_recompute() {
-    let s = Setup::new("llama3-70b", "dgx-h100-64", Some(131_072));
+    let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
     let pr = s.problem();
     let space = Space {
         keep_all: true,
@@ -504,7 +470,7 @@ fn llama3_long_context_plans_use_cp() {
     for model in ["llama3-8b", "llama3-70b"] {
         for seq in [32_768, 131_072] {
             for cluster in ["dgx-h100-64", "dgx64"] {
-                let s = Setup::new(model, cluster, Some(seq));
+                let s = Setup::with_seq(model, cluster, Some(seq));
                 let r = search::search(&s.problem(), &Space::default());
                 let best = &r
                     .top

@@ -1,42 +1,15 @@
 //! Stage splits on real models: the per-item vector agrees with the cost
 //! model, the ILP's splits are valid plans, and the search finds them.
 
+mod common;
+
+use common::Setup;
 use meshplan::cost::{self, Problem};
 use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::rules::{self, Policy};
 use meshplan::search::{self, Filter, Space};
-use meshplan::spec::{Catalog, Cluster, GIB, Gpu, Job, Model};
+use meshplan::spec::GIB;
 use meshplan::split::{self, SplitError, SplitProblem, dp, ilp};
-
-struct Setup {
-    model: Model,
-    gpu: Gpu,
-    cluster: Cluster,
-    job: Job,
-    world: u64,
-}
-
-impl Setup {
-    fn new(model: &str, cluster: &str, world: Option<u64>) -> Setup {
-        let cat = Catalog::shipped().expect("catalog");
-        let model = cat.model(model).expect("model").clone();
-        let cluster = cat.cluster(cluster).expect("cluster").clone();
-        let gpu = cat.gpu(&cluster.gpu).expect("gpu").clone();
-        let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
-        let world = world.unwrap_or(cluster.total_gpus());
-        Setup {
-            model,
-            gpu,
-            cluster,
-            job,
-            world,
-        }
-    }
-
-    fn problem(&self) -> Problem<'_> {
-        Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.world)
-    }
-}
 
 #[allow(clippy::too_many_arguments)]
 fn layout(

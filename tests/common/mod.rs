@@ -44,6 +44,16 @@ impl Setup {
         }
     }
 
+    /// `model` on all GPUs of `cluster`, the card's job with sequence
+    /// length `seq` when given (global batch unchanged).
+    pub fn with_seq(model: &str, cluster: &str, seq: Option<u64>) -> Setup {
+        let mut s = Setup::new(model, cluster, None);
+        if let Some(seq) = seq {
+            s.job.seq_len = seq;
+        }
+        s
+    }
+
     pub fn problem(&self) -> Problem<'_> {
         Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.world)
     }
