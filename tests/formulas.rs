@@ -132,3 +132,52 @@ fn worst_rank_is_an_edge_stage() {
     assert!(ranks[0].memory.activations > ranks[1].memory.activations);
     assert!((ranks[1].memory.activations / ranks[2].memory.activations - 3.0 / 2.0).abs() < 1e-9);
 }
+
+#[test]
+fn unfused_attention_off_the_tensor_core_alignment() {
+    use meshplan::cost::compute::{LayerShape, Rates, layer_forward};
+    // GPT-3 175B widened to the BLOOM-prequel shape h = 14400 with 64 heads:
+    // head dimension 225, not a multiple of 8.
+    let mut f = Fixture::new("gpt3-175b", "dgx64");
+    f.model.architecture.hidden = 14400;
+    f.model.architecture.heads = 64;
+    f.model.architecture.kv_heads = 64;
+    f.model.architecture.ffn = 57600;
+    assert_eq!(f.model.head_dim(), 225);
+    let aligned = Rates {
+        gemm_flops: 1e15,
+        attn_flops: 1e14,
+        hbm: 1e12,
+        overhead: 0.0,
+        attn_flops_misaligned: 1e14,
+    };
+    let slow = Rates {
+        attn_flops_misaligned: 1e12,
+        ..aligned
+    };
+    let mut sh = LayerShape {
+        tokens: 2048.0,
+        seq: 2048.0,
+        tp: 8.0,
+        sp: false,
+        cp: 1.0,
+        flash: false,
+    };
+    // Core FLOPs (2·2048·2048·14400 + 2·2048·2048·14400)/2 / 8
+    // = 15,099,494,400; at 1e12 instead of 1e14 FLOP/s the attention takes
+    // 15,099,494,400·(1e-12 − 1e-14) = 0.014948499456 s longer.
+    let a = layer_forward(&f.model, &sh, false, 0.0, 1.0, &aligned).attention;
+    let b = layer_forward(&f.model, &sh, false, 0.0, 1.0, &slow).attention;
+    assert!((b - a - 0.014_948_499_456).abs() < 1e-12, "{}", b - a);
+    // Flash attention pads the head dimension itself: no penalty.
+    sh.flash = true;
+    let a = layer_forward(&f.model, &sh, false, 0.0, 1.0, &aligned).attention;
+    let b = layer_forward(&f.model, &sh, false, 0.0, 1.0, &slow).attention;
+    assert_eq!(a, b);
+    // Head dimension 128 (the unchanged card) is aligned: no penalty.
+    let g = Fixture::new("gpt3-175b", "dgx64");
+    sh.flash = false;
+    let a = layer_forward(&g.model, &sh, false, 0.0, 1.0, &aligned).attention;
+    let b = layer_forward(&g.model, &sh, false, 0.0, 1.0, &slow).attention;
+    assert_eq!(a, b);
+}

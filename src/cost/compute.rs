@@ -25,6 +25,9 @@ pub struct Rates {
     pub hbm: f64,
     /// Launch overhead per kernel, seconds.
     pub overhead: f64,
+    /// Sustained rate of unfused attention when the head dimension is not a
+    /// multiple of 8 elements, FLOP/s (`attn_flops · misaligned_attention`).
+    pub attn_flops_misaligned: f64,
 }
 
 impl Rates {
@@ -36,6 +39,9 @@ impl Rates {
             attn_flops: peak * gpu.efficiency.attention,
             hbm: gpu.hbm_bandwidth_gbs * 1e9 * gpu.efficiency.memory,
             overhead: gpu.efficiency.kernel_overhead_us * 1e-6,
+            attn_flops_misaligned: peak
+                * gpu.efficiency.attention
+                * gpu.efficiency.misaligned_attention,
         }
     }
 }
@@ -162,7 +168,15 @@ pub fn layer_forward(
     }
     // Attention core for this rank's heads (1/T) and queries (1/C of s).
     let core = attention_core_flops(model, tok, sh.seq) / t;
-    lt.attention = core / r.attn_flops + r.overhead;
+    // Unfused attention runs QKᵀ and A·V as cuBLAS batched GEMMs whose inner
+    // (QKᵀ) and output (A·V) width is the head dimension; off the 8-element
+    // tensor-core alignment they run at `attn_flops_misaligned`.
+    let attn_rate = if !sh.flash && model.head_dim() % 8 != 0 {
+        r.attn_flops_misaligned
+    } else {
+        r.attn_flops
+    };
+    lt.attention = core / attn_rate + r.overhead;
     if !sh.flash {
         // Unfused: scores, softmax and dropout materialise b·(a/T)·(s/C)·s
         // elements; softmax reads and writes them in bf16, dropout again.

@@ -28,6 +28,13 @@ pub struct ComputeEfficiency {
     pub memory: f64,
     /// Fixed cost of one kernel launch, microseconds.
     pub kernel_overhead_us: f64,
+    /// Factor (0–1] on the attention rate when attention is unfused (cuBLAS
+    /// batched GEMMs for QKᵀ and A·V) and the head dimension is not a
+    /// multiple of 8 elements (16 bytes of fp16/bf16), the alignment that
+    /// cuBLAS's tensor-core kernels need (NVIDIA, *Matrix Multiplication
+    /// Background User's Guide*, §2.2 "Tensor Core Requirements").
+    /// Dimensionless; see the GPU profile for how it was obtained.
+    pub misaligned_attention: f64,
 }
 
 /// A GPU profile.
@@ -203,6 +210,11 @@ impl Gpu {
             file,
             "efficiency.kernel_overhead_us",
             self.efficiency.kernel_overhead_us,
+        )?;
+        check_fraction(
+            file,
+            "efficiency.misaligned_attention",
+            self.efficiency.misaligned_attention,
         )?;
         Ok(())
     }
