@@ -12,7 +12,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use meshplan::cost::Problem;
-use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
+use meshplan::layout::{Layout, Recompute};
 use meshplan::spec::{Catalog, Job};
 use meshplan::split::{SplitProblem, dp, ilp};
 use std::hint::black_box;
@@ -26,20 +26,9 @@ fn bench(c: &mut Criterion) {
     let pr = Problem::new(model, gpu, cluster, &job, 3072);
     assert_eq!(model.architecture.layers, 128);
     let layout = |pp: u32, vpp: u32| Layout {
-        dp: 3072 / (8 * pp),
-        tp: 8,
-        pp,
-        cp: 1,
-        ep: 1,
-        etp: 1,
         vpp,
-        micro_batch: 1,
         recompute: Recompute::Full,
-        zero: 1,
-        sp: true,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: CpComm::Ring,
+        ..Layout::dense(3072 / (8 * pp), 8, pp, 1)
     };
     let p32 = SplitProblem::for_layout(&pr, &layout(32, 1));
     let p16v2 = SplitProblem::for_layout(&pr, &layout(16, 2));

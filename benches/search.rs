@@ -12,7 +12,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use meshplan::cost::{Problem, evaluate};
-use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
+use meshplan::layout::{Layout, Recompute};
 use meshplan::search::{Space, search};
 use meshplan::spec::{Catalog, Job};
 use std::hint::black_box;
@@ -25,20 +25,9 @@ fn bench(c: &mut Criterion) {
     let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
     let pr = Problem::new(model, gpu, cluster, &job, 64);
     let layout = Layout {
-        dp: 2,
-        tp: 8,
-        pp: 4,
-        cp: 1,
-        ep: 1,
-        etp: 1,
         vpp: 5,
-        micro_batch: 1,
         recompute: Recompute::Selective,
-        zero: 1,
-        sp: true,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: CpComm::Ring,
+        ..Layout::dense(2, 8, 4, 1)
     };
     c.bench_function("evaluate/70b-dgx64", |b| {
         b.iter(|| evaluate(black_box(&pr), black_box(&layout)))

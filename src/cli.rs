@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use crate::calibrate::{self, Overlay};
-use crate::cost::Problem;
+use crate::cost::{Evaluation, Problem};
 use crate::error::InputError;
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::render::{self, Format};
@@ -513,16 +513,8 @@ fn search_extras(
         }
         return Ok(());
     };
-    let ck = checkpoint::plan(pr, &win.layout, &win.eval);
-    report.time_to_train = tokens.map(|t| {
-        checkpoint::time_to_train(
-            t,
-            &win.eval,
-            ck.waste_fraction,
-            pr.world,
-            pr.job.tokens_per_step(),
-        )
-    });
+    let (ck, ttt) = checkpoint_and_time(pr, &win.layout, &win.eval, tokens);
+    report.time_to_train = ttt;
     report.checkpoint = Some(ck);
     let mut marks = vec![plot::Mark {
         label: format!("#1 {}", win.layout.short()),
@@ -562,6 +554,27 @@ fn report_plots(files: &[PathBuf], note: Option<String>) {
     if let Some(n) = note {
         let _ = writeln!(std::io::stderr(), "note: {n}");
     }
+}
+
+/// The checkpoint plan of a priced layout and, when `--tokens` was given,
+/// its time to train with that plan's checkpoint waste.
+fn checkpoint_and_time(
+    pr: &Problem,
+    l: &Layout,
+    eval: &Evaluation,
+    tokens: Option<f64>,
+) -> (checkpoint::CheckpointPlan, Option<checkpoint::TimeToTrain>) {
+    let ck = checkpoint::plan(pr, l, eval);
+    let ttt = tokens.map(|t| {
+        checkpoint::time_to_train(
+            t,
+            eval,
+            ck.waste_fraction,
+            pr.world,
+            pr.job.tokens_per_step(),
+        )
+    });
+    (ck, ttt)
 }
 
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
@@ -652,16 +665,8 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     if !report.is_valid() {
         report.fixes = Some(explain::smallest_fixes(&pr, &policy, &layout));
     }
-    let ck = checkpoint::plan(&pr, &layout, &report.eval);
-    report.time_to_train = tokens.map(|t| {
-        checkpoint::time_to_train(
-            t,
-            &report.eval,
-            ck.waste_fraction,
-            pr.world,
-            pr.job.tokens_per_step(),
-        )
-    });
+    let (ck, ttt) = checkpoint_and_time(&pr, &layout, &report.eval, tokens);
+    report.time_to_train = ttt;
     report.checkpoint = Some(ck);
     if let Some(dir) = &a.extras.plot {
         let mut marks = vec![plot::Mark {

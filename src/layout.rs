@@ -177,6 +177,31 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// A dense layout of sizes D, T, p, C with every other choice at its
+    /// plain default: no expert parallelism (E = ETP = 1), no interleaving
+    /// (v = 1), micro-batch 1, no recompute, ZeRO-1 (distributed optimizer),
+    /// sequence parallelism whenever T > 1, Megatron's default rank order,
+    /// a uniform split and ring CP. Change fields with struct update syntax,
+    /// e.g. `Layout { micro_batch: 2, ..Layout::dense(8, 8, 1, 1) }`.
+    pub fn dense(dp: u32, tp: u32, pp: u32, cp: u32) -> Layout {
+        Layout {
+            dp,
+            tp,
+            pp,
+            cp,
+            ep: 1,
+            etp: 1,
+            vpp: 1,
+            micro_batch: 1,
+            recompute: Recompute::None,
+            zero: 1,
+            sp: tp > 1,
+            order: RankOrder::TpCpEpDpPp,
+            split: None,
+            cp_comm: CpComm::Ring,
+        }
+    }
+
     /// World size N = D·T·p·C.
     pub fn world(&self) -> u64 {
         self.dp as u64 * self.tp as u64 * self.pp as u64 * self.cp as u64
@@ -504,20 +529,9 @@ mod tests {
 
     fn layout(dp: u32, tp: u32, pp: u32, cp: u32, order: RankOrder) -> Layout {
         Layout {
-            dp,
-            tp,
-            pp,
-            cp,
-            ep: 1,
-            etp: 1,
-            vpp: 1,
-            micro_batch: 1,
-            recompute: Recompute::None,
-            zero: 1,
             sp: false,
             order,
-            split: None,
-            cp_comm: CpComm::Ring,
+            ..Layout::dense(dp, tp, pp, cp)
         }
     }
 

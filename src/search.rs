@@ -872,20 +872,12 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             let mut overflow = [false; 4];
             for z in 0..4u8 {
                 let probe = Layout {
-                    dp: mesh.dp,
-                    tp: mesh.tp,
-                    pp: mesh.pp,
-                    cp: mesh.cp,
                     ep: mesh.ep,
                     etp: mesh.etp,
-                    vpp: 1,
-                    micro_batch: 1,
                     recompute: Recompute::Full,
                     zero: z,
                     sp: true,
-                    order: RankOrder::TpCpEpDpPp,
-                    split: None,
-                    cp_comm: CpComm::Ring,
+                    ..Layout::dense(mesh.dp, mesh.tp, mesh.pp, mesh.cp)
                 };
                 overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
             }

@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::cost::{self, Evaluation, Problem, compute};
 use crate::error::InputError;
-use crate::layout::{Layout, RankOrder, Recompute};
+use crate::layout::{Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
 
@@ -913,20 +913,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         ));
     }
     let layout = Layout {
-        dp: row.dp,
-        tp: row.tp,
-        pp: row.pp,
-        cp,
-        ep: 1,
-        etp: 1,
         vpp,
         micro_batch: mbs,
         recompute,
         zero,
         sp,
-        order: RankOrder::TpCpEpDpPp,
         split,
-        cp_comm: Default::default(),
+        ..Layout::dense(row.dp, row.tp, row.pp, cp)
     };
     let convention = if fam == Family::Nar21 || notes.contains("Eq.3") || fam == Family::Bloom {
         FlopConvention::NarayananEq3

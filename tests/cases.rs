@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::{Fixture, gpt_card, layout};
+use common::{Fixture, gpt_card};
 use meshplan::cost::Problem;
 use meshplan::cost::comm::{self, Links};
 use meshplan::cost::layer::layer_costs;
 use meshplan::cost::memory::{self, dense_layer_terms, layer_activation_bytes};
-use meshplan::layout::{Placement, Recompute};
+use meshplan::layout::{Layout, Placement, Recompute};
 use meshplan::rules::{self, Policy, Rule};
 use meshplan::spec::{Job, Recipe};
 
@@ -80,7 +80,7 @@ fn m5_layer_norms_replicated_across_tp() {
         let pr = f.problem();
         let h = f.model.architecture.hidden as f64;
         for t in [1u32, 2, 8] {
-            let l = layout(64 / t, t, 1, 1);
+            let l = Layout::dense(64 / t, t, 1, 1);
             let lc = layer_costs(&pr, &l, &Placement::new(&l, 8));
             // Matrices ÷ T (K/V too while T ≤ kv heads); 2 norms of width
             // h (RMSNorm) or 2h (LayerNorm) stay whole.
@@ -106,8 +106,8 @@ fn p1_dp_link_follows_placement() {
     // DP = 8 twice. With T = 1 (D8 T1 p1 C1 on 8 GPUs) the DP ranks are
     // adjacent: one node, NVLink. With T = 8 (D8 T8 on 64 GPUs) they are
     // 8 apart: eight nodes, NICs.
-    let a = layout(8, 1, 1, 1);
-    let b = layout(8, 8, 1, 1);
+    let a = Layout::dense(8, 1, 1, 1);
+    let b = Layout::dense(8, 8, 1, 1);
     let pa = Placement::new(&a, 8);
     let pb = Placement::new(&b, 8);
     assert_eq!(pa.dp.domains, 1);
@@ -119,7 +119,7 @@ fn p1_dp_link_follows_placement() {
     // And the rank order moves DP across the node boundary: T = 4, p = 2,
     // D = 8 on 64 GPUs: tp-cp-ep-dp-pp puts DP at stride 4 (2 per node,
     // 4 nodes); tp-cp-ep-pp-dp at stride 8 (1 per node).
-    let mut c = layout(8, 4, 2, 1);
+    let mut c = Layout::dense(8, 4, 2, 1);
     let pc = Placement::new(&c, 8);
     assert_eq!((pc.dp.per_domain, pc.dp.domains), (2, 4));
     c.order = meshplan::layout::RankOrder::TpCpEpPpDp;
@@ -139,7 +139,7 @@ fn r1_virtual_stages_divide_stage_layers() {
     let f = Fixture::new("llama2-70b", "dgx64"); // 80 layers
     let job = Job::new(1024, 4096);
     let pr = problem_for(&f, &job, 64);
-    let mut l = layout(4, 1, 16, 1);
+    let mut l = Layout::dense(4, 1, 16, 1);
     l.sp = false;
     l.vpp = 2; // 2 chunks per rank of 80/16 = 5 layers
     let v = rules::violations(&pr, &Policy::default(), &l);
@@ -154,7 +154,7 @@ fn r1_virtual_stages_divide_stage_layers() {
         msg.contains("5 per stage") && msg.contains("v = 2"),
         "{msg}"
     );
-    let mut ok = layout(8, 1, 8, 1);
+    let mut ok = Layout::dense(8, 1, 8, 1);
     ok.sp = false;
     ok.vpp = 5;
     let v = rules::violations(&pr, &Policy::default(), &ok);
@@ -173,7 +173,7 @@ fn r2_uneven_layers() {
     f.model.architecture.layers = 30;
     let job = Job::new(512, 2048);
     let pr = problem_for(&f, &job, 64);
-    let mut l = layout(16, 1, 4, 1);
+    let mut l = Layout::dense(16, 1, 4, 1);
     assert!(rules::violations(&pr, &Policy::default(), &l).contains(Rule::LayersPp));
     l.split = Some(vec![8, 7, 7, 8]);
     let v = rules::violations(&pr, &Policy::default(), &l);
@@ -183,7 +183,7 @@ fn r2_uneven_layers() {
     );
     f.model.architecture.layers = 48;
     let pr = problem_for(&f, &job, 64);
-    let mut l = layout(32, 1, 2, 1);
+    let mut l = Layout::dense(32, 1, 2, 1);
     l.split = Some(vec![11, 13]);
     let v = rules::violations(&pr, &Policy::default(), &l);
     assert!(v.contains(Rule::Split));
@@ -204,7 +204,7 @@ fn r3_cp_with_sequence_parallel() {
     let check = |seq: u64, tp: u32| {
         let job = Job::new(64, seq);
         let pr = problem_for(&f, &job, 64);
-        let mut l = layout(64 / (2 * tp), tp, 1, 2);
+        let mut l = Layout::dense(64 / (2 * tp), tp, 1, 2);
         l.sp = true;
         rules::violations(&pr, &Policy::default(), &l)
     };
@@ -227,7 +227,7 @@ fn r4_heads_and_tp() {
         fx.model = gpt_card(24, 128 * heads as u64, heads, kv);
         let job = Job::new(512, 2048);
         let pr = problem_for(&fx, &job, 64);
-        let l = layout(64 / bad_tp, bad_tp, 1, 1);
+        let l = Layout::dense(64 / bad_tp, bad_tp, 1, 1);
         let v = rules::explain(&pr, &Policy::default(), &l, None);
         let heads_rule = v
             .iter()
@@ -244,7 +244,7 @@ fn r4_heads_and_tp() {
             heads_rule.remedy
         );
         for t in [1, 2, 4] {
-            let l = layout(64 / t, t, 1, 1);
+            let l = Layout::dense(64 / t, t, 1, 1);
             let v = rules::violations(&pr, &Policy::default(), &l);
             assert!(
                 !v.contains(Rule::HeadsTp) && !v.contains(Rule::KvHeadsTp),
@@ -268,6 +268,6 @@ fn f1_dense_peaks_and_mfu() {
     // The evaluation reports MFU against the same dense peak.
     let f = Fixture::new("llama3-8b", "h200-64");
     let pr = f.problem();
-    let e = meshplan::cost::evaluate(&pr, &layout(64, 1, 1, 1));
+    let e = meshplan::cost::evaluate(&pr, &Layout::dense(64, 1, 1, 1));
     assert!((e.mfu - e.tflops_per_gpu / 989.0).abs() < 1e-12);
 }

@@ -1,15 +1,11 @@
 //! The binary end to end: the main job, and one clear error (non-zero exit,
 //! no panic) for each kind of bad input.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn meshplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_meshplan"))
-        .args(args)
-        .output()
-        .expect("binary runs")
-}
+mod common;
+
+use common::{meshplan, temp_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -27,13 +23,6 @@ fn assert_clean_error(o: &Output, needles: &[&str]) {
     for n in needles {
         assert!(err.contains(n), "`{n}` not in: {err}");
     }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("meshplan-test-{}-{}", name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]

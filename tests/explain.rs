@@ -3,62 +3,32 @@
 //! out-of-memory layout checked by pricing them again, `--why-not` ranks and
 //! gaps (library and command line), and the three SVG pictures parsed as XML.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use meshplan::checkpoint;
 use meshplan::cost::{self, Problem};
 use meshplan::explain;
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::{Layout, Recompute};
 use meshplan::report::{ExplainReport, memory_note};
 use meshplan::rules::{self, Policy, Rule};
 use meshplan::search::{self, Space, better};
-use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
 
-struct Fixture {
-    model: Model,
-    gpu: Gpu,
-    cluster: Cluster,
-    job: Job,
-}
+mod common;
 
+use common::{Fixture, temp_dir};
+
+/// Llama-3 70B on the 64 DGX A100 GPUs with the card's job: global batch
+/// 2048 sequences of 8192 tokens.
 fn fixture() -> Fixture {
-    let cat = Catalog::shipped().expect("the shipped catalog loads");
-    let model = cat.model("70b").expect("70b").clone();
-    let cluster = cat.cluster("dgx64").expect("dgx64").clone();
-    let gpu = cat.gpu(&cluster.gpu).expect("a100-80g").clone();
-    // Card defaults: global batch 2048 sequences of 8192 tokens.
-    let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
-    Fixture {
-        model,
-        gpu,
-        cluster,
-        job,
-    }
-}
-
-impl Fixture {
-    fn problem(&self) -> Problem<'_> {
-        Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, 64)
-    }
+    Fixture::new("70b", "dgx64")
 }
 
 fn layout(dp: u32, tp: u32, pp: u32, recompute: Recompute, zero: u8, sp: bool) -> Layout {
     Layout {
-        dp,
-        tp,
-        pp,
-        cp: 1,
-        ep: 1,
-        etp: 1,
-        vpp: 1,
-        micro_batch: 1,
         recompute,
         zero,
         sp,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: Default::default(),
+        ..Layout::dense(dp, tp, pp, 1)
     }
 }
 
@@ -341,12 +311,6 @@ fn meshplan() -> Command {
     Command::new(env!("CARGO_BIN_EXE_meshplan"))
 }
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("meshplan-test-{}-{}", name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 #[test]
 fn cli_why_not_prints_rank_and_gap() {
     let out = meshplan()
@@ -415,7 +379,7 @@ fn flags_of(short: &str) -> Vec<String> {
 /// SVG files that parse as XML with text labels.
 #[test]
 fn cli_explain_oom_fix_is_valid_and_plots_parse() {
-    let dir = tmp_dir("explain");
+    let dir = temp_dir("explain");
     let base = ["explain", "--model", "70b", "--cluster", "dgx64"];
     let out = meshplan()
         .args(base)

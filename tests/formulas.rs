@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::{Fixture, layout};
+use common::Fixture;
 use meshplan::cost::comm::{self, Links};
 use meshplan::cost::memory::{self, dense_layer_terms, layer_activation_bytes};
 use meshplan::cost::schedule::ideal_bubble_fraction;
-use meshplan::layout::{GroupSpan, Recompute};
+use meshplan::layout::{GroupSpan, Layout, Recompute};
 use meshplan::search::{self, Space};
 use meshplan::spec::{GIB, Recipe};
 
@@ -122,7 +122,7 @@ fn worst_rank_is_an_edge_stage() {
     // first stage is the worst.
     let f = Fixture::new("70b", "dgx64");
     let pr = f.problem();
-    let mut l = layout(2, 8, 4, 1);
+    let mut l = Layout::dense(2, 8, 4, 1);
     l.recompute = Recompute::None;
     let e = meshplan::cost::evaluate(&pr, &l);
     assert_eq!(e.worst_rank, 0);

@@ -13,9 +13,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{Setup, layout};
+use common::{Setup, meshplan};
 use meshplan::generate::{self, GenerateError, Plan};
 use meshplan::layout::{Layout, RankOrder, Recompute};
 use meshplan::rules::Policy;
@@ -24,7 +23,7 @@ use serde_json::Value;
 /// The fixed layout of the second golden set: T8 p2 v2 with SP, selective
 /// recompute, ZeRO-1 (D = 4).
 fn fixed_layout() -> Layout {
-    let mut l = layout(4, 8, 2, 1);
+    let mut l = Layout::dense(4, 8, 2, 1);
     l.vpp = 2;
     l.recompute = Recompute::Selective;
     l
@@ -145,7 +144,7 @@ fn refusal_codes(s: &Setup, l: &Layout) -> Vec<String> {
 fn generate_refuses_layouts_that_break_a_rule() {
     let s = Setup::new("70b", "dgx64", None);
     // Memory: T8 with plain DDP holds 206 GiB.
-    let mut l = layout(8, 8, 1, 1);
+    let mut l = Layout::dense(8, 8, 1, 1);
     l.zero = 0;
     l.sp = false;
     assert_eq!(refusal_codes(&s, &l), ["memory"]);
@@ -153,11 +152,11 @@ fn generate_refuses_layouts_that_break_a_rule() {
     let mut l = fixed_layout();
     l.vpp = 3;
     assert_eq!(refusal_codes(&s, &l), ["layers-pp"]);
-    let l = layout(2, 16, 2, 1);
+    let l = Layout::dense(2, 16, 2, 1);
     assert_eq!(refusal_codes(&s, &l), ["tp-domain"]);
     // Megatron-only: tp-pp-dp mapping with C > 1 and p > 1 on a dense model
     // [W4: N/(ETP·E·p) = 64/(4·1·2) = 8 ≠ D = 4]; meshplan's rules accept it.
-    let mut l = layout(4, 4, 2, 2);
+    let mut l = Layout::dense(4, 4, 2, 2);
     l.recompute = Recompute::Full;
     l.order = RankOrder::TpCpEpPpDp;
     assert_eq!(refusal_codes(&s, &l), ["megatron-rank-mapping"]);
@@ -166,12 +165,12 @@ fn generate_refuses_layouts_that_break_a_rule() {
     // Launch: 12 GPUs do not fill whole 8-GPU nodes.
     let mut s12 = Setup::new("llama3-8b", "dgx64", Some(12));
     s12.job.global_batch = 1536; // divisible by D = 3
-    let mut l = layout(3, 4, 1, 1);
+    let mut l = Layout::dense(3, 4, 1, 1);
     l.recompute = Recompute::Full;
     assert_eq!(refusal_codes(&s12, &l), ["launch-nodes"]);
     // The message lists each rule with its numbers and fix.
     let pr = s.problem();
-    let err = generate::generate(&pr, &Policy::default(), &layout(2, 16, 2, 1))
+    let err = generate::generate(&pr, &Policy::default(), &Layout::dense(2, 16, 2, 1))
         .unwrap_err()
         .to_string();
     assert!(
@@ -181,13 +180,6 @@ fn generate_refuses_layouts_that_break_a_rule() {
 }
 
 // ---- The command line (runs the built binary). ----
-
-fn meshplan(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_meshplan"))
-        .args(args)
-        .output()
-        .expect("meshplan runs")
-}
 
 fn read_plan(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join(generate::PLAN_FILE)).unwrap()).unwrap()

@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 
-use common::{Setup, layout};
+use common::Setup;
 use meshplan::generate::{self, Bundle};
 use meshplan::layout::{Layout, RankOrder, Recompute};
 
@@ -745,7 +745,9 @@ fn with(mut l: Layout, f: impl FnOnce(&mut Layout)) -> Layout {
 #[test]
 fn every_flag_is_a_megatron_option_and_every_rule_holds() {
     let s70 = Setup::new("70b", "dgx64", None);
-    let base = with(layout(4, 8, 2, 1), |l| l.recompute = Recompute::Selective);
+    let base = with(Layout::dense(4, 8, 2, 1), |l| {
+        l.recompute = Recompute::Selective
+    });
     let mut cases: Vec<(String, &Setup, Layout)> = vec![
         ("70b best".into(), &s70, s70.best().expect("a valid layout")),
         (
@@ -756,7 +758,7 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         (
             "70b T8 p4 ZeRO-0".into(),
             &s70,
-            with(layout(2, 8, 4, 1), |l| {
+            with(Layout::dense(2, 8, 4, 1), |l| {
                 l.zero = 0;
                 l.recompute = Recompute::Selective;
             }),
@@ -777,7 +779,7 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         (
             "70b T8 p4 first/last".into(),
             &s70,
-            with(layout(2, 8, 4, 1), |l| {
+            with(Layout::dense(2, 8, 4, 1), |l| {
                 l.recompute = Recompute::Selective;
                 l.split = Some(vec![19, 21, 21, 19]);
             }),
@@ -785,7 +787,7 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         (
             "70b T8 p4 v2 first/last".into(),
             &s70,
-            with(layout(2, 8, 4, 1), |l| {
+            with(Layout::dense(2, 8, 4, 1), |l| {
                 l.recompute = Recompute::Selective;
                 l.vpp = 2;
                 l.split = Some(vec![9, 10, 10, 11, 9, 10, 10, 11]);
@@ -794,7 +796,7 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         (
             "70b T8 p4 layout string".into(),
             &s70,
-            with(layout(2, 8, 4, 1), |l| {
+            with(Layout::dense(2, 8, 4, 1), |l| {
                 l.recompute = Recompute::Selective;
                 l.split = Some(vec![19, 21, 22, 18]);
             }),
@@ -810,20 +812,20 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         (
             "70b T4 C2 p2".into(),
             &s70,
-            with(layout(4, 4, 2, 2), |l| l.recompute = Recompute::Full),
+            with(Layout::dense(4, 4, 2, 2), |l| l.recompute = Recompute::Full),
         ),
     ];
     let s8 = Setup::new("llama3-8b", "dgx64", Some(8));
     cases.push((
         "8b T1 D8".into(),
         &s8,
-        with(layout(8, 1, 1, 1), |l| l.recompute = Recompute::Full),
+        with(Layout::dense(8, 1, 1, 1), |l| l.recompute = Recompute::Full),
     ));
     let s8x = Setup::new("mixtral-8x7b", "dgx64", None);
     cases.push((
         "mixtral T2 E8 p2 SP".into(),
         &s8x,
-        with(layout(16, 2, 2, 1), |l| {
+        with(Layout::dense(16, 2, 2, 1), |l| {
             l.ep = 8;
             l.recompute = Recompute::Full;
         }),
@@ -857,7 +859,7 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
 #[test]
 fn oracle_catches_broken_commands() {
     let s = Setup::new("70b", "dgx64", None);
-    let l = with(layout(4, 8, 2, 1), |l| {
+    let l = with(Layout::dense(4, 8, 2, 1), |l| {
         l.vpp = 2;
         l.recompute = Recompute::Selective;
     });
@@ -1028,7 +1030,7 @@ fn oracle_catches_broken_commands() {
 #[test]
 fn a_missing_parameter_stops_the_script_before_torchrun() {
     let s = Setup::new("70b", "dgx64", None);
-    let b = s.bundle(&with(layout(4, 8, 2, 1), |l| {
+    let b = s.bundle(&with(Layout::dense(4, 8, 2, 1), |l| {
         l.recompute = Recompute::Selective
     }));
     let dir = common::temp_dir("missing");
@@ -1060,7 +1062,7 @@ fn a_missing_parameter_stops_the_script_before_torchrun() {
 #[test]
 fn slurm_script_starts_one_launch_per_node_with_the_first_node_as_rendezvous() {
     let s = Setup::new("70b", "dgx64", None);
-    let b = s.bundle(&with(layout(4, 8, 2, 1), |l| {
+    let b = s.bundle(&with(Layout::dense(4, 8, 2, 1), |l| {
         l.recompute = Recompute::Selective
     }));
     let dir = common::temp_dir("slurm");

@@ -27,20 +27,12 @@ fn layout(
     zero: u8,
 ) -> Layout {
     Layout {
-        dp,
-        tp,
-        pp,
-        cp,
         ep,
         etp,
-        vpp: 1,
-        micro_batch: 1,
         recompute,
         zero,
         sp,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: CpComm::Ring,
+        ..Layout::dense(dp, tp, pp, cp)
     }
 }
 
@@ -491,10 +483,7 @@ fn llama3_long_context_plans_use_cp() {
 // ------------------------------------------------------------- the binary
 
 fn meshplan(args: &[&str]) -> String {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_meshplan"))
-        .args(args)
-        .output()
-        .expect("binary runs");
+    let o = common::meshplan(args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
 }

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{Setup, layout};
+use common::Setup;
 use meshplan::cost;
 use meshplan::generate::Plan;
 use meshplan::layout::{Layout, RankOrder};
@@ -180,7 +180,7 @@ fn megatron_worked_example() {
     // FACTS.md §3, computed with Megatron's code: world 16, TP2 CP2 DP2 PP2,
     // order tp-cp-ep-dp-pp.
     let s = Setup::new("llama3-8b", "dgx64", Some(16));
-    let l = layout(2, 2, 2, 2);
+    let l = Layout::dense(2, 2, 2, 2);
     let v = plan_json(&s, &l);
     assert_eq!(&groups(&v, "tp")[..2], &[vec![0, 1], vec![2, 3]]);
     assert_eq!(
@@ -194,7 +194,7 @@ fn megatron_worked_example() {
     // Expert grid of the same example (ETP=1, EP=4, EDP=2, PP=2):
     // ep [0,1,2,3],[4,5,6,7]; expert-dp [0,4]; pp unchanged.
     let s = Setup::new("mixtral-8x7b", "dgx64", Some(16));
-    let mut l = layout(2, 2, 2, 2);
+    let mut l = Layout::dense(2, 2, 2, 2);
     l.ep = 4;
     let v = plan_json(&s, &l);
     assert_eq!(
@@ -222,7 +222,7 @@ fn every_rank_in_one_group_per_axis_on_many_layouts() {
             (8, 2, 4),
         ] {
             let d = 64 / (t * c * p);
-            let mut l = layout(d, t, p, c);
+            let mut l = Layout::dense(d, t, p, c);
             l.order = order;
             check_plan(&plan_json(&dense, &l), &l, false);
             n += 1;
@@ -251,7 +251,7 @@ fn every_rank_in_one_group_per_axis_on_many_layouts() {
 #[test]
 fn stages_cover_the_layers_in_model_order() {
     let s = Setup::new("70b", "dgx64", None);
-    let mut l = layout(4, 8, 2, 1);
+    let mut l = Layout::dense(4, 8, 2, 1);
     l.vpp = 2;
     l.split = Some(vec![19, 21, 20, 20]);
     let v = plan_json(&s, &l);

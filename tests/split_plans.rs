@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::Setup;
+use common::{Setup, meshplan};
 use meshplan::cost::{self, Problem};
-use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
+use meshplan::layout::{Layout, Recompute};
 use meshplan::rules::{self, Policy};
 use meshplan::search::{self, Filter, Space};
 use meshplan::spec::GIB;
@@ -25,20 +25,13 @@ fn layout(
     sp: bool,
 ) -> Layout {
     Layout {
-        dp,
-        tp,
-        pp,
-        cp,
         ep,
-        etp: 1,
         vpp,
         micro_batch: mbs,
         recompute,
         zero,
         sp,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: CpComm::Ring,
+        ..Layout::dense(dp, tp, pp, cp)
     }
 }
 
@@ -332,13 +325,6 @@ fn bad_layouts() {
         }
         other => panic!("expected Infeasible, got {other:?}"),
     }
-}
-
-fn meshplan(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_meshplan"))
-        .args(args)
-        .output()
-        .expect("binary runs")
 }
 
 /// The command line: `search` prints the split column, `explain

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use meshplan::calibrate::{self, Overlay};
 use meshplan::cost::{self, Problem};
-use meshplan::layout::{Layout, RankOrder, Recompute};
+use meshplan::layout::Layout;
 use meshplan::spec::{Catalog, Job};
 use meshplan::validate::{self, RowResult, ValidationReport};
 
@@ -161,20 +161,9 @@ fn m3_llama2_7b_h800_peaks_within_5_percent() {
         (4, 1, 8, 1, 28.8),
     ] {
         let l = Layout {
-            dp,
-            tp,
-            pp,
-            cp: 1,
-            ep: 1,
-            etp: 1,
-            vpp: 1,
             micro_batch: mbs,
-            recompute: Recompute::None,
-            zero: 1,
             sp: false,
-            order: RankOrder::TpCpEpDpPp,
-            split: None,
-            cp_comm: Default::default(),
+            ..Layout::dense(dp, tp, pp, 1)
         };
         let gb = cost::evaluate(&pr, &l).peak_bytes / 1e9;
         let err = gb / measured_gb - 1.0;

@@ -251,6 +251,20 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         } else {
             0.0
         };
+        // Saved activations of one layer under recompute policy `rc`
+        // (Korthikanti et al. 2022, see `memory::layer_activation_bytes`).
+        let layer_act = |terms, rc| {
+            memory::layer_activation_bytes(
+                terms,
+                h,
+                tokens,
+                seq,
+                tp,
+                shape.sp,
+                rc,
+                job.flash_attention,
+            )
+        };
         let (params, expert_params, act, working) = if moe {
             let attn = attention_params_rank(pr, tp) + 2.0 * model.norm_params();
             let shared = model
@@ -264,57 +278,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 })
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
-            let attn_act = memory::layer_activation_bytes(
-                &attn_terms,
-                h,
-                tokens,
-                seq,
-                tp,
-                shape.sp,
-                l.recompute,
-                job.flash_attention,
-            );
+            let attn_act = layer_act(&attn_terms, l.recompute);
             let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
             let full = if l.recompute == Recompute::Full {
                 0.0
             } else {
                 exp_act
             };
-            let working = memory::layer_activation_bytes(
-                &attn_terms,
-                h,
-                tokens,
-                seq,
-                tp,
-                shape.sp,
-                Recompute::None,
-                job.flash_attention,
-            ) + exp_act;
+            let working = layer_act(&attn_terms, Recompute::None) + exp_act;
             (attn + shared, experts, attn_act + full, working)
         } else {
             let params = attention_params_rank(pr, tp)
                 + model.mlp_params(a.ffn) / tp
                 + 2.0 * model.norm_params();
-            let act = memory::layer_activation_bytes(
-                &dense_terms,
-                h,
-                tokens,
-                seq,
-                tp,
-                shape.sp,
-                l.recompute,
-                job.flash_attention,
-            );
-            let working = memory::layer_activation_bytes(
-                &dense_terms,
-                h,
-                tokens,
-                seq,
-                tp,
-                shape.sp,
-                Recompute::None,
-                job.flash_attention,
-            );
+            let act = layer_act(&dense_terms, l.recompute);
+            let working = layer_act(&dense_terms, Recompute::None);
             (params, 0.0, act, working)
         };
         ItemCost {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use meshplan::cost::Problem;
 use meshplan::generate::{self, Bundle};
-use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
+use meshplan::layout::Layout;
 use meshplan::rules::Policy;
 use meshplan::search::{self, Space};
 use meshplan::spec::{Catalog, Cluster, Gpu, Job, Model};
@@ -83,24 +83,12 @@ impl Setup {
     }
 }
 
-/// A dense layout with ZeRO-1, default order, no split; tweak the result.
-pub fn layout(dp: u32, tp: u32, pp: u32, cp: u32) -> Layout {
-    Layout {
-        dp,
-        tp,
-        pp,
-        cp,
-        ep: 1,
-        etp: 1,
-        vpp: 1,
-        micro_batch: 1,
-        recompute: Recompute::None,
-        zero: 1,
-        sp: tp > 1,
-        order: RankOrder::TpCpEpDpPp,
-        split: None,
-        cp_comm: CpComm::Ring,
-    }
+/// Run the `meshplan` binary with `args`; its exit status and output.
+pub fn meshplan(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_meshplan"))
+        .args(args)
+        .output()
+        .expect("the meshplan binary runs")
 }
 
 /// A fresh empty directory under the system temp dir.
