@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use crate::cost::{Evaluation, Problem, TimeBreakdown};
+use crate::cost::{Evaluation, Problem, TimeBreakdown, TimePart};
 use crate::layout::{Layout, Recompute};
 use crate::report::{RejectionLine, Row, SearchReport, memory_note};
 use crate::rules::{self, Policy, Rule, Violation};
@@ -260,17 +260,16 @@ impl Fixes {
 fn relief(before: &Evaluation, after: &Evaluation) -> Option<(String, f64, f64)> {
     before
         .memory
-        .parts()
         .iter()
-        .zip(after.memory.parts().iter())
-        .map(|(b, a)| (b.0, b.1, a.1))
+        .zip(after.memory.iter())
+        .map(|((p, b), (_, a))| (p, b, a))
         .filter(|(_, b, a)| a < b)
         .max_by(|x, y| {
             (x.1 - x.2)
                 .partial_cmp(&(y.1 - y.2))
                 .unwrap_or(Ordering::Equal)
         })
-        .map(|(n, b, a)| (n.to_string(), b / GIB, a / GIB))
+        .map(|(p, b, a)| (p.label().to_string(), b / GIB, a / GIB))
 }
 
 fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
@@ -383,17 +382,22 @@ pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
 /// One part of the step-time gap between a layout and the winner.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GapPart {
-    /// What the part is.
-    pub part: &'static str,
-    /// The winner's seconds.
+    /// Which part ([`TimePart::key`] in JSON).
+    #[serde(serialize_with = "part_key")]
+    pub part: TimePart,
+    /// The winner's exposed seconds.
     pub winner_s: f64,
-    /// This layout's seconds.
+    /// This layout's exposed seconds.
     pub this_s: f64,
     /// `this_s − winner_s`, seconds.
     pub delta_s: f64,
 }
 
-/// Where a layout loses time against the winner. The parts of a
+fn part_key<S: serde::Serializer>(p: &TimePart, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(p.key())
+}
+
+/// Where a layout loses time against the winner. The exposed parts of a
 /// [`TimeBreakdown`] add up to the step, so the deltas add up to the gap.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gap {
@@ -409,38 +413,25 @@ pub struct Gap {
     pub parts: Vec<GapPart>,
 }
 
-/// The gap between `this` and `winner`, part by part: compute (GEMM
-/// efficiency of the shards and stage balance: the FLOPs of a step are the
-/// same for every layout), recompute, bubble, exposed communication per axis
-/// (TP, CP, EP, PP, DP) and the optimizer step.
+/// The gap between `this` and `winner`, part by part (exposed seconds of
+/// every [`TimePart`]). The FLOPs of a step are the same for every layout,
+/// so a compute delta is GEMM efficiency of the shards and stage balance.
 pub fn gap(winner: &TimeBreakdown, this: &TimeBreakdown) -> Gap {
-    let pairs: [(&'static str, f64, f64); 9] = [
-        (
-            "compute (GEMM efficiency, stage balance)",
-            winner.compute,
-            this.compute,
-        ),
-        ("recompute", winner.recompute, this.recompute),
-        ("pipeline bubble", winner.bubble, this.bubble),
-        ("TP communication", winner.tp_comm, this.tp_comm),
-        ("CP communication", winner.cp_comm, this.cp_comm),
-        ("EP all-to-all", winner.ep_comm, this.ep_comm),
-        ("PP point-to-point", winner.pp_comm, this.pp_comm),
-        ("DP communication", winner.dp_comm, this.dp_comm),
-        ("optimizer step", winner.optimizer, this.optimizer),
-    ];
     Gap {
         winner_step_s: winner.step,
         this_step_s: this.step,
         delta_s: this.step - winner.step,
         winner_faster: this.step / winner.step - 1.0,
-        parts: pairs
+        parts: TimePart::ALL
             .into_iter()
-            .map(|(part, w, t)| GapPart {
-                part,
-                winner_s: w,
-                this_s: t,
-                delta_s: t - w,
+            .map(|part| {
+                let (w, t) = (winner.exposed(part), this.exposed(part));
+                GapPart {
+                    part,
+                    winner_s: w,
+                    this_s: t,
+                    delta_s: t - w,
+                }
             })
             .collect(),
     }

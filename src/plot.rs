@@ -20,7 +20,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 
-use crate::cost::{self, Evaluation, Problem};
+use crate::cost::{self, Evaluation, MemoryPart, Problem, TimePart};
 use crate::layout::{Layout, Placement};
 use crate::search::Candidate;
 use crate::spec::GIB;
@@ -220,8 +220,9 @@ pub fn stage_times(pr: &Problem, l: &Layout) -> (Vec<f64>, Vec<f64>) {
     let mut f = Vec::new();
     let mut b = Vec::new();
     for rc in cost::rank_costs(pr, l) {
+        // The rank's items without its point-to-point, added per chunk below.
         let fwd = rc.items.fwd_time();
-        let bwd = rc.items.time() - fwd;
+        let bwd = rc.items.time() - rc.items.time[TimePart::PpComm].exposed - fwd;
         f.push(fwd / v + p2p / 2.0);
         b.push(bwd / v + p2p / 2.0);
     }
@@ -449,26 +450,15 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
         .draw()
         .map_err(plot_err(path))?;
     let half = 0.36;
-    for (k, name) in [
-        "weights",
-        "gradients",
-        "optimizer",
-        "activations",
-        "logits",
-        "temporaries",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let color = PART_COLORS[k];
+    for (k, part) in MemoryPart::ALL.into_iter().enumerate() {
+        let color = PART_COLORS[k % PART_COLORS.len()];
         let rects: Vec<Rectangle<(f64, f64)>> = ranks
             .iter()
             .map(|r| {
-                let parts = r.memory.parts();
-                let below: f64 = parts[..k].iter().map(|x| x.1).sum::<f64>() / GIB;
+                let below: f64 = r.memory.iter().take(k).map(|x| x.1).sum::<f64>() / GIB;
                 let x = r.rank as f64;
                 Rectangle::new(
-                    [(x - half, below), (x + half, below + parts[k].1 / GIB)],
+                    [(x - half, below), (x + half, below + r.memory[part] / GIB)],
                     color.filled(),
                 )
             })
@@ -476,7 +466,7 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
         chart
             .draw_series(rects)
             .map_err(plot_err(path))?
-            .label(*name)
+            .label(part.label())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
     }
     let red = RGBColor(200, 30, 30);

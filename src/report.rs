@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::checkpoint::{CheckpointPlan, TimeToTrain};
+use crate::cost::breakdown::Source;
 use crate::cost::{self, Evaluation, Problem, RankCost};
 use crate::explain::{Fixes, Gap, WhyNot};
 use crate::layout::Layout;
@@ -30,6 +31,8 @@ pub struct Context {
     pub recipe: String,
     /// Usable memory per GPU, GiB.
     pub usable_gib: f64,
+    /// HBM per GPU, GiB (usable plus the profile's reserve).
+    pub memory_gib: f64,
     /// Dense bf16 peak used for MFU, TFLOP/s per GPU.
     pub peak_tflops: f64,
     /// FLOP convention of the reported TFLOP/s and MFU.
@@ -48,6 +51,7 @@ impl Context {
             seq_len: pr.job.seq_len,
             recipe: format!("{:?}", pr.job.recipe_name).to_lowercase(),
             usable_gib: pr.usable_bytes() / GIB,
+            memory_gib: pr.gpu.memory_gib,
             peak_tflops: pr.gpu.peak_tflops_bf16,
             flop_convention: if pr.model.moe.is_some() {
                 "model FLOPs (Megatron num_floating_point_operations; MoE counts active parameters only; recompute not counted)"
@@ -188,8 +192,101 @@ pub fn memory_note(e: &Evaluation) -> Option<(f64, f64, &'static str, f64)> {
     if e.fits() {
         None
     } else {
-        let (name, bytes) = e.memory.dominant();
-        Some((e.peak_bytes, e.usable_bytes, name, bytes))
+        let (part, bytes) = e.memory.dominant();
+        Some((e.peak_bytes, e.usable_bytes, part.label(), bytes))
+    }
+}
+
+/// One time part as `explain` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeLine {
+    /// [`cost::TimePart::key`].
+    pub part: &'static str,
+    /// [`cost::TimePart::label`].
+    pub label: &'static str,
+    /// Seconds on the step's critical path.
+    pub exposed_s: f64,
+    /// Seconds the work takes, overlapped or not.
+    pub total_s: f64,
+    /// `total_s − exposed_s`: what overlap hid, seconds.
+    pub hidden_s: f64,
+    /// Where it is priced.
+    pub source: Source,
+}
+
+/// One memory part, or a share inside one, as `explain` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryLine {
+    /// [`cost::MemoryPart::key`] or [`cost::MemoryDetail::key`].
+    pub part: &'static str,
+    /// Its label.
+    pub label: &'static str,
+    /// For a share: the key of the part it is inside (not added again).
+    pub within: Option<&'static str>,
+    /// Bytes.
+    pub bytes: f64,
+    /// The same in GiB.
+    pub gib: f64,
+    /// Where it is priced.
+    pub source: Source,
+}
+
+/// Every part of one evaluation with its source: the exposed time parts add
+/// up to `step_s`, the memory parts (not the shares) to `peak_bytes`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Parts {
+    /// Time parts in report order.
+    pub time: Vec<TimeLine>,
+    /// Step, seconds.
+    pub step_s: f64,
+    /// Memory parts of the worst rank, each followed by its shares.
+    pub memory: Vec<MemoryLine>,
+    /// Peak of the worst rank, bytes.
+    pub peak_bytes: f64,
+}
+
+impl Parts {
+    /// The parts of `e`.
+    pub fn of(e: &Evaluation) -> Parts {
+        let time = e
+            .time
+            .iter()
+            .map(|(p, t)| TimeLine {
+                part: p.key(),
+                label: p.label(),
+                exposed_s: t.exposed,
+                total_s: t.total,
+                hidden_s: t.hidden(),
+                source: p.source(),
+            })
+            .collect();
+        let mut memory = Vec::new();
+        for (p, bytes) in e.memory.iter() {
+            memory.push(MemoryLine {
+                part: p.key(),
+                label: p.label(),
+                within: None,
+                bytes,
+                gib: bytes / GIB,
+                source: p.source(),
+            });
+            for (d, b) in e.memory.details().filter(|(d, _)| d.parent() == p) {
+                memory.push(MemoryLine {
+                    part: d.key(),
+                    label: d.label(),
+                    within: Some(p.key()),
+                    bytes: b,
+                    gib: b / GIB,
+                    source: d.source(),
+                });
+            }
+        }
+        Parts {
+            time,
+            step_s: e.time.step,
+            memory,
+            peak_bytes: e.peak_bytes,
+        }
     }
 }
 
@@ -202,6 +299,8 @@ pub struct ExplainReport {
     pub layout: Layout,
     /// Its prices.
     pub eval: Evaluation,
+    /// Every time and memory part of `eval` with its source.
+    pub parts: Parts,
     /// Per pipeline rank: layers, time per micro-batch, memory.
     pub ranks: Vec<RankCost>,
     /// Every rule it breaks.
@@ -234,6 +333,7 @@ impl ExplainReport {
             context: Context::of(pr),
             layout: l.clone(),
             eval,
+            parts: Parts::of(&eval),
             ranks: cost::rank_costs(pr, l),
             violations,
             rank_among_valid: None,

@@ -610,7 +610,8 @@ pub const MAX_SPLIT_SOLVES: u64 = 64;
 
 /// Upper bound on the tokens/s of layout `l` under any stage split that
 /// fits, or `None` when no split can fit. The pipeline time
-/// `m·max + (Σ − max)/v` (DESIGN §5) grows with the slowest rank's time,
+/// `m·max + (Σ − max)/v` ([`cost::schedule::pipeline_time_of`], the
+/// function [`cost::evaluate`] prices with) grows with the slowest rank's time,
 /// which is at least [`split::layout_bound`]'s; Σ, the sum of the ranks'
 /// times per micro-batch, does not depend on the split; the data-parallel
 /// and optimizer terms are at least zero.
@@ -619,13 +620,27 @@ fn split_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> Option
     Some(tokens_bound(pr, l, b.slowest, b.sum))
 }
 
+/// Upper bound on the tokens/s of layout `l` under any stage split: every
+/// stage equally loaded, so the slowest takes the mean `Σ/p` of the ranks'
+/// times per micro-batch (items and point-to-point; Σ does not depend on
+/// the split); data-parallel and optimizer terms left out (≥ 0).
+fn balanced_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> f64 {
+    let (dense, moe) = (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
+    let p2p = lc.p2p * l.vpp as f64;
+    let sum = lc.embedding.time()
+        + dense * lc.dense.time()
+        + moe * lc.moe.time()
+        + lc.output.time()
+        + l.pp as f64 * p2p;
+    tokens_bound(pr, l, sum / l.pp as f64, sum)
+}
+
 /// Tokens/s with the slowest rank at `slowest` and rank times summing to
 /// `sum`, without data-parallel and optimizer time.
 fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
-    let m = cost::micro_batches_or_floor(pr, l) as f64;
-    let v = l.vpp as f64;
-    let pipe = (m - 1.0 / v) * slowest + sum / v;
-    pr.job.tokens_per_step() / pipe
+    let m = cost::micro_batches_or_floor(pr, l);
+    let stages = cost::schedule::StageSummary { slowest, sum };
+    pr.job.tokens_per_step() / cost::schedule::pipeline_time_of(stages, m, l.vpp)
 }
 
 /// Solves stage splits with the ILP, once per distinct problem, several at
@@ -925,18 +940,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     let beats = |x: f64| acc.top.len() < k || x > acc.top[k - 1].eval.tokens_per_s;
                     // First a bound with perfectly balanced stages (cheap),
                     // then the layer-count relaxation.
-                    let balanced = || {
-                        let (dense, moe) =
-                            (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
-                        let p2p = lc.p2p * l.vpp as f64;
-                        let sum = lc.embedding.time()
-                            + dense * lc.dense.time()
-                            + moe * lc.moe.time()
-                            + lc.output.time()
-                            + l.pp as f64 * p2p;
-                        tokens_bound(pr, &l, sum / l.pp as f64, sum)
-                    };
-                    let rule = rule.filter(|_| beats(balanced()));
+                    let rule = rule.filter(|_| beats(balanced_bound(pr, &l, &lc)));
                     if let Some((rule, bound)) =
                         rule.and_then(|r| split_bound(pr, &l, &lc).map(|b| (r, b)))
                         && beats(bound)
@@ -990,6 +994,55 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         all: acc.all,
         rejections,
         stats,
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+    use crate::spec::Catalog;
+
+    /// Both pipeline bounds of the search never undercut the price of any
+    /// layout they stand for: the balanced bound for every layout, the
+    /// split bound for every layout whose uniform split fits (one of the
+    /// splits it bounds). Dense 70B, MoE Mixtral, and CP (seq 32768).
+    #[test]
+    fn pipeline_bounds_never_undercut_evaluate() {
+        let cat = Catalog::shipped().unwrap();
+        let cluster = cat.cluster("dgx64").unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let mut checked = 0;
+        for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
+            let model = cat.model(name).unwrap();
+            let job = crate::spec::Job::new(model.defaults.global_batch, seq);
+            let pr = Problem::new(model, gpu, cluster, &job, 64);
+            let space = Space::default();
+            for mesh in meshes(&pr, &space).into_iter().filter(|m| m.pp > 1) {
+                for_each_layout(&pr, &space, mesh, |l| {
+                    let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
+                    let lc = cost::layer::layer_costs(&pr, &l, &pl);
+                    let e = cost::evaluate_with(&pr, &l, &lc);
+                    let tol = 1.0 + 1e-12;
+                    assert!(
+                        balanced_bound(&pr, &l, &lc) * tol >= e.tokens_per_s,
+                        "balanced bound below {} for {}",
+                        e.tokens_per_s,
+                        l.short()
+                    );
+                    if e.fits() {
+                        let b = split_bound(&pr, &l, &lc);
+                        assert!(
+                            b.is_some_and(|b| b * tol >= e.tokens_per_s),
+                            "split bound {b:?} below {} for {}",
+                            e.tokens_per_s,
+                            l.short()
+                        );
+                    }
+                    checked += 1;
+                });
+            }
+        }
+        assert!(checked > 1000, "{checked} layouts checked");
     }
 }
 

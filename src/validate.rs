@@ -1005,7 +1005,7 @@ pub struct RowResult {
     /// Predicted step-time breakdown, seconds.
     pub time: cost::TimeBreakdown,
     /// Predicted memory of the worst rank, bytes.
-    pub memory: cost::memory::MemoryBreakdown,
+    pub memory: cost::MemoryBreakdown,
     /// Assumptions made for this row.
     pub assumptions: Vec<String>,
 }

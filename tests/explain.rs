@@ -142,7 +142,10 @@ fn oom_layout_names_dominant_part_and_a_valid_fix() {
         "{}",
         mem.message
     );
-    assert_eq!(e.memory.dominant().0, "activations");
+    assert_eq!(
+        e.memory.dominant().0,
+        meshplan::cost::MemoryPart::Activations
+    );
 
     let fixes = explain::smallest_fixes(&pr, &policy, &l);
     assert!(!fixes.fixes.is_empty(), "no fix found");

@@ -4,6 +4,7 @@
 mod common;
 
 use common::Fixture;
+use meshplan::cost::MemoryPart;
 use meshplan::cost::comm::{self, Links};
 use meshplan::cost::memory::{self, dense_layer_terms, layer_activation_bytes};
 use meshplan::cost::schedule::ideal_bubble_fraction;
@@ -129,8 +130,13 @@ fn worst_rank_is_an_edge_stage() {
     let ranks = meshplan::cost::rank_costs(&pr, &l);
     // Activations fall with the stage index: min(m, p − i) in flight.
     // Stages 1 and 2 hold the same 20 layers with 3 and 2 in flight.
-    assert!(ranks[0].memory.activations > ranks[1].memory.activations);
-    assert!((ranks[1].memory.activations / ranks[2].memory.activations - 3.0 / 2.0).abs() < 1e-9);
+    assert!(ranks[0].memory[MemoryPart::Activations] > ranks[1].memory[MemoryPart::Activations]);
+    assert!(
+        (ranks[1].memory[MemoryPart::Activations] / ranks[2].memory[MemoryPart::Activations]
+            - 3.0 / 2.0)
+            .abs()
+            < 1e-9
+    );
 }
 
 #[test]

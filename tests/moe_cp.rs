@@ -7,7 +7,7 @@ mod common;
 
 use common::Setup;
 use meshplan::cost::comm::{self, Links};
-use meshplan::cost::{self, Problem, cp, layer, memory, moe};
+use meshplan::cost::{self, MemoryDetail, MemoryPart, Problem, TimePart, cp, layer, memory, moe};
 use meshplan::layout::{CpComm, GroupSpan, Layout, Placement, RankOrder, Recompute};
 use meshplan::render::{self, Format};
 use meshplan::report::ExplainReport;
@@ -101,9 +101,9 @@ fn all_to_all_bytes_per_moe_layer_by_hand() {
     let hand = 4.0 * (7.0 / 8.0 * 67_108_864.0 / links.intra_bw + links.intra_lat);
     let lc = layer::layer_costs(&pr, &l, &pl);
     assert!(
-        (lc.moe.ep_comm - hand).abs() < 1e-12,
+        (lc.moe.time[TimePart::EpComm].exposed - hand).abs() < 1e-12,
         "{} vs {}",
-        lc.moe.ep_comm,
+        lc.moe.time[TimePart::EpComm].exposed,
         hand
     );
     // (With dgx64's 300 GB/s NVLink at 0.8 collective efficiency and 3 µs
@@ -134,7 +134,7 @@ fn all_to_all_across_nodes_puts_the_off_node_share_on_the_nics() {
     let nvl = 7.0 / 64.0 * bytes / links.intra_bw + links.intra_lat;
     assert_eq!(comm::all_to_all(bytes, pl.ep, &links), nic.max(nvl));
     let lc = layer::layer_costs(&pr, &l, &pl);
-    assert!((lc.moe.ep_comm - 4.0 * nic.max(nvl)).abs() < 1e-12);
+    assert!((lc.moe.time[TimePart::EpComm].exposed - 4.0 * nic.max(nvl)).abs() < 1e-12);
 }
 
 #[test]
@@ -150,22 +150,28 @@ fn expert_states_shard_by_e_etp_and_expert_dp() {
     let rc = cost::rank_costs(&pr, &l);
     let p = 2_818_572_288.0;
     assert_eq!(rc[0].expert_params, p);
-    let x = rc[0].memory.experts;
-    assert_eq!(x.weights, 2.0 * p);
-    assert_eq!(x.grads, 4.0 * p);
-    assert_eq!(x.optimizer, 12.0 * p / 4.0);
+    let x = rc[0].memory;
+    assert_eq!(x[MemoryDetail::ExpertWeights], 2.0 * p);
+    assert_eq!(x[MemoryDetail::ExpertGradients], 4.0 * p);
+    assert_eq!(x[MemoryDetail::ExpertOptimizer], 12.0 * p / 4.0);
     // ETP = 2 on T = 2 (D = 16) halves the expert parameters per rank
     // (E·ETP = 16); expert DP = T·C·D/(E·ETP) = 32/16 = 2.
     let l2 = layout(16, 2, 2, 1, 8, 2, true, Recompute::None, 1);
     assert_eq!(l2.edp(), 2);
     let rc2 = cost::rank_costs(&pr, &l2);
     assert_eq!(rc2[0].expert_params, p / 2.0);
-    assert_eq!(rc2[0].memory.experts.optimizer, 12.0 * p / 2.0 / 2.0);
+    assert_eq!(
+        rc2[0].memory[MemoryDetail::ExpertOptimizer],
+        12.0 * p / 2.0 / 2.0
+    );
     // Routed-token activations are part of the activations and scale with
     // the micro-batches in flight (stage 0 of p = 2 holds 2).
     let lc = layer::layer_costs(&pr, &l, &Placement::new(&l, 8));
-    assert_eq!(x.routed_activations, 16.0 * lc.routed_activation * 2.0);
-    assert!(x.routed_activations < rc[0].memory.activations);
+    assert_eq!(
+        x[MemoryDetail::RoutedActivations],
+        16.0 * lc.routed_activation * 2.0
+    );
+    assert!(x[MemoryDetail::RoutedActivations] < rc[0].memory[MemoryPart::Activations]);
 }
 
 #[test]
@@ -183,10 +189,10 @@ fn capacity_factor_caps_the_load() {
     let l = layout(64, 1, 1, 1, 8, 1, false, Recompute::None, 1);
     let pl = Placement::new(&l, 8);
     let pr = s.problem();
-    let heavy = layer::layer_costs(&pr, &l, &pl).moe.ep_comm;
+    let heavy = layer::layer_costs(&pr, &l, &pl).moe.time[TimePart::EpComm].exposed;
     s.job.moe_imbalance = 1.0;
     let pr = s.problem();
-    let even = layer::layer_costs(&pr, &l, &pl).moe.ep_comm;
+    let even = layer::layer_costs(&pr, &l, &pl).moe.time[TimePart::EpComm].exposed;
     assert!(heavy > 1.4 * even, "{heavy} vs {even}");
 }
 
@@ -253,12 +259,12 @@ fn ring_hides_kv_under_attention_at_128k() {
     l.cp_comm = CpComm::AllGather;
     let ag = cost::evaluate(&pr, &l);
     assert!(
-        ring.time.cp_comm < ag.time.cp_comm,
+        ring.time.exposed(TimePart::CpComm) < ag.time.exposed(TimePart::CpComm),
         "{} vs {}",
-        ring.time.cp_comm,
-        ag.time.cp_comm
+        ring.time.exposed(TimePart::CpComm),
+        ag.time.exposed(TimePart::CpComm)
     );
-    assert!(ag.time.cp_comm > 0.0);
+    assert!(ag.time.exposed(TimePart::CpComm) > 0.0);
 }
 
 // ----------------------------------------------------------------------- rules
@@ -338,7 +344,10 @@ fn cp_rules() {
     let flash = cost::evaluate(&s.problem(), &l1);
     let scores = memory::score_matrix_bytes(8192.0, 8192.0, 32.0, 1.0);
     assert_eq!(scores, 2.0 * 8192.0 * 8192.0 * 32.0);
-    assert!(with_scores.memory.temporaries - flash.memory.temporaries >= scores);
+    assert!(
+        with_scores.memory[MemoryPart::Temporaries] - flash.memory[MemoryPart::Temporaries]
+            >= scores
+    );
 }
 
 #[test]
@@ -375,8 +384,8 @@ fn mixtral_on_dgx64_plans_with_expert_parallelism() {
     assert!(r.top.iter().all(|c| c.layout.world() == 64));
     let (rep, text) = explain_text(&pr, &r.top[0].layout);
     assert!(rep.is_valid());
-    assert!(rep.eval.time.ep_comm > 0.0);
-    assert!(rep.eval.memory.experts.weights > 0.0);
+    assert!(rep.eval.time.exposed(TimePart::EpComm) > 0.0);
+    assert!(rep.eval.memory[MemoryDetail::ExpertWeights] > 0.0);
     assert!(text.contains("EP all-to-all"), "{text}");
     assert!(text.contains("expert weights (part of weights)"), "{text}");
     assert!(
@@ -401,7 +410,10 @@ fn deepseek_v3_on_h800_2048_plans_with_expert_parallelism() {
     assert!(!r.top.is_empty());
     assert!(r.top.iter().all(|c| c.layout.ep > 1));
     let (rep, text) = explain_text(&pr, &r.top[0].layout);
-    assert!(rep.eval.time.ep_comm > 0.0 && rep.eval.memory.experts.optimizer > 0.0);
+    assert!(
+        rep.eval.time.exposed(TimePart::EpComm) > 0.0
+            && rep.eval.memory[MemoryDetail::ExpertOptimizer] > 0.0
+    );
     assert!(
         text.contains("EP all-to-all") && text.contains("expert weights (part of weights)"),
         "{text}"
@@ -454,7 +466,7 @@ fn llama3_70b_at_128k_needs_cp_or_full_recompute() {
         mem.message
     );
     assert!(text.contains("[memory]"), "{text}");
-    assert_eq!(rep.eval.memory.dominant().0, "activations");
+    assert_eq!(rep.eval.memory.dominant().0, MemoryPart::Activations);
 }
 
 #[test]

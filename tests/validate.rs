@@ -112,7 +112,7 @@ fn bloompq_135_carries_the_load_of_129() {
     let (oom, ran) = (row("BLOOMPQ-135"), row("BLOOMPQ-129"));
     assert!(oom.out_of_memory && !ran.out_of_memory);
     for (x, params) in [(oom, 4_598_530_048.0), (ran, 4_556_324_864.0)] {
-        let w = x.memory.weights / 2.0;
+        let w = x.memory[meshplan::cost::MemoryPart::Weights] / 2.0;
         assert!(
             (w / params - 1.0).abs() < 1e-3,
             "{}: {w} weights per GPU, hand count {params}",

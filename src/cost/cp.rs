@@ -22,6 +22,7 @@
 //! of compute outlasts a step of transfer, the all-gather uses one large
 //! collective (hierarchical across nodes) but hides nothing.
 
+use crate::cost::breakdown::Term;
 use crate::cost::comm::{self, Links};
 use crate::cost::compute::Rates;
 use crate::layout::{CpComm, GroupSpan};
@@ -50,7 +51,8 @@ pub fn kv_bytes_per_step(model: &Model, tokens: f64, tp: f64) -> f64 {
     tokens * kv_width_per_rank(model, tp) * 2.0
 }
 
-/// Exposed K/V exchange time of one layer per micro-batch, seconds.
+/// K/V exchange time of one layer per micro-batch, seconds: `total` the
+/// transfers themselves, `exposed` what attention does not hide.
 ///
 /// `kv` = [`kv_bytes_per_step`], `cp` = C, `attn_fwd` / `attn_bwd` the rank's
 /// attention-core time in forward and backward, `full_recompute` adds the
@@ -67,28 +69,40 @@ pub fn exchange_time(
     full_recompute: bool,
     group: GroupSpan,
     links: &Links,
-) -> f64 {
+) -> Term {
     if cp <= 1 {
-        return 0.0;
+        return Term::default();
     }
     let c = cp as f64;
+    // (exposed, total) of forward and backward.
     let (fwd, bwd) = match kind {
         CpComm::Ring => {
             let cross = group.crosses_domains();
             let steps = c - 1.0;
-            let f = steps * (comm::p2p(kv, cross, links) - attn_fwd / c).max(0.0);
-            let b = steps * (comm::p2p(2.0 * kv, cross, links) - attn_bwd / c).max(0.0);
-            (f, b)
+            let (send_f, send_b) = (
+                comm::p2p(kv, cross, links),
+                comm::p2p(2.0 * kv, cross, links),
+            );
+            let f = steps * (send_f - attn_fwd / c).max(0.0);
+            let b = steps * (send_b - attn_bwd / c).max(0.0);
+            (
+                Term::overlapped(f, steps * send_f),
+                Term::overlapped(b, steps * send_b),
+            )
         }
         CpComm::AllGather => {
             let gathered = c * kv;
             let f = comm::all_gather(gathered, group, links);
             let b = comm::all_gather(gathered, group, links)
                 + comm::reduce_scatter(gathered, group, links);
-            (f, b)
+            (Term::serial(f), Term::serial(b))
         }
     };
-    fwd + bwd + if full_recompute { fwd } else { 0.0 }
+    let again = if full_recompute { fwd } else { Term::default() };
+    Term::overlapped(
+        fwd.exposed + bwd.exposed + again.exposed,
+        fwd.total + bwd.total + again.total,
+    )
 }
 
 /// Extra local work of context parallelism in one layer per micro-batch,
@@ -167,20 +181,21 @@ mod tests {
         // (1 ms per step) and 10 ms backward (2.5 ms per step) nothing is
         // exposed.
         let g = GroupSpan::of(4, 1, 8);
-        assert_eq!(
-            exchange_time(CpComm::Ring, 1e8, 4, 4e-3, 10e-3, false, g, &links()),
-            0.0
-        );
+        // The transfers themselves: 3 steps of 1 ms and 3 of 2 ms, 9 ms.
+        let t = exchange_time(CpComm::Ring, 1e8, 4, 4e-3, 10e-3, false, g, &links());
+        assert_eq!(t.exposed, 0.0);
+        assert!((t.total - 9e-3).abs() < 1e-12, "{t:?}");
         // With 2 ms forward attention (0.5 ms per step): 3·0.5 ms forward,
         // backward still hidden: 1.5 ms.
-        let t = exchange_time(CpComm::Ring, 1e8, 4, 2e-3, 10e-3, false, g, &links());
+        let t = exchange_time(CpComm::Ring, 1e8, 4, 2e-3, 10e-3, false, g, &links()).exposed;
         assert!((t - 1.5e-3).abs() < 1e-12, "{t}");
         // All-gather of 4e8 bytes over 4: 3/4·4e8/100e9 = 3 ms forward, and
         // 6 ms backward (gather + reduce-scatter): 9 ms whatever the compute.
         let t = exchange_time(CpComm::AllGather, 1e8, 4, 4e-3, 10e-3, false, g, &links());
-        assert!((t - 9e-3).abs() < 1e-12, "{t}");
+        assert!((t.exposed - 9e-3).abs() < 1e-12, "{t:?}");
+        assert_eq!(t.exposed, t.total);
         // Full recompute repeats the forward exchange: 12 ms.
-        let t = exchange_time(CpComm::AllGather, 1e8, 4, 4e-3, 10e-3, true, g, &links());
+        let t = exchange_time(CpComm::AllGather, 1e8, 4, 4e-3, 10e-3, true, g, &links()).exposed;
         assert!((t - 12e-3).abs() < 1e-12, "{t}");
     }
 
@@ -190,7 +205,9 @@ mod tests {
         // 1e8 bytes takes 10 ms on the 10 GB/s NIC; 3 steps, 1 ms hidden each.
         let g = GroupSpan::of(4, 8, 8);
         let t = exchange_time(CpComm::Ring, 1e8, 4, 4e-3, 1e9, false, g, &links());
-        assert!((t - 3.0 * 9e-3).abs() < 1e-12, "{t}");
+        assert!((t.exposed - 3.0 * 9e-3).abs() < 1e-12, "{t:?}");
+        // Forward 3 × 10 ms plus backward 3 × 20 ms on the wire, 90 ms.
+        assert!((t.total - 90e-3).abs() < 1e-12, "{t:?}");
     }
 
     #[test]

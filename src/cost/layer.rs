@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::cost::Problem;
+use crate::cost::breakdown::{PartTimes, Term, TimePart};
 use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::{comm, cp, moe as experts};
@@ -13,18 +14,12 @@ use crate::layout::{Layout, Placement, Recompute};
 /// Cost of one item on one rank for one micro-batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ItemCost {
-    /// Forward compute, seconds.
+    /// Time parts, seconds: compute (forward + backward), recompute, TP, CP
+    /// and EP communication (forward + backward), each with its exposed and
+    /// total time. The pipeline point-to-point is added per rank.
+    pub time: PartTimes,
+    /// Forward share of `time[Compute]`, seconds.
     pub fwd_compute: f64,
-    /// Backward compute (without recompute), seconds.
-    pub bwd_compute: f64,
-    /// Recomputed forward inside backward, seconds.
-    pub recompute: f64,
-    /// Exposed tensor-parallel communication, forward + backward, seconds.
-    pub tp_comm: f64,
-    /// Exposed context-parallel KV exchange, forward + backward, seconds.
-    pub cp_comm: f64,
-    /// Expert all-to-all (dispatch + combine), forward + backward, seconds.
-    pub ep_comm: f64,
     /// Parameters the rank holds that shard over the dense DP·CP group.
     pub params: f64,
     /// Expert parameters the rank holds (shard over expert DP).
@@ -37,19 +32,38 @@ pub struct ItemCost {
 }
 
 impl ItemCost {
-    /// Forward + backward + recompute + exposed communication, seconds.
+    /// Exposed time of all parts, seconds.
     pub fn time(&self) -> f64 {
-        self.fwd_compute
-            + self.bwd_compute
-            + self.recompute
-            + self.tp_comm
-            + self.cp_comm
-            + self.ep_comm
+        self.time.exposed()
     }
 
-    /// Forward time only (compute and its exposed communication), seconds.
+    /// Backward compute without recompute, seconds.
+    pub fn bwd_compute(&self) -> f64 {
+        self.time[TimePart::Compute].exposed - self.fwd_compute
+    }
+
+    /// Exposed communication of the item, seconds.
+    pub fn comm(&self) -> f64 {
+        self.time[TimePart::TpComm].exposed
+            + self.time[TimePart::CpComm].exposed
+            + self.time[TimePart::EpComm].exposed
+    }
+
+    /// Forward time only (compute and half its exposed communication), seconds.
     pub fn fwd_time(&self) -> f64 {
-        self.fwd_compute + 0.5 * (self.tp_comm + self.cp_comm + self.ep_comm)
+        self.fwd_compute + 0.5 * self.comm()
+    }
+
+    /// Add `n` times `other`; the working set is the larger of the two.
+    pub fn add(&mut self, other: &ItemCost, n: f64) {
+        self.time.add_scaled(&other.time, n);
+        self.fwd_compute += n * other.fwd_compute;
+        self.params += n * other.params;
+        self.expert_params += n * other.expert_params;
+        self.activation += n * other.activation;
+        if n > 0.0 {
+            self.working_set = self.working_set.max(other.working_set);
+        }
     }
 }
 
@@ -100,20 +114,27 @@ fn attention_params_rank(pr: &Problem, tp: f64) -> f64 {
     (total - kv) / tp + kv / tp.min(g)
 }
 
-fn tp_collective(bytes: f64, pl: &Placement, pr: &Problem) -> f64 {
-    comm::all_reduce(bytes, pl.tp, &pr.links)
+/// Tensor-parallel collective time of one layer per micro-batch, seconds,
+/// before any overlap (Shoeybi et al. 2019 §3: two all-reduces per layer
+/// in forward, two in backward; with SP each is an all-gather plus a
+/// reduce-scatter of the same volume, Korthikanti et al. 2022 §4.2.2).
+///
+/// `one` is one all-reduce of the layer's `t·h` bf16 activations over the
+/// TP group, `passes` 2 (forward, backward) or 3 (full recompute adds the
+/// forward again). A dense layer has two collectives per pass; an MoE layer
+/// the attention one, one more when its shared experts are TP-sharded, plus
+/// the expert-TP gather/scatter of the routed pairs (`etp`).
+pub fn tp_comm_per_layer(one: f64, passes: f64, collectives_per_pass: f64, etp: f64) -> f64 {
+    collectives_per_pass * passes * one + etp
 }
 
 /// Exposed part of TP communication `comm` next to GEMM time `gemm`.
 /// Without overlap all of it; with `--tp-comm-overlap` (needs SP) the
 /// collective is split into T ring steps pipelined with GEMM chunks, so only
-/// the first chunk and whatever exceeds the GEMM stays exposed.
-fn exposed_tp(comm: f64, gemm: f64, overlap: bool, tp: f64) -> f64 {
-    if overlap {
-        (comm - gemm).max(0.0) + comm / tp
-    } else {
-        comm
-    }
+/// the first chunk and whatever exceeds the GEMM stays exposed
+/// (Wang et al. 2022, "Overlap communication with dependent computation").
+pub fn tp_comm_overlapped(comm: f64, gemm: f64, tp: f64) -> f64 {
+    (comm - gemm).max(0.0) + comm / tp
 }
 
 /// Exposed TP communication of one layer's backward, seconds, given the
@@ -146,6 +167,32 @@ pub fn backward_tp_exposed(per_pass: f64, fwd_gemm: f64, sp: bool, asynchronous:
     }
 }
 
+/// Pipeline point-to-point time per micro-batch and chunk boundary,
+/// forward activations plus backward gradients, seconds; `bytes` is the
+/// `b·(s/C)·h` bf16 activation. Each TP rank sends only its 1/T slice: with
+/// SP the tensor is already scattered; without SP Megatron's scatter/gather
+/// optimization (Narayanan et al. 2021 §4.1) splits the replicated tensor
+/// over the T ranks (all NICs in parallel) and the receiver all-gathers it
+/// on NVLink. Zero without pipeline parallelism.
+pub fn p2p_per_micro_batch(
+    bytes: f64,
+    l: &Layout,
+    sp: bool,
+    pl: &Placement,
+    links: &comm::Links,
+) -> f64 {
+    if l.pp <= 1 {
+        return 0.0;
+    }
+    let slice = bytes / l.tp as f64;
+    let regather = if sp || l.tp == 1 {
+        0.0
+    } else {
+        comm::all_gather(bytes, pl.tp, links)
+    };
+    2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), links) + regather)
+}
+
 /// Costs of every item kind for layout `l` (per micro-batch on one rank).
 pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let model = pr.model;
@@ -172,7 +219,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // volume), two in backward, and forward's again under full recompute.
     let tp_bytes = tokens * h * 2.0;
     let tp_one = if l.tp > 1 {
-        tp_collective(tp_bytes, pl, pr)
+        comm::all_reduce(tp_bytes, pl.tp, &pr.links)
     } else {
         0.0
     };
@@ -185,7 +232,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // CP: K/V exchange by ring (overlapped with attention per step) or
     // all-gather (exposed), see `cp`.
     let kv_bytes = cp::kv_bytes_per_step(model, tokens, tp);
-    let cp_cost = |attn_f: f64, attn_b: f64| -> f64 {
+    let cp_cost = |attn_f: f64, attn_b: f64| -> Term {
         cp::exchange_time(
             l.cp_comm,
             kv_bytes,
@@ -224,23 +271,22 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             } else {
                 0.0
             };
-        // TP collectives: a dense layer has two per pass; an MoE layer has
-        // the attention one, one more for TP-sharded shared experts, plus
-        // the ETP all-gather / reduce-scatter of the routed pairs.
         let has_shared = model.moe.as_ref().is_some_and(|m| m.shared_experts > 0);
         let tp_count = if !moe || has_shared { 2.0 } else { 1.0 };
-        let mut tp_comm = tp_count * passes * tp_one;
-        if moe {
-            tp_comm += experts::etp_comm_time(model, pairs, passes, pl.etp, &pr.links);
-        }
+        let etp_comm = if moe {
+            experts::etp_comm_time(model, pairs, passes, pl.etp, &pr.links)
+        } else {
+            0.0
+        };
+        let tp_total = tp_comm_per_layer(tp_one, passes, tp_count, etp_comm);
         // GEMM time the collectives can hide under: forward, backward (2×) and
         // the recomputed forward.
-        let tp_comm = if overlap_tp {
-            exposed_tp(tp_comm, f.gemm * (passes + 1.0), overlap_tp, tp)
+        let tp_exposed = if overlap_tp {
+            tp_comm_overlapped(tp_total, f.gemm * (passes + 1.0), tp)
         } else {
             // Forward and recomputed forward expose their collectives; the
             // backward hides part of its own (see `backward_tp_exposed`).
-            let per_pass = tp_comm / passes;
+            let per_pass = tp_total / passes;
             per_pass * (passes - 1.0)
                 + backward_tp_exposed(per_pass, f.gemm, shape.sp, job.async_tp_backward)
         };
@@ -295,13 +341,15 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let working = layer_act(&dense_terms, Recompute::None);
             (params, 0.0, act, working)
         };
+        let mut time = PartTimes::default();
+        time[TimePart::Compute] = Term::serial(f.total() + cp_f + b.total() + cp_b);
+        time[TimePart::Recompute] = Term::serial(rc);
+        time[TimePart::TpComm] = Term::overlapped(tp_exposed, tp_total);
+        time[TimePart::CpComm] = cp_cost(f.attention, b.attention);
+        time[TimePart::EpComm] = Term::serial(ep_comm);
         ItemCost {
+            time,
             fwd_compute: f.total() + cp_f,
-            bwd_compute: b.total() + cp_b,
-            recompute: rc,
-            tp_comm,
-            cp_comm: cp_cost(f.attention, b.attention),
-            ep_comm,
             params,
             expert_params,
             activation: act,
@@ -323,14 +371,18 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         0.0
     };
     let emb_bytes = tokens * h * 2.0;
+    let emb_fwd = compute::elementwise_time(2.0 * emb_bytes, &pr.rates);
+    let emb_bwd = compute::elementwise_time(3.0 * emb_bytes, &pr.rates);
+    let mut emb_time = PartTimes::default();
+    emb_time[TimePart::Compute] = Term::serial(emb_fwd + emb_bwd);
+    emb_time[TimePart::TpComm] = Term::serial(if l.tp > 1 {
+        tp_one * if shape.sp { 0.5 } else { 1.0 }
+    } else {
+        0.0
+    });
     let embedding = ItemCost {
-        fwd_compute: compute::elementwise_time(2.0 * emb_bytes, &pr.rates),
-        bwd_compute: compute::elementwise_time(3.0 * emb_bytes, &pr.rates),
-        tp_comm: if l.tp > 1 {
-            tp_one * if shape.sp { 0.5 } else { 1.0 }
-        } else {
-            0.0
-        },
+        time: emb_time,
+        fwd_compute: emb_fwd,
         params: vocab * h / tp + pos,
         activation: emb_bytes / rep_div,
         ..ItemCost::default()
@@ -353,33 +405,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     } else {
         0.0
     } + model.norm_params();
+    let out_fwd = out_f + compute::elementwise_time(ce_fwd, &pr.rates);
+    let out_bwd = 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates);
+    let mut out_time = PartTimes::default();
+    out_time[TimePart::Compute] = Term::serial(out_fwd + out_bwd);
+    out_time[TimePart::TpComm] = Term::serial(if l.tp > 1 { 2.0 * tp_one } else { 0.0 });
     let output = ItemCost {
-        fwd_compute: out_f + compute::elementwise_time(ce_fwd, &pr.rates),
-        bwd_compute: 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates),
-        tp_comm: if l.tp > 1 { 2.0 * tp_one } else { 0.0 },
+        time: out_time,
+        fwd_compute: out_fwd,
         params: out_params,
         activation: tokens * h * 2.0 / rep_div,
         working_set: memory::logits_bytes(tokens, vocab, tp),
         ..ItemCost::default()
     };
 
-    // Pipeline p2p per micro-batch and chunk boundary: activations forward,
-    // gradients backward, `b·(s/C)·h` bf16. Each TP rank sends only its 1/T
-    // slice: with SP the tensor is already scattered; without SP Megatron's
-    // scatter/gather optimization (Narayanan et al. 2021 §4.1) splits the
-    // replicated tensor over the T ranks (all NICs in parallel) and the
-    // receiver all-gathers it on NVLink.
-    let p2p = if l.pp > 1 {
-        let slice = tokens * h * 2.0 / tp;
-        let regather = if shape.sp || l.tp == 1 {
-            0.0
-        } else {
-            comm::all_gather(tokens * h * 2.0, pl.tp, &pr.links)
-        };
-        2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), &pr.links) + regather)
-    } else {
-        0.0
-    };
+    let p2p = p2p_per_micro_batch(tokens * h * 2.0, l, shape.sp, pl, &pr.links);
     let (ep_buffers, routed_activation) = match &model.moe {
         Some(_) => {
             let pairs = experts::routed_pairs_per_rank(model, tokens, tp, l.etp as f64, load);

@@ -6,9 +6,11 @@
 //! live in one module per idea: [`memory`], [`compute`], [`comm`],
 //! [`schedule`], and [`layer`] which prices one model item for a layout.
 
+pub mod breakdown;
 pub mod comm;
 pub mod compute;
 pub mod cp;
+pub mod data_parallel;
 pub mod layer;
 pub mod memory;
 pub mod moe;
@@ -18,10 +20,11 @@ use serde::Serialize;
 
 use crate::layout::{Layout, Placement};
 use crate::spec::{Cluster, Gpu, Job, Model};
+pub use breakdown::{MemoryBreakdown, MemoryDetail, MemoryPart, Term, TimeBreakdown, TimePart};
 use comm::Links;
 use compute::Rates;
+use data_parallel::{DataParallel, DpTerms, DpVolumes};
 use layer::{ItemCost, LayerCosts};
-use memory::{ExpertMemory, MemoryBreakdown};
 
 /// Everything fixed while layouts vary: the model, the hardware and the job,
 /// with derived rates.
@@ -76,33 +79,8 @@ impl<'a> Problem<'a> {
     }
 }
 
-/// Where one step's time goes, seconds. The parts add up to `step`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct TimeBreakdown {
-    /// Forward and backward compute of the slowest stage.
-    pub compute: f64,
-    /// Recomputed forward of the slowest stage.
-    pub recompute: f64,
-    /// Pipeline bubble: idle time of the slowest stage during fill and drain.
-    pub bubble: f64,
-    /// Exposed tensor-parallel communication.
-    pub tp_comm: f64,
-    /// Exposed context-parallel communication.
-    pub cp_comm: f64,
-    /// Expert all-to-all.
-    pub ep_comm: f64,
-    /// Pipeline point-to-point.
-    pub pp_comm: f64,
-    /// Exposed data-parallel gradient and parameter communication.
-    pub dp_comm: f64,
-    /// Optimizer step.
-    pub optimizer: f64,
-    /// Whole step.
-    pub step: f64,
-}
-
 /// Result of pricing one layout.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Evaluation {
     /// Micro-batches per step per replica, m.
     pub micro_batches: u64,
@@ -172,19 +150,6 @@ pub struct RankCost {
     pub expert_params: f64,
 }
 
-fn add(a: &mut ItemCost, b: &ItemCost, n: f64) {
-    a.fwd_compute += n * b.fwd_compute;
-    a.bwd_compute += n * b.bwd_compute;
-    a.recompute += n * b.recompute;
-    a.tp_comm += n * b.tp_comm;
-    a.cp_comm += n * b.cp_comm;
-    a.ep_comm += n * b.ep_comm;
-    a.params += n * b.params;
-    a.expert_params += n * b.expert_params;
-    a.activation += n * b.activation;
-    a.working_set = a.working_set.max(if n > 0.0 { b.working_set } else { 0.0 });
-}
-
 /// Largest backward working set a rank's temporaries count, bytes: one
 /// transformer layer's (dense or MoE, whichever is larger). A rank's
 /// temporaries take the largest working set of its items capped at this.
@@ -246,16 +211,17 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         let n_dense = (e - s) - n_moe;
         n_layers += e - s;
         moe_layers += n_moe;
-        add(&mut items, &lc.dense, n_dense as f64);
-        add(&mut items, &lc.moe, n_moe as f64);
+        items.add(&lc.dense, n_dense as f64);
+        items.add(&lc.moe, n_moe as f64);
         if c == 0 {
-            add(&mut items, &lc.embedding, 1.0);
+            items.add(&lc.embedding, 1.0);
         }
         if c == chunks - 1 {
-            add(&mut items, &lc.output, 1.0);
+            items.add(&lc.output, 1.0);
         }
     }
-    let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
+    // Point-to-point sends at each of the rank's v chunk boundaries.
+    items.time[TimePart::PpComm] = Term::serial(lc.p2p * l.vpp as f64);
     // Activations: the rank's items times the micro-batches in flight. For
     // interleaving the in-flight count is in chunk micro-batches, so divide
     // by v to get whole-rank micro-batches.
@@ -282,26 +248,24 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         l.edp() as f64,
         2.0 * lc.moe.expert_params,
     );
-    let mem = MemoryBreakdown {
-        weights: dense_states.weights + expert_states.weights,
-        grads: dense_states.grads + expert_states.grads,
-        optimizer: dense_states.optimizer + expert_states.optimizer,
-        activations,
-        logits,
-        temporaries,
-        experts: ExpertMemory {
-            weights: expert_states.weights,
-            grads: expert_states.grads,
-            optimizer: expert_states.optimizer,
-            routed_activations: moe_layers as f64 * lc.routed_activation * in_flight,
-            dispatch_buffers: dispatch,
-        },
-        cp_buffers: lc.cp_buffers,
-    };
+    let mut mem = MemoryBreakdown::default();
+    mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights;
+    mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads;
+    mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
+    mem[MemoryPart::Activations] = activations;
+    mem[MemoryPart::Logits] = logits;
+    mem[MemoryPart::Temporaries] = temporaries;
+    mem[MemoryDetail::ExpertWeights] = expert_states.weights;
+    mem[MemoryDetail::ExpertGradients] = expert_states.grads;
+    mem[MemoryDetail::ExpertOptimizer] = expert_states.optimizer;
+    mem[MemoryDetail::InFlightActivations] = items.activation * (in_flight - 1.0).max(0.0);
+    mem[MemoryDetail::RoutedActivations] = moe_layers as f64 * lc.routed_activation * in_flight;
+    mem[MemoryDetail::DispatchBuffers] = dispatch;
+    mem[MemoryDetail::CpBuffers] = lc.cp_buffers;
     RankCost {
         rank,
         layers: n_layers,
-        time: items.time() + p2p,
+        time: items.time(),
         items,
         memory: mem,
         params: items.params,
@@ -309,83 +273,34 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     }
 }
 
-/// Data-parallel communication of one rank that the step exposes, seconds,
-/// and its optimizer time, seconds.
-///
-/// ZeRO 0: all-reduce of the gradients over DP·CP. ZeRO 1 (distributed
-/// optimizer): reduce-scatter of gradients and all-gather of bf16
-/// parameters. With `overlap_grad_reduce` the reduction hides under the
-/// rank's last backward and the backward of the earlier stages still
-/// draining (`rank·t_b`), except the last bucket; with
-/// `overlap_param_gather` the gather hides under the next forward. ZeRO 2
-/// and 3 reduce-scatter every micro-batch (and ZeRO 3 gathers parameters
-/// for forward and backward): their exposure is added per micro-batch.
-/// Optimizer: Adam reads and writes ~34 bytes per parameter of the rank's
-/// shard on HBM.
-fn data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> (f64, f64, f64) {
-    let recipe = &pr.job.recipe;
+/// Data-parallel terms of rank `rc` ([`data_parallel::data_parallel`]);
+/// `drain` is the backward of earlier stages still running after its last
+/// backward, seconds.
+fn rank_data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> DataParallel {
     let pl = Placement::new(l, pr.cluster.fast_domain());
-    let grads = rc.params * recipe.grad_reduce_bytes;
-    let egrads = rc.expert_params * recipe.grad_reduce_bytes;
-    let params = rc.params * recipe.weight_bytes;
-    let eparams = rc.expert_params * recipe.weight_bytes;
-    let links = &pr.links;
-    let bwd_mb = rc.items.bwd_compute + rc.items.recompute;
-    let fwd_mb = rc.items.fwd_compute;
-    // Megatron bucket: max(40M, 1M·DP) parameters; the last one is exposed.
-    let bucket = (40e6f64).max(1e6 * l.dp as f64);
-    let last_bucket = (bucket / rc.params.max(1.0)).min(1.0);
-    let shard = (l.dp * l.cp) as f64;
-    let mut per_mb = 0.0;
-    let exposed = match l.zero {
-        0 | 1 => {
-            let (reduce, gather) = if l.zero == 0 {
-                (
-                    comm::all_reduce(grads, pl.dp_cp, links)
-                        + comm::all_reduce(egrads, pl.edp, links),
-                    0.0,
-                )
-            } else {
-                (
-                    comm::reduce_scatter(grads, pl.dp_cp, links)
-                        + comm::reduce_scatter(egrads, pl.edp, links),
-                    comm::all_gather(params, pl.dp_cp, links)
-                        + comm::all_gather(eparams, pl.edp, links),
-                )
-            };
-            let reduce_exposed = if pr.job.overlap_grad_reduce {
-                (reduce - bwd_mb - drain).max(reduce * last_bucket)
-            } else {
-                reduce
-            };
-            let gather_exposed = if pr.job.overlap_param_gather {
-                (gather - fwd_mb).max(gather * last_bucket)
-            } else {
-                gather
-            };
-            reduce_exposed + gather_exposed
-        }
-        z => {
-            let rs = comm::reduce_scatter(grads, pl.dp_cp, links)
-                + comm::reduce_scatter(egrads, pl.edp, links);
-            let ag = comm::all_gather(params, pl.dp_cp, links)
-                + comm::all_gather(eparams, pl.edp, links);
-            per_mb = if z == 2 {
-                (rs - bwd_mb).max(0.0)
-            } else {
-                (ag - fwd_mb).max(0.0) + (ag + rs - bwd_mb).max(0.0)
-            };
-            // ZeRO-2 still gathers updated parameters once per step.
-            if z == 2 { ag } else { 0.0 }
-        }
+    let it = &rc.items;
+    let windows = data_parallel::Windows {
+        forward: it.fwd_compute,
+        backward: it.bwd_compute() + it.time[TimePart::Recompute].exposed,
+        drain,
     };
-    let opt_params = if l.zero == 0 {
+    let overlap = data_parallel::Overlap {
+        grad_reduce: pr.job.overlap_grad_reduce,
+        param_gather: pr.job.overlap_param_gather,
+    };
+    let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    let mut dp = data_parallel::data_parallel(
+        &v, l.zero, l.dp, rc.params, windows, overlap, &pl, &pr.links,
+    );
+    // The optimizer updates the rank's shard: everything at ZeRO 0, 1/(D·C)
+    // of the dense and 1/EDP of the expert parameters otherwise.
+    let shard_params = if l.zero == 0 {
         rc.params + rc.expert_params
     } else {
-        rc.params / shard + rc.expert_params / l.edp().max(1) as f64
+        rc.params / (l.dp * l.cp) as f64 + rc.expert_params / l.edp().max(1) as f64
     };
-    let optimizer = opt_params * 34.0 / pr.rates.hbm;
-    (exposed, per_mb, optimizer)
+    dp.optimizer = data_parallel::optimizer_step_time(shard_params, pr.rates.hbm);
+    dp
 }
 
 /// Price layout `l`. `l` need not be valid: [`crate::rules`] decides that;
@@ -411,9 +326,10 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
     let mut slowest = RankCost::default();
     let mut t_max = f64::MIN;
     let mut t_sum = 0.0;
-    let mut dp_exposed: f64 = 0.0;
+    // The step waits for the rank whose data-parallel terms expose most.
+    let mut dp_step = DpTerms::default();
+    let mut dp_mb = DpTerms::default();
     let mut opt: f64 = 0.0;
-    let mut per_mb_max: f64 = 0.0;
     let uniform_middle = l.pp > 3 && l.split.is_none() && model_is_uniform_middle(pr, l);
     let mut rank = 0;
     while rank < l.pp {
@@ -436,38 +352,50 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         t_sum += weight * rc.time;
         // Stage `rank` finishes its last backward `rank` backward-steps
         // before stage 0 does; its gradient reduction can use that drain.
-        let drain = rank as f64 * (rc.items.bwd_compute + rc.items.recompute);
-        let (exposed, per_mb, o) = data_parallel(pr, l, &rc, drain);
-        dp_exposed = dp_exposed.max(exposed);
-        per_mb_max = per_mb_max.max(per_mb);
-        opt = opt.max(o);
+        let it = &rc.items;
+        let drain = rank as f64 * (it.bwd_compute() + it.time[TimePart::Recompute].exposed);
+        let dp = rank_data_parallel(pr, l, &rc, drain);
+        if dp.per_step.exposed() > dp_step.exposed() {
+            dp_step = dp.per_step;
+        }
+        if dp.per_micro_batch.exposed() > dp_mb.exposed() {
+            dp_mb = dp.per_micro_batch;
+        }
+        opt = opt.max(dp.optimizer);
         rank = if uniform_middle && rank == 1 {
             l.pp - 1
         } else {
             rank + 1
         };
     }
-    let t_max = t_max + per_mb_max;
-    let t_sum = t_sum + per_mb_max * l.pp as f64;
-    let pipe = schedule_time(t_max, t_sum, m, l.vpp);
-    let bubble = pipe - m as f64 * t_max;
-    let step = pipe + dp_exposed + opt;
-    // Split the slowest stage's busy time into its parts.
-    let it = &slowest.items;
+    // Per-micro-batch data-parallel exposure (ZeRO-2/3) lengthens every
+    // stage's micro-batch.
+    let per_mb = dp_mb.exposed();
+    let stages = schedule::StageSummary {
+        slowest: t_max + per_mb,
+        sum: t_sum + per_mb * l.pp as f64,
+    };
+    let pipe = schedule::pipeline_time_of(stages, m, l.vpp);
+    let bubble = pipe - m as f64 * stages.slowest;
+    let step = pipe + dp_step.exposed() + opt;
+    // The slowest stage's parts over m micro-batches, then the step's own.
     let mf = m as f64;
-    let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
-    let time = TimeBreakdown {
-        compute: mf * (it.fwd_compute + it.bwd_compute),
-        recompute: mf * it.recompute,
-        bubble,
-        tp_comm: mf * it.tp_comm,
-        cp_comm: mf * it.cp_comm,
-        ep_comm: mf * it.ep_comm,
-        pp_comm: mf * p2p,
-        dp_comm: dp_exposed + mf * per_mb_max,
-        optimizer: opt,
+    let mut time = TimeBreakdown {
+        parts: slowest.items.time,
         step,
     };
+    for p in TimePart::ALL {
+        time[p] = time[p].scaled(mf);
+    }
+    time[TimePart::Bubble] = Term::serial(bubble);
+    for (p, once, each) in [
+        (TimePart::DpGrad, dp_step.grad, dp_mb.grad),
+        (TimePart::ParamGather, dp_step.gather, dp_mb.gather),
+    ] {
+        time[p] = once;
+        time[p].add_scaled(each, mf);
+    }
+    time[TimePart::Optimizer] = Term::serial(opt);
     let n = pr.world as f64;
     let peak_flops = pr.gpu.peak_tflops_bf16 * 1e12;
     let recompute_flops = compute::recompute_flops_per_step(
@@ -490,12 +418,6 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         hfu: (pr.model_flops + recompute_flops) / step / n / peak_flops,
         bubble_fraction: bubble / step,
     }
-}
-
-/// Pipeline time from the slowest stage's time and the sum over stages
-/// ([`schedule::pipeline_time`] without the per-stage slice).
-fn schedule_time(t_max: f64, t_sum: f64, m: u64, vpp: u32) -> f64 {
-    m as f64 * t_max + (t_sum - t_max) / vpp.max(1) as f64
 }
 
 /// m = B/(D·b), or its floor (at least 1) when D·b does not divide B.

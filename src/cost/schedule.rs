@@ -7,15 +7,40 @@
 //! chunks the fill/drain part shrinks by v. The ideal bubble fraction is
 //! `(p − 1)/(m + p − 1)` (seed 000: not `(p − 1)/m`).
 
+/// What the pipeline time depends on: the slowest stage's time per
+/// micro-batch and the sum over stages, seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageSummary {
+    /// `max_i t_i`.
+    pub slowest: f64,
+    /// `Σ_i t_i`.
+    pub sum: f64,
+}
+
+impl StageSummary {
+    /// Summary of per-stage times.
+    pub fn of(stage_times: &[f64]) -> StageSummary {
+        StageSummary {
+            slowest: stage_times.iter().copied().fold(0.0, f64::max),
+            sum: stage_times.iter().sum(),
+        }
+    }
+}
+
+/// Time of the pipeline part of one step, seconds, from the stage summary:
+/// `m·max + (Σ − max)/v`, which is `(m − 1)·max + Σ` for v = 1. The cost
+/// model and the search's upper bound both price the pipeline with this.
+pub fn pipeline_time_of(s: StageSummary, m: u64, vpp: u32) -> f64 {
+    m as f64 * s.slowest + (s.sum - s.slowest) / vpp.max(1) as f64
+}
+
 /// Time of the pipeline part of one step, seconds.
 ///
 /// `stage_times[i]` is pipeline rank i's time for one micro-batch, forward
 /// plus backward (all its v chunks), including its point-to-point sends.
-/// Returns `m·max + (Σ − max)/v`, which is `(m − 1)·max + Σ` for v = 1.
+/// Returns [`pipeline_time_of`] their summary.
 pub fn pipeline_time(stage_times: &[f64], m: u64, vpp: u32) -> f64 {
-    let max = stage_times.iter().copied().fold(0.0, f64::max);
-    let sum: f64 = stage_times.iter().sum();
-    m as f64 * max + (sum - max) / vpp.max(1) as f64
+    pipeline_time_of(StageSummary::of(stage_times), m, vpp)
 }
 
 /// Idle time of the pipeline part, seconds: pipeline time minus the busy

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use super::plan_file::{Plan, SpanInfo};
+use crate::cost::TimePart;
 
 /// The tiny run for the update-equivalence check.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -137,11 +138,11 @@ pub fn checklist(plan: &Plan) -> Checklist {
                 pp_rank: s.pp_rank,
                 rank,
                 node: rank / plan.hardware.processes_per_node.max(1),
-                peak_gib: g.total,
-                dominant: dominant.to_string(),
+                peak_gib: g.total(),
+                dominant: dominant.label().to_string(),
                 dominant_gib,
-                states_gib: g.weights + g.grads + g.optimizer,
-                transient_gib: g.activations + g.logits + g.temporaries,
+                states_gib: g.model_states(),
+                transient_gib: g.total() - g.model_states(),
             }
         })
         .collect();
@@ -153,14 +154,14 @@ pub fn checklist(plan: &Plan) -> Checklist {
         } else {
             "all-reduce of activations, 2 per layer forward and 2 backward"
         };
-        groups.push(line("tp", what, &pl.tp, t.tp_comm, step));
+        groups.push(line("tp", what, &pl.tp, t.exposed(TimePart::TpComm), step));
     }
     if mesh.cp > 1 {
         groups.push(line(
             "cp",
             "K/V ring exchange in every attention, overlapped with it",
             &pl.cp,
-            t.cp_comm,
+            t.exposed(TimePart::CpComm),
             step,
         ));
     }
@@ -171,7 +172,7 @@ pub fn checklist(plan: &Plan) -> Checklist {
             "ep",
             "token dispatch and combine all-to-all, forward and backward",
             ep,
-            t.ep_comm,
+            t.exposed(TimePart::EpComm),
             step,
         ));
     }
@@ -180,7 +181,7 @@ pub fn checklist(plan: &Plan) -> Checklist {
             "pp",
             "activation send/receive at stage boundaries, per micro-batch and chunk",
             &pl.pp,
-            t.pp_comm,
+            t.exposed(TimePart::PpComm),
             step,
         ));
     }
@@ -195,7 +196,13 @@ pub fn checklist(plan: &Plan) -> Checklist {
                 "parameter all-gather in forward and backward, gradient reduce-scatter, every micro-batch"
             }
         };
-        groups.push(line("dp_cp", what, &pl.dp_cp, t.dp_comm, step));
+        groups.push(line(
+            "dp_cp",
+            what,
+            &pl.dp_cp,
+            t.exposed(TimePart::DpGrad) + t.exposed(TimePart::ParamGather),
+            step,
+        ));
     }
     let ck = &pr.checkpoint;
     Checklist {

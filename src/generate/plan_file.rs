@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::{self, Evaluation, Problem};
+use crate::cost::{self, Evaluation, MemoryBreakdown, Problem};
 use crate::layout::{Axis, Layout, RankOrder, Recompute, order_axes, orthogonal_groups};
 use crate::spec::model::{MlaSpec, MoeSpec, Norm, PositionEmbedding};
 use crate::spec::{GIB, RecipeName};
@@ -356,52 +356,9 @@ pub struct ShardingInfo {
     pub expert_group_size: Option<u32>,
 }
 
-/// A memory breakdown, GiB.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct MemoryGib {
-    /// Working weights.
-    pub weights: f64,
-    /// Gradients.
-    pub grads: f64,
-    /// Optimizer state.
-    pub optimizer: f64,
-    /// Saved activations of the micro-batches in flight.
-    pub activations: f64,
-    /// Logits and loss buffers.
-    pub logits: f64,
-    /// Temporaries at the peak.
-    pub temporaries: f64,
-    /// Sum: the peak.
-    pub total: f64,
-}
-
-impl MemoryGib {
-    fn of(m: &cost::memory::MemoryBreakdown) -> MemoryGib {
-        MemoryGib {
-            weights: m.weights / GIB,
-            grads: m.grads / GIB,
-            optimizer: m.optimizer / GIB,
-            activations: m.activations / GIB,
-            logits: m.logits / GIB,
-            temporaries: m.temporaries / GIB,
-            total: m.total() / GIB,
-        }
-    }
-
-    /// Name and size of the largest component.
-    pub fn dominant(&self) -> (&'static str, f64) {
-        [
-            ("weights", self.weights),
-            ("gradients", self.grads),
-            ("optimizer", self.optimizer),
-            ("activations", self.activations),
-            ("logits", self.logits),
-            ("temporaries", self.temporaries),
-        ]
-        .into_iter()
-        .fold(("weights", f64::MIN), |b, x| if x.1 > b.1 { x } else { b })
-    }
-}
+/// A memory breakdown in GiB: the cost model's [`MemoryBreakdown`] with
+/// every number divided by 2³⁰ ([`MemoryBreakdown::in_gib`]).
+pub type MemoryGib = MemoryBreakdown;
 
 /// Where one step's time goes on the slowest stage, seconds (the cost
 /// model's [`crate::cost::TimeBreakdown`], field for field).
@@ -757,13 +714,13 @@ impl Plan {
             peak_gib: eval.peak_bytes / GIB,
             worst_pp_rank: eval.worst_rank,
             headroom_gib: usable_gib - eval.peak_bytes / GIB,
-            memory_gib: MemoryGib::of(&eval.memory),
+            memory_gib: eval.memory.in_gib(),
             time_s: *t,
             stages: stage_costs
                 .iter()
                 .map(|rc| StagePredicted {
                     pp_rank: rc.rank,
-                    memory_gib: MemoryGib::of(&rc.memory),
+                    memory_gib: rc.memory.in_gib(),
                     time_per_microbatch_s: rc.time,
                 })
                 .collect(),
@@ -772,7 +729,6 @@ impl Plan {
                 * (1.0 - checkpoint.overhead_fraction).max(0.0),
             checkpoint,
         };
-        let predicted = round_predictions(predicted);
 
         let recipe = &pr.job.recipe;
         Plan {
@@ -914,26 +870,17 @@ impl Plan {
 /// between platforms do not change the file.
 pub const PREDICTION_DECIMALS: i32 = 4;
 
-/// `p` with every float rounded to [`PREDICTION_DECIMALS`] places.
-fn round_predictions(p: Predicted) -> Predicted {
-    fn walk(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Number(n) if n.is_f64() => {
-                let x = n.as_f64().unwrap_or(0.0);
-                let k = 10f64.powi(PREDICTION_DECIMALS);
-                *v = serde_json::Value::from((x * k).round() / k);
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
-            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
-            _ => {}
+/// Every float under `v` rounded to [`PREDICTION_DECIMALS`] places.
+fn round_floats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().unwrap_or(0.0);
+            let k = 10f64.powi(PREDICTION_DECIMALS);
+            *v = serde_json::Value::from((x * k).round() / k);
         }
-    }
-    match serde_json::to_value(&p) {
-        Ok(mut v) => {
-            walk(&mut v);
-            serde_json::from_value(v).unwrap_or(p)
-        }
-        Err(_) => p,
+        serde_json::Value::Array(a) => a.iter_mut().for_each(round_floats),
+        serde_json::Value::Object(o) => o.values_mut().for_each(round_floats),
+        _ => {}
     }
 }
 
@@ -948,7 +895,11 @@ const ONE_LINE_OBJECT: usize = 160;
 /// # Errors
 /// serde_json's, which a [`Plan`] does not produce.
 pub fn to_json(plan: &Plan) -> Result<String, serde_json::Error> {
-    Ok(compact_lines(&serde_json::to_string_pretty(plan)?))
+    let mut v = serde_json::to_value(plan)?;
+    if let Some(p) = v.get_mut("predicted") {
+        round_floats(p);
+    }
+    Ok(compact_lines(&serde_json::to_string_pretty(&v)?))
 }
 
 /// Collapse the leaf containers of serde_json's pretty output (see [`to_json`]).

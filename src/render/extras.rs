@@ -139,7 +139,7 @@ pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
             "-".into()
         };
         t.add_row(vec![
-            p.part.to_string(),
+            p.part.label().to_string(),
             format!("{:.3}", p.winner_s),
             format!("{:.3}", p.this_s),
             format!("{:+.3}", p.delta_s),

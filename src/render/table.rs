@@ -6,6 +6,8 @@ use comfy_table::presets::UTF8_BORDERS_ONLY;
 use comfy_table::{CellAlignment, Table as CTable};
 
 use super::Exporter;
+use crate::cost::breakdown::Source;
+use crate::cost::{MemoryBreakdown, MemoryPart, TimeBreakdown};
 use crate::report::{Context, ExplainReport, SearchReport};
 use crate::spec::GIB;
 
@@ -274,43 +276,14 @@ impl Exporter for Table {
             e.peak_bytes / GIB,
             e.usable_bytes / GIB
         )?;
-        let mut t = table();
-        t.set_header(vec!["component", "GiB", "share %"]);
-        for (name, bytes) in e.memory.parts() {
-            t.add_row(vec![
-                name.to_string(),
-                format!("{:.2}", bytes / GIB),
-                pct(bytes / e.peak_bytes.max(1.0)),
-            ]);
-        }
-        // Expert and CP shares, already inside the components above.
-        let x = &e.memory.experts;
-        for (name, bytes) in [
-            ("  expert weights (part of weights)", x.weights),
-            ("  expert gradients (part of gradients)", x.grads),
-            ("  expert optimizer (part of optimizer)", x.optimizer),
-            (
-                "  routed-token activations (part of activations)",
-                x.routed_activations,
-            ),
-            (
-                "  EP dispatch buffers (part of temporaries)",
-                x.dispatch_buffers,
-            ),
-            (
-                "  CP K/V buffers (part of temporaries)",
-                e.memory.cp_buffers,
-            ),
-        ] {
-            if bytes > 0.0 {
-                t.add_row(vec![
-                    name.to_string(),
-                    format!("{:.2}", bytes / GIB),
-                    pct(bytes / e.peak_bytes.max(1.0)),
-                ]);
-            }
-        }
-        writeln!(w, "{t}")?;
+        writeln!(w, "{}", memory_table(&e.memory, e.peak_bytes))?;
+        writeln!(
+            w,
+            "Usable {:.2} GiB = {:.2} GiB of HBM minus a {:.2} GiB reserve (CUDA context, NCCL, allocator).",
+            r.context.usable_gib,
+            r.context.memory_gib,
+            r.context.memory_gib - r.context.usable_gib
+        )?;
         writeln!(w)?;
         let tm = &e.time;
         writeln!(
@@ -322,22 +295,11 @@ impl Exporter for Table {
             100.0 * e.mfu,
             100.0 * e.hfu
         )?;
-        let mut t = table();
-        t.set_header(vec!["part", "seconds", "share %"]);
-        for (name, s) in [
-            ("compute (fwd+bwd)", tm.compute),
-            ("recompute", tm.recompute),
-            ("pipeline bubble", tm.bubble),
-            ("TP communication", tm.tp_comm),
-            ("CP communication", tm.cp_comm),
-            ("EP all-to-all (dispatch+combine)", tm.ep_comm),
-            ("PP point-to-point", tm.pp_comm),
-            ("DP communication (exposed)", tm.dp_comm),
-            ("optimizer step", tm.optimizer),
-        ] {
-            t.add_row(vec![name.to_string(), format!("{s:.4}"), pct(s / tm.step)]);
-        }
-        writeln!(w, "{t}")?;
+        writeln!(w, "{}", time_table(tm))?;
+        writeln!(
+            w,
+            "exposed: on the step's critical path (the exposed parts add up to the step); total: the work itself; hidden = total − exposed, what overlap hid."
+        )?;
         writeln!(
             w,
             "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
@@ -361,8 +323,8 @@ impl Exporter for Table {
                 rc.layers.to_string(),
                 format!("{:.2}", rc.time * 1e3),
                 format!("{:.2}", m.total() / GIB),
-                format!("{:.2}", (m.weights + m.grads + m.optimizer) / GIB),
-                format!("{:.2}", m.activations / GIB),
+                format!("{:.2}", m.model_states() / GIB),
+                format!("{:.2}", m[MemoryPart::Activations] / GIB),
             ]);
         }
         writeln!(w, "{t}")?;
@@ -375,6 +337,68 @@ impl Exporter for Table {
         }
         Ok(())
     }
+}
+
+/// The memory parts of one rank with their shares of the peak, the
+/// "of which" shares indented under them, and where each is priced.
+fn memory_table(m: &MemoryBreakdown, peak: f64) -> CTable {
+    let mut t = table();
+    t.set_header(vec!["component", "GiB", "share %", "priced by"]);
+    let row = |t: &mut CTable, name: String, bytes: f64, src: Source| {
+        t.add_row(vec![
+            name,
+            format!("{:.2}", bytes / GIB),
+            pct(bytes / peak.max(1.0)),
+            source_text(src),
+        ]);
+    };
+    for (p, bytes) in m.iter() {
+        row(&mut t, p.label().to_string(), bytes, p.source());
+        for (d, b) in m.details().filter(|(d, b)| d.parent() == p && *b > 0.0) {
+            row(
+                &mut t,
+                format!("  {} (part of {})", d.label(), p.label()),
+                b,
+                d.source(),
+            );
+        }
+    }
+    t
+}
+
+/// Every time part: exposed, total and hidden seconds, share of the step
+/// and where it is priced.
+fn time_table(tm: &TimeBreakdown) -> CTable {
+    let mut t = table();
+    t.set_header(vec![
+        "part",
+        "exposed s",
+        "total s",
+        "hidden s",
+        "share %",
+        "priced by",
+    ]);
+    for (p, term) in tm.iter() {
+        t.add_row(vec![
+            p.label().to_string(),
+            format!("{:.4}", term.exposed),
+            format!("{:.4}", term.total),
+            format!("{:.4}", term.hidden()),
+            pct(term.exposed / tm.step),
+            source_text(p.source()),
+        ]);
+    }
+    for c in 1..=4 {
+        if let Some(col) = t.column_mut(c) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+/// `function [reference]`.
+fn source_text(s: Source) -> String {
+    format!("{} [{}]", s.function, s.reference)
 }
 
 /// Tokens with a readable unit: `16.8M`, `524K`, `512`.
