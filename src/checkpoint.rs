@@ -1,7 +1,9 @@
-//! Checkpointing, failures and time-to-train (seed 000, "把正确重启纳入正确性要求").
+//! Checkpointing, failures and time-to-train: a correct restart is part of
+//! a correct plan.
 //!
-//! - What a resumable checkpoint holds (seed 000; Megatron-LM
-//!   `megatron/training/checkpointing.py`, `save_checkpoint`): the bf16
+//! - What a resumable checkpoint holds (Megatron-LM
+//!   `megatron/training/checkpointing.py`, `save_checkpoint`,
+//!   [ref:megatron-checkpointing]): the bf16
 //!   model parameters (`model`), the optimizer's fp32 main parameters and
 //!   Adam moments (`optimizer`), the optimizer step and loss-scaler state,
 //!   the scheduler, and every rank's RNG states (`rng_state`). Gradients are
@@ -11,12 +13,13 @@
 //! - Write time `C = bytes / storage bandwidth` for a blocking save spread
 //!   over all ranks (Megatron's `torch_dist` format with fully parallel
 //!   save), so the cluster's aggregate storage bandwidth is the limit.
-//! - Checkpoint interval (Daly 2006; seed 000): first-order waste
+//! - Checkpoint interval (Daly 2006 [ref:daly-2006]): first-order waste
 //!   `W(τ) ≈ C/τ + τ/(2M)`, minimised by `τ* = √(2·C·M)`, where `W(τ*) =
 //!   √(2C/M)`. `M` is the job's mean time between interruptions: node MTBF
 //!   divided by the nodes the job uses (independent fail-stop nodes). Daly's
 //!   higher-order interval is given alongside. Restart time, correlated
-//!   failures and storage contention are left out, as in the seed.
+//!   failures and storage contention are left out, as in the first-order
+//!   fail-stop model.
 //! - Time-to-train: tokens ÷ tokens/s, and at goodput `tokens/s·(1 − W(τ*))`.
 
 use serde::Serialize;
@@ -67,7 +70,7 @@ pub struct CheckpointPlan {
     pub node_mtbf_hours: f64,
     /// Job mean time between interruptions M = node MTBF / nodes, seconds.
     pub job_mtbf_s: f64,
-    /// First-order optimal interval τ* = √(2·C·M), seconds (seed 000).
+    /// First-order optimal interval τ* = √(2·C·M), seconds ([ref:daly-2006]).
     pub interval_s: f64,
     /// Daly's higher-order interval, seconds (Daly 2006, Eq. 37).
     pub interval_daly_s: f64,
@@ -99,7 +102,7 @@ pub fn state_bytes(params: f64, weight_bytes: f64, optimizer_bytes: f64) -> (f64
 
 /// First-order optimal checkpoint interval `τ* = √(2·C·M)`, seconds, for a
 /// write time `c` and mean time between interruptions `m`, seconds
-/// (Daly 2006, Eq. 5; seed 000).
+/// (Daly 2006, Eq. 5 [ref:daly-2006]).
 pub fn daly_interval(c: f64, m: f64) -> f64 {
     (2.0 * c * m).sqrt()
 }
@@ -115,7 +118,7 @@ pub fn daly_interval_higher_order(c: f64, m: f64) -> f64 {
 }
 
 /// Expected fraction of wall time lost to writing checkpoints and redoing
-/// work after a failure, first order: `W(τ) = C/τ + τ/(2M)` (seed 000).
+/// work after a failure, first order: `W(τ) = C/τ + τ/(2M)` ([ref:daly-2006]).
 pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
     c / tau + tau / (2.0 * m)
 }

@@ -56,7 +56,7 @@ impl fmt::Display for Recompute {
 
 /// Rank order: which axis varies fastest over consecutive global ranks.
 /// Megatron's default is `tp-cp-ep-dp-pp`; `--use-tp-pp-dp-mapping` switches
-/// to `tp-cp-ep-pp-dp` (`../shared/megatron/FACTS.md` §3).
+/// to `tp-cp-ep-pp-dp` ([ref:megatron-parallel-state]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 pub enum RankOrder {
     /// `tp-cp-ep-dp-pp` (Megatron default): DP inside PP.
@@ -125,7 +125,7 @@ impl CpComm {
         }
     }
 
-    /// Value of Megatron's `--cp-comm-type` (FACTS §1).
+    /// Value of Megatron's `--cp-comm-type` ([ref:megatron-arguments]).
     pub fn megatron(self) -> &'static str {
         match self {
             CpComm::Ring => "p2p",
@@ -266,7 +266,7 @@ pub enum Axis {
 
 /// Where the ranks of one process group sit: how many nodes it spans and how
 /// many of its ranks share a node. This is what decides which link a
-/// collective uses (field case P1: placement, not the group size, decides).
+/// collective uses (placement, not the group size, decides: [ref:case-p1]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupSpan {
     /// Ranks in the group.
@@ -355,7 +355,8 @@ pub struct Placement {
 /// Strides of the expert grid: ETP, EP, EDP, PP.
 ///
 /// Megatron builds the expert grid as `RankGenerator(tp=ETP, ep=E, dp=EDP,
-/// pp=p, cp=1)` over the same world and the same order string (FACTS §3), so
+/// pp=p, cp=1)` over the same world and the same order string
+/// ([ref:megatron-parallel-state]), so
 /// with `tp-cp-ep-dp-pp` the strides are `1, ETP, ETP·E, ETP·E·EDP` and with
 /// `tp-cp-ep-pp-dp` they are `1, ETP, ETP·E·p, ETP·E`. In effect the dense
 /// T×C×D block of a stage is re-sliced as ETP×E×EDP. (With the second order
@@ -414,7 +415,8 @@ impl Placement {
             }
         };
         // Expert grid: TP×CP×DP re-sliced as ETP×EP×EDP, ETP fastest
-        // (FACTS §3): each axis is an arithmetic progression of ranks.
+        // ([ref:megatron-parallel-state]): each axis is an arithmetic
+        // progression of ranks.
         let (e_tp, e_ep, e_dp, _) = expert_strides(l);
         Placement {
             tp: GroupSpan::of(l.tp, s_tp, domain),
@@ -471,7 +473,7 @@ pub fn order_axes(order: RankOrder) -> [Axis; 5] {
 
 /// Process groups of a rank grid, as Megatron-LM builds them
 /// (`megatron/core/parallel_state.py`, `generate_masked_orthogonal_rank_groups`,
-/// FACTS §3).
+/// [ref:megatron-parallel-state]).
 ///
 /// `sizes[k]` is the size of the k-th axis of the order string (fastest
 /// first; global rank = Σ index_k · stride_k with stride_k the product of
@@ -482,7 +484,8 @@ pub fn order_axes(order: RankOrder) -> [Axis; 5] {
 /// Returns `world / Π masked sizes` groups of `Π masked sizes` ranks each,
 /// world = Π sizes.
 ///
-/// Example (FACTS §3, world 16, order tp-cp-ep-dp-pp, TP2 CP2 DP2 PP2): the
+/// Example (Megatron's worked example [ref:megatron-parallel-state], world
+/// 16, order tp-cp-ep-dp-pp, TP2 CP2 DP2 PP2): the
 /// `dp-cp` mask gives `[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], …`.
 pub fn orthogonal_groups(sizes: &[u32], mask: &[bool]) -> Vec<Vec<u64>> {
     let mut strides = Vec::with_capacity(sizes.len());
@@ -591,7 +594,8 @@ mod tests {
 
     #[test]
     fn megatron_worked_example_expert_grid() {
-        // FACTS.md §3: world 16, TP2 CP2 DP2 PP2; expert grid ETP1 EP4 EDP2
+        // [ref:megatron-parallel-state] worked example: world 16, TP2 CP2
+        // DP2 PP2; expert grid ETP1 EP4 EDP2
         // PP2: ep [0,1,2,3],[4,5,6,7],…; expert-dp [0,4],…; pp unchanged.
         let mut l = layout(2, 2, 2, 2, RankOrder::TpCpEpDpPp);
         l.ep = 4;
@@ -732,7 +736,8 @@ mod tests {
 
     #[test]
     fn megatron_worked_example_coordinates() {
-        // FACTS.md §3: world 16, TP2 CP2 DP2 PP2, default order:
+        // [ref:megatron-parallel-state] worked example: world 16, TP2 CP2
+        // DP2 PP2, default order:
         // tp [0,1]; cp [0,2]; dp [0,4]; pp [0,8].
         let l = layout(2, 2, 2, 2, RankOrder::TpCpEpDpPp);
         assert_eq!(coords_of(&l, 1).tp, 1);
@@ -788,8 +793,8 @@ mod tests {
 
     #[test]
     fn orthogonal_groups_worked_example() {
-        // FACTS.md §3 (computed with Megatron's code): world 16,
-        // order tp-cp-ep-dp-pp with TP2 CP2 EP1 DP2 PP2.
+        // [ref:megatron-parallel-state] (computed with Megatron's code): world
+        // 16, order tp-cp-ep-dp-pp with TP2 CP2 EP1 DP2 PP2.
         let sizes = [2, 2, 1, 2, 2];
         let g = |m: [bool; 5]| orthogonal_groups(&sizes, &m);
         assert_eq!(

@@ -1,7 +1,9 @@
 //! The rules that reject a layout. Each rule has a stable code, a sentence
-//! with the actual numbers and a remedy (DESIGN §3). Megatron-LM's own
-//! argument checks are the reference (`FACTS.md` §2; the codes in brackets
-//! name the check there).
+//! with the actual numbers and a remedy. Megatron-LM's own argument checks
+//! are the reference ([ref:megatron-arguments],
+//! [ref:megatron-transformer-config], [ref:megatron-parallel-state]); each
+//! code in brackets names one of those checks, listed by file and condition
+//! in `docs/references.md` ("Rule codes").
 //!
 //! The search calls [`violations`], which returns a bit set and allocates
 //! nothing; `explain` calls [`explain`] for the sentences.
@@ -238,7 +240,8 @@ pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
         v.insert(Rule::CpSeq);
     }
     // SP scatters the local sequence s/C over T; with CP the halves of the
-    // load-balanced split must each divide too: C·lcm(2, T) (field case R3).
+    // load-balanced split must each divide too: C·lcm(2, T) (Megatron's
+    // [C1] and [T6] together, [ref:case-r3]).
     let sp_factor = if c > 1 { c * lcm(2, t) } else { t };
     if l.sp && t > 1 && job.seq_len % sp_factor != 0 {
         v.insert(Rule::SpSeq);

@@ -523,7 +523,7 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                     continue;
                 }
                 // With flash attention selective recompute keeps and costs
-                // exactly what no recompute does (field case M4), so it is
+                // exactly what no recompute does ([ref:case-m4]), so it is
                 // the same plan: try it only when asked for.
                 if r == Recompute::Selective && pr.job.flash_attention && flt.recompute.is_none() {
                     continue;
@@ -610,8 +610,8 @@ pub const MAX_SPLIT_SOLVES: u64 = 64;
 
 /// Upper bound on the tokens/s of layout `l` under any stage split that
 /// fits, or `None` when no split can fit. The pipeline time
-/// `m·max + (Σ − max)/v` ([`cost::schedule::pipeline_time_of`], the
-/// function [`cost::evaluate`] prices with) grows with the slowest rank's time,
+/// `m·max + (Σ − max)/v` ([ref:zheng-2022]; [`cost::schedule::pipeline_time_of`],
+/// the function [`cost::evaluate`] prices with) grows with the slowest rank's time,
 /// which is at least [`split::layout_bound`]'s; Σ, the sum of the ranks'
 /// times per micro-batch, does not depend on the split; the data-parallel
 /// and optimizer terms are at least zero.

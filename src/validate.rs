@@ -1,6 +1,6 @@
 //! `meshplan validate`: predictions against measured training runs.
 //!
-//! The input is the CSV format of `shared/validation/published-dev.csv`
+//! The input is the CSV format of `tests/data/published-dev.csv`
 //! (columns in [`COLUMNS`]; an empty cell means "not stated"). Every row is
 //! turned into a model, a cluster, a job and a layout ([`build_case`]); the
 //! cost model prices it; the prediction is compared with what was measured
@@ -10,7 +10,7 @@
 //! This module is pure logic (text in, report out); the command line reads
 //! the file and prints the report.
 //!
-//! Conventions (shared/validation/README.md):
+//! Conventions (those of the published rows, `tests/data/README.md`):
 //! - TFLOP/s: Narayanan et al. 2021 count their Eq. 3,
 //!   `96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`, which includes the
 //!   recomputed forward (hardware FLOPs); the BLOOM log uses the same formula

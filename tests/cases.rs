@@ -1,5 +1,6 @@
-//! Field cases distilled from public bug reports (shared/validation/cases.md),
-//! each a test of its whole kind. M3 (measured peaks) lives with the
+//! Small cases distilled from public bug reports and pull requests, each a
+//! test of its whole kind; `docs/references.md` lists their threads under
+//! the keys `case-m1` … `case-f1`. M3 (measured peaks) lives with the
 //! fidelity tests.
 
 mod common;

@@ -5,11 +5,13 @@
 //! argv and `CUDA_DEVICE_MAX_CONNECTIONS`, so quoting, arrays and variable
 //! expansion are checked as bash does them. The recorded command line is
 //! then checked: (1) every option is an option string of Megatron-LM's
-//! parser (`tests/data/megatron_flags.txt`, copied from
-//! `../shared/megatron/FACTS.md` Appendix A), none repeated; (2) every
-//! argument rule of FACTS §2 that applies to these flags holds, implemented
-//! here from the FACTS text (W1, W3, W4, B1, B3, B4, T1–T7, T9, T11, C1,
-//! E1, E2, E4, P1–P16, R1–R3, D1, D3, D5, D8, D12, the §9 renderer rules);
+//! parser (`tests/data/megatron_flags.txt`, dumped from
+//! `add_megatron_arguments()`, [ref:megatron-arguments]), none repeated;
+//! (2) every Megatron argument check that applies to these flags holds,
+//! implemented here from the conditions listed in `docs/references.md`
+//! ("Rule codes": W1, W3, W4, B1, B3, B4, T1–T7, T9, T11, C1, E1, E2, E4,
+//! P1–P16, R1–R3, D1, D3, D5, D8, D12), and so do the renderer rules of
+//! [ref:megatron-arguments] (no dead or ignored flags);
 //! (3) the layer ranges Megatron would build from the flags equal the
 //! plan file's stages, and the sizes equal the plan's mesh.
 
@@ -21,7 +23,7 @@ use common::Setup;
 use meshplan::generate::{self, Bundle};
 use meshplan::layout::{Layout, RankOrder, Recompute};
 
-/// Megatron's option strings (FACTS Appendix A).
+/// Megatron's option strings ([ref:megatron-arguments]).
 fn known_flags() -> HashSet<&'static str> {
     include_str!("data/megatron_flags.txt")
         .lines()
@@ -72,7 +74,8 @@ impl Flags {
     }
 }
 
-/// Megatron's `ffn_hidden_size` default (FACTS §1, derived values).
+/// Megatron's `ffn_hidden_size` default (`validate_args`,
+/// [ref:megatron-arguments]).
 fn default_ffn(h: i64, swiglu: bool) -> i64 {
     if swiglu {
         (4 * h * 2 / 3) / 64 * 64
@@ -82,8 +85,8 @@ fn default_ffn(h: i64, swiglu: bool) -> i64 {
 }
 
 /// Parse a `--pipeline-model-parallel-layout` string as Megatron's
-/// `parse_str_to_list` does (FACTS §1.1): commas dropped, `(…)*n` and `x*n`
-/// unrolled, `|` separates stages.
+/// `parse_str_to_list` does ([ref:megatron-pp-layout]): commas dropped, `(…)*n`
+/// and `x*n` unrolled, `|` separates stages.
 fn parse_layout(s: &str) -> Result<Vec<Vec<char>>, String> {
     let mut s: String = s.replace(',', "");
     // (group)*n
@@ -150,7 +153,8 @@ struct Derived {
     chunks: BTreeMap<(i64, i64), (i64, i64)>,
 }
 
-/// Check `f` against FACTS §2 and §9. Returns the broken rules (empty when
+/// Check `f` against Megatron's argument checks and the renderer rules
+/// ([ref:megatron-arguments]). Returns the broken rules (empty when
 /// Megatron would accept the command) and the derived layout.
 fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
     let mut d = Derived::default();
@@ -194,7 +198,7 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
     let experts = f.int("--num-experts");
     let swiglu = f.has("--swiglu");
 
-    // §9 renderer rules and asserted-unset flags.
+    // Renderer rules and asserted-unset flags.
     for dead in [
         "--use-flash-attn",
         "--use-custom-fsdp",
@@ -204,17 +208,17 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
         "--checkpoint-activations",
         "--use-mcore-models",
     ] {
-        check(!f.has(dead), &format!("§9: {dead} must not be used"));
+        check(!f.has(dead), &format!("renderer: {dead} must not be used"));
     }
     check(
         !f.has("--num-query-groups") || f.has("--group-query-attention"),
-        "§9: --num-query-groups without --group-query-attention is ignored",
+        "renderer: --num-query-groups without --group-query-attention is ignored",
     );
     check(
         f.int("--num-layers-per-virtual-pipeline-stage").is_none(),
-        "§9: use --num-virtual-stages-per-pipeline-rank",
+        "renderer: use --num-virtual-stages-per-pipeline-rank",
     );
-    // Enumerated values (FACTS §1 types).
+    // Enumerated values (the parser's choices, [ref:megatron-arguments]).
     let one_of = |flag: &str, allowed: &[&str]| f.str(flag).is_none_or(|v| allowed.contains(&v));
     check(
         one_of(
@@ -336,7 +340,7 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
     if cp > 1 {
         check(seq % (2 * cp) == 0, "C1: seq % (2·CP) != 0");
     }
-    // E1, E2, E4, TP+EP needs SP (parallelism guide; FACTS §2.4 note).
+    // E1, E2, E4, TP+EP needs SP ([ref:megatron-parallelism-guide]).
     if ep > 1 {
         check(experts.is_some(), "E1: EP > 1 without --num-experts");
         check(
@@ -1017,9 +1021,10 @@ fn oracle_catches_broken_commands() {
         "E2",
     );
     expect(set(&good, "--seq-length", &["16384"]), &env, "T11");
-    expect(set(&good, "--use-flash-attn", &[]), &env, "§9");
+    expect(set(&good, "--use-flash-attn", &[]), &env, "renderer");
     expect(del(&good, "--num-layers"), &env, "D12");
-    // The layer-range derivation agrees with Megatron's on FACTS §1.1's example.
+    // The layer-range derivation agrees with Megatron's on the parser's
+    // worked example ([ref:megatron-pp-layout]).
     let st = parse_layout("Et*3|(tt|)*29,m|L").unwrap();
     assert_eq!(st.len(), 32);
     assert_eq!(st[0], vec!['E', 't', 't', 't']);

@@ -1,9 +1,9 @@
 //! The plan file's ranks and process groups follow Megatron-LM's rank order
-//! (FACTS §3): checked against the worked example computed with Megatron's
-//! own code, and on many layouts against an independent description: a
-//! rank's coordinates come from the order string's strides (written out
-//! here), and an axis' group is exactly the set of ranks that share every
-//! other coordinate, listed in that axis' coordinate order.
+//! ([ref:megatron-parallel-state]): checked against the worked example computed
+//! with Megatron's own code, and on many layouts against an independent
+//! description: a rank's coordinates come from the order string's strides
+//! (written out here), and an axis' group is exactly the set of ranks that
+//! share every other coordinate, listed in that axis' coordinate order.
 
 mod common;
 
@@ -177,8 +177,8 @@ fn check_plan(v: &Value, l: &Layout, moe: bool) {
 
 #[test]
 fn megatron_worked_example() {
-    // FACTS.md §3, computed with Megatron's code: world 16, TP2 CP2 DP2 PP2,
-    // order tp-cp-ep-dp-pp.
+    // [ref:megatron-parallel-state], computed with Megatron's code: world
+    // 16, TP2 CP2 DP2 PP2, order tp-cp-ep-dp-pp.
     let s = Setup::new("llama3-8b", "dgx64", Some(16));
     let l = Layout::dense(2, 2, 2, 2);
     let v = plan_json(&s, &l);

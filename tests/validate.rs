@@ -1,6 +1,6 @@
 //! `meshplan validate` on the published measurements (tests/data, see its
-//! README) and field case M3: the thresholds of issue 3, so a change that
-//! makes the cost model worse fails here.
+//! README) and the measured peaks of [ref:case-m3]: the thresholds of issue 3,
+//! so a change that makes the cost model worse fails here.
 
 use std::path::Path;
 
@@ -139,7 +139,7 @@ fn every_row_is_compared_or_skipped() {
     assert!(x.assumptions.iter().any(|a| a.contains("not compared")));
 }
 
-/// Field case M3 (shared/validation/cases.md; Megatron-LM PR #482): four
+/// [ref:case-m3] (Megatron-LM PR #482, copied in tests/data/README.md): four
 /// measured `torch.cuda.max_memory_allocated` peaks of Llama-2-7B, bf16,
 /// flash attention, distributed optimizer, SwiGLU, no SP, no recompute, one
 /// node of 8 H800, seq 2048. Allocated bytes, so no allocator reserve is

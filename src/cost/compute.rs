@@ -247,9 +247,9 @@ pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 
 }
 
 /// Model FLOPs of one optimizer step (Megatron-LM
-/// `num_floating_point_operations`, FACTS §5): `6·B·s·[…]` for every GEMM
-/// (forward, input gradient, weight gradient) plus the causal attention core
-/// `6·B·s²·q` per layer (halved for the mask), logits included; routed
+/// `num_floating_point_operations` [ref:megatron-flops]): `6·B·s·[…]` for every
+/// GEMM (forward, input gradient, weight gradient) plus the causal attention
+/// core `6·B·s²·q` per layer (halved for the mask), logits included; routed
 /// experts count top-k only. Recompute is not counted (MFU convention).
 pub fn model_flops_per_step(model: &Model, global_batch: f64, seq: f64) -> f64 {
     let tokens = global_batch * seq;

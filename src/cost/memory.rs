@@ -1,16 +1,18 @@
 //! Per-rank memory, bytes. One small function per term, named after the
 //! paper's terms.
 //!
-//! - Model states (seed 000; Rajbhandari et al. 2020): DDP `(b_w+b_g+b_o)·P`;
-//!   ZeRO-1 `(b_w+b_g)·P + b_o·P/D'`; ZeRO-2 `b_w·P + (b_g+b_o)·P/D'`;
+//! - Model states (Rajbhandari et al. 2020, Figure 1 [ref:rajbhandari-2020];
+//!   the gathered unit as in PyTorch FSDP [ref:zhao-2023]): DDP
+//!   `(b_w+b_g+b_o)·P`; ZeRO-1 `(b_w+b_g)·P + b_o·P/D'`;
+//!   ZeRO-2 `b_w·P + (b_g+b_o)·P/D'`;
 //!   ZeRO-3 `(b_w+b_g+b_o)·P/D' + P_u·b_w` (the gathered unit).
-//! - Activations (Korthikanti et al. 2022, Table 2) re-derived by counting
-//!   the saved tensors, so GQA, SwiGLU, MoE and dropout-free models get their
-//!   own coefficients; for GPT-3 the count gives back `s·b·h·(34 + 5·a·s/h)`.
+//! - Activations (Korthikanti et al. 2022, Table 2 [ref:korthikanti-2022])
+//!   re-derived by counting the saved tensors, so GQA, SwiGLU, MoE and
+//!   dropout-free models get their own coefficients; for GPT-3 the count gives back `s·b·h·(34 + 5·a·s/h)`.
 //! - In flight: 1F1B stage i keeps `min(m, p−i)` micro-batches; interleaved
 //!   keeps `min(m·v, 2·(p−i−1) + (v−1)·p + 1)` chunk micro-batches (Megatron's
-//!   warm-up count plus the current one), which for stage 0 is Megatron's
-//!   factor `1 + (p−1)/(p·v)`.
+//!   warm-up count plus the current one [ref:megatron-schedules]), which for
+//!   stage 0 is Megatron's factor `1 + (p−1)/(p·v)`.
 
 use serde::Serialize;
 
@@ -36,10 +38,12 @@ impl ModelStates {
 }
 
 /// Model states for `params` parameters held by a rank, sharded over a group
-/// of `shard` ranks at ZeRO stage `zero` (seed 000's table). `unit_params` is
+/// of `shard` ranks at ZeRO stage `zero` (the per-stage model states of
+/// [ref:rajbhandari-2020], Figure 1). `unit_params` is
 /// ZeRO-3's gathered unit (layers kept whole while they run, with prefetch).
 ///
-/// Example (field case M1): P = 7e9, Megatron recipe 2/4/12, ZeRO-1, D' = 8:
+/// Example ([ref:case-m1], [ref:megatron-dist-optimizer]): P = 7e9,
+/// Megatron recipe 2/4/12, ZeRO-1, D' = 8:
 /// `(2+4)·7e9 + 12·7e9/8 = 52.5e9` bytes.
 pub fn model_states(
     params: f64,
@@ -140,7 +144,8 @@ pub fn dense_layer_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
 ///
 /// `tokens` = `b·s/C` (CP divides the sequence), `keys` = s. With SP the
 /// replicated part divides by T. Selective recompute, or flash attention,
-/// drops the score term (field case M4: never subtract it twice). Full
+/// drops the score term, and only once: with flash attention selective
+/// recompute saves nothing more ([ref:case-m4]). Full
 /// recompute keeps only the layer input `2h` per token (÷T with SP).
 ///
 /// Check (GPT-3 175B, s = 2048, b = 1): no parallelism
@@ -173,9 +178,9 @@ pub fn layer_activation_bytes(
 /// Micro-batches (1F1B) or chunk micro-batches (interleaved) whose
 /// activations pipeline rank `rank` (0-based) holds at its peak.
 ///
-/// 1F1B: `min(m, p − rank)` (Narayanan et al. 2021). Interleaved with v
-/// chunks: `min(m·v, 2·(p − rank − 1) + (v − 1)·p + 1)` chunk micro-batches,
-/// Megatron's warm-up count plus one. GPipe would hold m.
+/// 1F1B: `min(m, p − rank)` (Narayanan et al. 2021 [ref:narayanan-2021]).
+/// Interleaved with v chunks: `min(m·v, 2·(p − rank − 1) + (v − 1)·p + 1)`
+/// chunk micro-batches, Megatron's warm-up count plus one. GPipe would hold m.
 pub fn in_flight(rank: u32, pp: u32, vpp: u32, m: u64) -> f64 {
     let p = pp as u64;
     let i = rank as u64;
@@ -195,7 +200,8 @@ pub fn logits_bytes(tokens: f64, vocab: f64, tp: f64) -> f64 {
 }
 
 /// Unfused attention scores of one layer in flight during forward, bytes:
-/// seed 000's `B·H·L²·b` with b = 2 bytes, for this rank's heads and queries.
+/// the `B·H·L²·b` of standard attention [ref:dao-2022] with b = 2 bytes,
+/// for this rank's heads and queries.
 pub fn score_matrix_bytes(tokens: f64, keys: f64, heads: f64, tp: f64) -> f64 {
     2.0 * tokens * keys * heads / tp
 }

@@ -239,8 +239,9 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let shard = (l.dp * l.cp) as f64;
     let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
     // Expert states shard over the expert data-parallel group (Megatron's
-    // distributed optimizer shards expert parameters over expert-DP, FACTS
-    // §3); ZeRO-3 gathers one MoE layer's local experts plus a prefetch.
+    // distributed optimizer shards expert parameters over expert-DP,
+    // [ref:megatron-parallel-state]); ZeRO-3 gathers one MoE layer's local
+    // experts plus a prefetch.
     let expert_states = memory::model_states(
         items.expert_params,
         &pr.job.recipe,

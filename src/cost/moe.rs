@@ -5,7 +5,8 @@
 //! Model: Megatron-Core MoE with the all-to-all token dispatcher
 //! (`--moe-token-dispatcher-type alltoall`, `token_dispatcher.py`), dropless
 //! unless a capacity factor is given. The T·C·D ranks of a pipeline stage are
-//! re-sliced as ETP × E × EDP for the MoE block (DESIGN §1, FACTS §3); E never
+//! re-sliced as ETP × E × EDP for the MoE block (Megatron's expert grid
+//! [ref:megatron-parallel-state]); E never
 //! multiplies N. A rank enters the MoE block with its sequence-parallel share
 //! `t/T` of the local tokens `t = b·s/C`; every token picks its top-k experts
 //! (Lepikhin et al. 2020, GShard §2). Dispatch sends each (token, expert)

@@ -1,11 +1,15 @@
 //! Pipeline schedule time and bubble.
 //!
 //! 1F1B with equal stages takes `(m + p − 1)·(t_f + t_b)` (Narayanan et al.
-//! 2021); interleaved with v chunks `(m + (p−1)/v)·(t_f + t_b)`. For unequal
+//! 2021 §2.2 [ref:narayanan-2021]); interleaved with v chunks
+//! `(m + (p−1)/v)·(t_f + t_b)`. For unequal
 //! stages the slowest stage paces the steady state and every stage adds its
-//! own fill and drain: `(m − 1)·max_i t_i + Σ_i t_i` (DESIGN §5), and with v
+//! own fill and drain: `(m − 1)·max_i t_i + Σ_i t_i` (the pipeline latency
+//! of Alpa, Zheng et al. 2022 §5.1 Eq. 2 [ref:zheng-2022]), and with v
 //! chunks the fill/drain part shrinks by v. The ideal bubble fraction is
-//! `(p − 1)/(m + p − 1)` (seed 000: not `(p − 1)/m`).
+//! `(p − 1)/(m + p − 1)` of the stage time slots (GPipe [ref:huang-2019]);
+//! `(p − 1)/m` is the bubble relative to the ideal compute time
+//! [ref:narayanan-2021], not a fraction of the step.
 
 /// What the pipeline time depends on: the slowest stage's time per
 /// micro-batch and the sum over stages, seconds.
@@ -50,7 +54,7 @@ pub fn bubble_time(stage_times: &[f64], m: u64, vpp: u32) -> f64 {
     pipeline_time(stage_times, m, vpp) - m as f64 * max
 }
 
-/// Ideal bubble fraction of 1F1B (seed 000): `(p − 1)/(m + p − 1)`;
+/// Ideal bubble fraction of 1F1B ([ref:huang-2019]): `(p − 1)/(m + p − 1)`;
 /// interleaved: `((p − 1)/v)/(m + (p − 1)/v)`.
 pub fn ideal_bubble_fraction(pp: u32, m: u64, vpp: u32) -> f64 {
     let fill = (pp as f64 - 1.0) / vpp.max(1) as f64;

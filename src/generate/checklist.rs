@@ -1,5 +1,5 @@
-//! The verification checklist printed with the launch files: seed 000's
-//! "validate the layout before the long run" (update equivalence, memory
+//! The verification checklist printed with the launch files: the checks to
+//! run on a layout before the long run (update equivalence, memory
 //! accounting, communication accounting, numerics, restart correctness,
 //! effective throughput), each line filled with this plan's predicted
 //! numbers. The numbers are computed here; `templates/checklist.md.j2` holds

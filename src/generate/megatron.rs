@@ -1,10 +1,13 @@
 //! Megatron-LM: the plan as `pretrain_gpt.py` command-line flags and the
 //! environment the layout needs. Every flag name is an option string of the
-//! current Megatron-LM parser (FACTS Appendix A; `tests/megatron_flags.rs`
-//! checks each against the list and against the argument rules of FACTS §2).
+//! current Megatron-LM parser ([ref:megatron-arguments]; the list is
+//! `tests/data/megatron_flags.txt`, and `tests/megatron_flags.rs` checks each
+//! flag against it and against Megatron's argument checks, whose codes
+//! `docs/references.md` lists).
 //!
-//! Choices follow FACTS §9: `--attention-backend` (not the dead
-//! `--use-flash-attn`), `--use-megatron-fsdp` (not `--use-custom-fsdp`),
+//! Choices follow the current parser [ref:megatron-arguments]:
+//! `--attention-backend` (not the dead `--use-flash-attn`),
+//! `--use-megatron-fsdp` (not `--use-custom-fsdp`),
 //! `--group-query-attention` together with `--num-query-groups`,
 //! `--num-virtual-stages-per-pipeline-rank` (works with uneven first/last
 //! stages), `CUDA_DEVICE_MAX_CONNECTIONS=1` for T > 1 or C > 1 on
@@ -33,7 +36,7 @@ pub enum Split {
         last: u32,
     },
     /// `--pipeline-model-parallel-layout`: one stage per model chunk, in
-    /// model order (FACTS §1.1).
+    /// model order ([ref:megatron-pp-layout]).
     Layout {
         /// The layout string, e.g. `E,t*19|t*21|t*21|t*19,L`.
         layout: String,
@@ -426,7 +429,7 @@ pub fn megatron(plan: &Plan) -> Megatron {
     if job.recipe == RecipeName::Seed {
         precision.push(
             flag("--grad-reduce-in-bf16")
-                .note("seed 000 recipe: gradients kept and reduced in bf16 (2/2/12)"),
+                .note("2/2/12 recipe (ZeRO paper): gradients kept and reduced in bf16"),
         );
     }
     precision.push(if job.flash_attention {

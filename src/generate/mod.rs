@@ -18,7 +18,7 @@
 //! - `slurm_megatron.sbatch`: a SLURM batch script that starts the same
 //!   launch once per node, with the rendezvous on the allocation's first node.
 //! - `plan.json`: the engine-neutral plan (schema in `docs/plan-schema.md`).
-//! - `CHECKLIST.md`: seed 000's checks before the long run, with this plan's
+//! - `CHECKLIST.md`: the checks to run before the long run, with this plan's
 //!   predicted numbers; also printed by the command.
 
 pub mod checklist;
@@ -114,7 +114,7 @@ impl fmt::Display for RefusalList<'_> {
 ///   spelling (Megatron keeps fp32 main grads, or bf16 ones with
 ///   `--grad-reduce-in-bf16`).
 /// - `megatron-position-embedding`: Megatron-LM has no ALiBi
-///   (`--position-embedding-type` choices, FACTS §1).
+///   (`--position-embedding-type` choices, [ref:megatron-arguments]).
 /// - `megatron-moe-bias` [E4]: MoE with linear biases needs ETP = 1.
 /// - `megatron-rank-mapping` [W4]: `--use-tp-pp-dp-mapping` with p > 1
 ///   needs the expert grid's DP equal to the dense DP, N/(ETP·E·p) = D

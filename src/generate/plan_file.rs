@@ -4,7 +4,8 @@
 //! field in `docs/plan-schema.md`; its version string is [`SCHEMA`].
 //!
 //! Ranks and groups follow Megatron-LM's `RankGenerator`
-//! (`megatron/core/parallel_state.py`, FACTS §3): two grids share the world,
+//! (`megatron/core/parallel_state.py`, [ref:megatron-parallel-state]): two
+//! grids share the world,
 //! the dense grid (TP, CP, DP, PP) and the expert grid (ETP, EP, EDP, PP)
 //! that re-slices the same T·C·D ranks of each pipeline stage. Global rank
 //! r runs on node ⌊r / g⌋ as local rank r mod g, g = processes per node
@@ -409,7 +410,7 @@ pub struct Placement {
     pub expert_dp: Option<SpanInfo>,
 }
 
-/// Checkpoint size and interval (seed 000; Daly 2006).
+/// Checkpoint size and interval (Daly 2006 [ref:daly-2006]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointPredicted {
     /// Bytes of one checkpoint, [`CHECKPOINT_BYTES_PER_PARAM`] per parameter.
@@ -549,7 +550,8 @@ fn span(groups: &[Vec<u64>], ppn: u64, domain: u64) -> SpanInfo {
 }
 
 /// Checkpoint size, write time and Daly's interval for `params` parameters
-/// on `nodes` nodes (seed 000: W(τ) ≈ C/τ + τ/(2M), τ* ≈ √(2·C·M); Daly 2006).
+/// on `nodes` nodes (W(τ) ≈ C/τ + τ/(2M), τ* ≈ √(2·C·M); Daly 2006
+/// [ref:daly-2006]).
 /// `storage_gbs` is the aggregate write bandwidth, GB/s; `node_mtbf_h` one
 /// node's MTBF, hours; `step_s` the step time, seconds.
 pub fn checkpoint_plan(

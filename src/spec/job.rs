@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::InputError;
 
-/// Bytes per parameter of the persistent model states (seed 000's table:
+/// Bytes per parameter of the persistent model states (the terms of ZeRO's
+/// model-state table, [ref:rajbhandari-2020] Figure 1:
 /// `b_w` working weights, `b_g` gradients, `b_o` all optimizer state).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
@@ -21,7 +22,8 @@ pub struct Recipe {
 
 impl Recipe {
     /// Megatron-LM bf16 with fp32 main grads: 2 + 4 + 12 = 18 bytes per
-    /// parameter (Megatron `docs/.../dist_optimizer.md`; field case M1);
+    /// parameter (Megatron's `docs/user-guide/features/dist_optimizer.md`
+    /// [ref:megatron-dist-optimizer]; [ref:case-m1]);
     /// gradients reduced in fp32.
     pub const MEGATRON_BF16: Recipe = Recipe {
         weight_bytes: 2.0,
@@ -30,8 +32,8 @@ impl Recipe {
         grad_reduce_bytes: 4.0,
     };
 
-    /// Seed 000's mixed-precision Adam recipe: 2 + 2 + 12 = 16 bytes per
-    /// parameter, gradients reduced in bf16.
+    /// The mixed-precision Adam recipe of the ZeRO paper ([ref:rajbhandari-2020]
+    /// §3.1): 2 + 2 + 12 = 16 bytes per parameter, gradients reduced in bf16.
     pub const SEED_2_2_12: Recipe = Recipe {
         weight_bytes: 2.0,
         grad_bytes: 2.0,
@@ -41,8 +43,7 @@ impl Recipe {
 
     /// DeepSpeed mixed precision: fp16/bf16 weights (2), fp16 gradients (2)
     /// plus the fp32 gradient partition the optimizer reads (4), fp32
-    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` (field case M2,
-    /// DeepSpeed #5099).
+    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` ([ref:case-m2]).
     pub const DEEPSPEED: Recipe = Recipe {
         weight_bytes: 2.0,
         grad_bytes: 6.0,
@@ -62,7 +63,7 @@ impl Recipe {
 pub enum RecipeName {
     /// bf16 weights, fp32 main grads, fp32 master + Adam (2/4/12), as Megatron-LM.
     Megatron,
-    /// Seed 000's 2/2/12 recipe (bf16 grads).
+    /// The ZeRO paper's mixed-precision Adam recipe, 2/2/12 (bf16 grads).
     Seed,
     /// DeepSpeed's 2/(2+4)/12 recipe (fp16 grads plus fp32 partition).
     Deepspeed,
@@ -90,7 +91,8 @@ pub struct Job {
     pub recipe_name: RecipeName,
     /// Bytes per parameter of model states.
     pub recipe: Recipe,
-    /// Fused (flash) attention: no `s×s` score matrix is stored (seed 000).
+    /// Fused (flash) attention: no `s×s` score matrix is stored
+    /// ([ref:dao-2022]).
     pub flash_attention: bool,
     /// Overlap the data-parallel gradient reduction with backward
     /// (`--overlap-grad-reduce`).

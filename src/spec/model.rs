@@ -390,7 +390,8 @@ impl Model {
     }
 
     /// Parameters of a dense transformer layer: attention, MLP and two norms
-    /// (a pre-norm layer has two; see field case M5).
+    /// (norms are replicated across TP, and a pre-norm layer has two:
+    /// [ref:case-m5]).
     pub fn dense_layer_params(&self) -> f64 {
         self.attention_params() + self.mlp_params(self.architecture.ffn) + 2.0 * self.norm_params()
     }

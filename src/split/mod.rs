@@ -3,12 +3,12 @@
 //! A layout with p pipeline ranks and v virtual stages cuts the model into
 //! S = p·v contiguous chunks; chunk c runs on pipeline rank `c mod p`
 //! (Megatron's `--pipeline-model-parallel-layout` numbering: stage i goes to
-//! `pp_rank = i % PP`, `vpp_chunk = i // PP`, FACTS.md §1.1). A uniform
-//! split is rarely the best one: the first chunk also holds the embedding,
-//! the last the output layer, logits and loss, MoE models mix dense and
-//! expert layers, L need not divide by S, and under 1F1B rank i keeps
-//! `p − i` micro-batches of activations, so early ranks run out of memory
-//! first.
+//! `pp_rank = i % PP`, `vpp_chunk = i // PP` [ref:megatron-pp-layout]). A
+//! uniform split is rarely the best one: the first chunk also holds the
+//! embedding, the last the output layer, logits and loss, MoE models mix
+//! dense and expert layers, L need not divide by S, and under 1F1B rank i
+//! keeps `p − i` micro-batches of activations, so early ranks run out of
+//! memory first.
 //!
 //! # The problem ([`SplitProblem`])
 //!
@@ -39,8 +39,8 @@
 //! The objective is the slowest rank's time per micro-batch, `max_r T_r`,
 //! subject to every rank's peak fitting the usable memory. The sum of the
 //! ranks' times does not depend on the split, so under the schedule
-//! formula of DESIGN §5, `m·max + (Σ − max)/v`, minimising the slowest rank
-//! minimises the pipeline time. Ties are broken lexicographically: with
+//! formula `m·max + (Σ − max)/v` ([ref:zheng-2022]), minimising the slowest
+//! rank minimises the pipeline time. Ties are broken lexicographically: with
 //! v > 1, first by the slowest chunk (rank times and memory do not see how
 //! a rank's layers spread over its chunks, but the interleaved schedule
 //! assumes equal chunks, so without this the solver may return chunks of
@@ -60,10 +60,11 @@
 //! # Which splits Megatron-LM can launch
 //!
 //! `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`
-//! only allow splits whose middle stages are equal (FACTS.md §2.3 P7–P9,
-//! and with v > 1 each count divisible by v). `--pipeline-model-parallel-layout`
-//! takes any contiguous split (P13: `E` first, `L` last, `t` count = L), so
-//! the splits chosen here are not restricted to the first/last form: every
+//! only allow splits whose middle stages are equal (Megatron's checks P7–P9
+//! of [ref:megatron-transformer-config], and with v > 1 each count divisible
+//! by v). `--pipeline-model-parallel-layout` takes any contiguous split
+//! (P13: `E` first, `L` last, `t` count = L), so the splits chosen here are
+//! not restricted to the first/last form: every
 //! one is launchable with the layout string, and the Megatron generator
 //! uses the first/last flags when they express it. meshplan additionally
 //! asks for at least one transformer layer per chunk
