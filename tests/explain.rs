@@ -489,3 +489,106 @@ fn cli_bad_tokens_and_csv_are_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--why-not"));
 }
+
+/// `explain --format json` carries every time part with its exposed and
+/// total seconds and its source, and every memory part with its bytes and
+/// source; the exposed parts add up to the step and the memory parts to the
+/// peak (issue 12). Llama-3 70B, T = 8, p = 2, SP, ZeRO-1, m = 512.
+#[test]
+fn explain_json_parts_add_up_and_name_their_source() {
+    let out = common::meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+        "--sp",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parts = &v["parts"];
+    let step = v["eval"]["time"]["step"].as_f64().unwrap();
+    assert_eq!(parts["step_s"].as_f64().unwrap(), step);
+    let time = parts["time"].as_array().unwrap();
+    let keys: Vec<&str> = time.iter().map(|t| t["part"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "compute",
+            "recompute",
+            "bubble",
+            "tp_comm",
+            "cp_comm",
+            "ep_comm",
+            "pp_comm",
+            "dp_grad",
+            "param_gather",
+            "optimizer"
+        ]
+    );
+    let mut exposed = 0.0;
+    for t in time {
+        let (e, tot) = (
+            t["exposed_s"].as_f64().unwrap(),
+            t["total_s"].as_f64().unwrap(),
+        );
+        assert!(tot >= e - 1e-12 * step, "{t}");
+        assert!((t["hidden_s"].as_f64().unwrap() - (tot - e)).abs() <= 1e-12 * step);
+        assert!(
+            t["source"]["function"]
+                .as_str()
+                .unwrap()
+                .starts_with("src/cost/")
+        );
+        assert!(!t["source"]["reference"].as_str().unwrap().is_empty());
+        // The same numbers as the evaluation's breakdown.
+        let k = t["part"].as_str().unwrap();
+        assert_eq!(v["eval"]["time"][k]["exposed"].as_f64().unwrap(), e);
+        exposed += e;
+    }
+    assert!((exposed - step).abs() <= 1e-9 * step, "{exposed} vs {step}");
+    // p = 2, v = 1: the pipeline takes m·t₁ + t₀ (t₁ the slower stage), so
+    // the bubble is the faster stage's micro-batch, t₀ (ZeRO-1 adds nothing
+    // per micro-batch).
+    let t0 = v["ranks"][0]["time"].as_f64().unwrap();
+    let t1 = v["ranks"][1]["time"].as_f64().unwrap();
+    assert!(t0 < t1);
+    let bubble = time[2]["exposed_s"].as_f64().unwrap();
+    assert!((bubble - t0).abs() <= 1e-9 * t0, "{bubble} vs {t0}");
+    // With overlap on, the DP gradient reduce-scatter and the parameter
+    // all-gather mostly hide: exposed well under total, both positive.
+    for k in [7, 8] {
+        let (e, tot) = (
+            time[k]["exposed_s"].as_f64().unwrap(),
+            time[k]["total_s"].as_f64().unwrap(),
+        );
+        assert!(e > 0.0 && e < 0.1 * tot, "{}", time[k]);
+    }
+    // Memory: the parts (not the shares inside them) add up to the peak.
+    let peak = parts["peak_bytes"].as_f64().unwrap();
+    let memory = parts["memory"].as_array().unwrap();
+    let sum: f64 = memory
+        .iter()
+        .filter(|m| m["within"].is_null())
+        .map(|m| m["bytes"].as_f64().unwrap())
+        .sum();
+    assert_eq!(memory.iter().filter(|m| m["within"].is_null()).count(), 6);
+    assert!((sum - peak).abs() <= 1e-9 * peak, "{sum} vs {peak}");
+    assert_eq!(v["eval"]["peak_bytes"].as_f64().unwrap(), peak);
+    assert!(memory.iter().all(|m| {
+        m["source"]["function"]
+            .as_str()
+            .unwrap()
+            .starts_with("src/cost/")
+    }));
+}

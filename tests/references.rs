@@ -183,3 +183,40 @@ fn every_cited_key_is_in_references_md() {
         );
     }
 }
+
+/// Every part of the breakdown names a function that exists in the file it
+/// names and a reference key that `docs/references.md` defines, so the
+/// "priced by" column of `explain` can be followed.
+#[test]
+fn every_breakdown_part_names_a_real_function_and_reference() {
+    use meshplan::cost::breakdown::Source;
+    use meshplan::cost::{MemoryDetail, MemoryPart, TimePart};
+    let refs = fs::read_to_string(root().join("docs/references.md")).unwrap();
+    let defined: BTreeSet<String> = defined_keys(&refs).into_iter().collect();
+    let sources: Vec<(&str, Source)> = TimePart::ALL
+        .iter()
+        .map(|p| (p.key(), p.source()))
+        .chain(MemoryPart::ALL.iter().map(|p| (p.key(), p.source())))
+        .chain(MemoryDetail::ALL.iter().map(|p| (p.key(), p.source())))
+        .collect();
+    assert_eq!(sources.len(), 10 + 6 + 7);
+    for (key, s) in sources {
+        assert!(
+            defined.contains(s.reference),
+            "part `{key}` cites [{}], not in docs/references.md",
+            s.reference
+        );
+        let (file, functions) = s
+            .function
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("part `{key}`: `{}` is not `file: fn`", s.function));
+        let text = fs::read_to_string(root().join(file))
+            .unwrap_or_else(|e| panic!("part `{key}`: {file}: {e}"));
+        for f in functions.split(", ") {
+            assert!(
+                text.contains(&format!("pub fn {f}(")) || text.contains(&format!("fn {f}(")),
+                "part `{key}`: no fn {f} in {file}"
+            );
+        }
+    }
+}

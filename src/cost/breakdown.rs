@@ -131,34 +131,34 @@ parts! {
         /// Forward and backward compute of the slowest stage (GEMMs, attention
         /// core, element-wise kernels), micro-batches × per-micro-batch time.
         Compute => ("compute", "compute (forward + backward)",
-            "src/cost/compute.rs: layer_forward, layer_backward", "narayanan2021"),
+            "src/cost/compute.rs: layer_forward, layer_backward", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
-            "src/cost/compute.rs: layer_recompute", "korthikanti2022"),
+            "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
         /// Idle time of the slowest stage while the pipeline fills and drains.
         Bubble => ("bubble", "pipeline bubble",
-            "src/cost/schedule.rs: pipeline_time", "narayanan2021"),
+            "src/cost/schedule.rs: pipeline_time_of", "narayanan-2021"),
         /// Tensor-parallel (and expert tensor-parallel) collectives.
         TpComm => ("tp_comm", "TP communication",
-            "src/cost/layer.rs: tp_comm_per_layer", "shoeybi2019"),
+            "src/cost/layer.rs: tp_comm_per_layer", "shoeybi-2019"),
         /// Context-parallel K/V exchange.
         CpComm => ("cp_comm", "CP communication",
-            "src/cost/cp.rs: exchange_time", "liu2023"),
+            "src/cost/cp.rs: exchange_time", "liu-2023"),
         /// Expert-parallel token dispatch and combine.
         EpComm => ("ep_comm", "EP all-to-all (dispatch+combine)",
-            "src/cost/moe.rs: ep_comm_time", "lepikhin2020"),
+            "src/cost/moe.rs: ep_comm_time", "lepikhin-2020"),
         /// Pipeline point-to-point sends at stage boundaries.
         PpComm => ("pp_comm", "PP point-to-point",
-            "src/cost/layer.rs: p2p_per_micro_batch", "narayanan2021"),
+            "src/cost/layer.rs: p2p_per_micro_batch", "narayanan-2021"),
         /// Data-parallel gradient all-reduce or reduce-scatter.
         DpGrad => ("dp_grad", "DP gradient reduction",
-            "src/cost/data_parallel.rs: gradient_reduction", "rajbhandari2020"),
+            "src/cost/data_parallel.rs: gradient_reduction", "megatron-ddp"),
         /// Parameter all-gather of the distributed optimizer or ZeRO/FSDP.
         ParamGather => ("param_gather", "ZeRO/FSDP parameter all-gather",
-            "src/cost/data_parallel.rs: parameter_gather", "rajbhandari2020"),
+            "src/cost/data_parallel.rs: parameter_gather", "rajbhandari-2020"),
         /// Optimizer step over the rank's shard.
         Optimizer => ("optimizer", "optimizer step",
-            "src/cost/data_parallel.rs: optimizer_step_time", "kingma2015"),
+            "src/cost/data_parallel.rs: optimizer_step_time", "kingma-2015"),
     }
 }
 
@@ -169,23 +169,23 @@ parts! {
     MemoryPart {
         /// Working weights.
         Weights => ("weights", "weights",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Gradients as the optimizer keeps them.
         Gradients => ("grads", "gradients",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Optimizer state (fp32 master weights, Adam moments).
         Optimizer => ("optimizer", "optimizer",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Saved activations of the micro-batches in flight.
         Activations => ("activations", "activations",
-            "src/cost/memory.rs: layer_activation_bytes, in_flight", "korthikanti2022"),
+            "src/cost/memory.rs: layer_activation_bytes, in_flight", "korthikanti-2022"),
         /// Logits and loss buffers on the last stage.
         Logits => ("logits", "logits",
             "src/cost/memory.rs: logits_bytes", "megatron-cross-entropy"),
         /// Temporaries and buffers at the peak: one layer's backward working
         /// set, SP all-gather, CP K/V, EP dispatch and unfused score buffers.
         Temporaries => ("temporaries", "temporaries",
-            "src/cost/mod.rs: temporary_buffers", "korthikanti2022"),
+            "src/cost/mod.rs: temporary_buffers", "korthikanti-2022"),
     }
 }
 
@@ -194,26 +194,26 @@ parts! {
     MemoryDetail {
         /// Routed-expert weights, inside weights.
         ExpertWeights => ("expert_weights", "expert weights",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Routed-expert gradients, inside gradients.
         ExpertGradients => ("expert_grads", "expert gradients",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Routed-expert optimizer state, inside optimizer.
         ExpertOptimizer => ("expert_optimizer", "expert optimizer",
-            "src/cost/memory.rs: model_states", "rajbhandari2020"),
+            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Saved activations of the micro-batches in flight beyond the one
         /// being computed, inside activations.
         InFlightActivations => ("in_flight_activations", "in-flight activations (beyond one micro-batch)",
-            "src/cost/memory.rs: in_flight", "narayanan2021"),
+            "src/cost/memory.rs: in_flight", "narayanan-2021"),
         /// Saved routed-token activations, inside activations.
         RoutedActivations => ("routed_activations", "routed-token activations",
-            "src/cost/moe.rs: routed_activation_bytes", "lepikhin2020"),
+            "src/cost/moe.rs: routed_activation_bytes", "lepikhin-2020"),
         /// All-to-all dispatch buffers of one MoE layer, inside temporaries.
         DispatchBuffers => ("dispatch_buffers", "EP dispatch buffers",
-            "src/cost/moe.rs: dispatch_buffer_bytes", "lepikhin2020"),
+            "src/cost/moe.rs: dispatch_buffer_bytes", "lepikhin-2020"),
         /// Context-parallel K/V exchange buffers, inside temporaries.
         CpBuffers => ("cp_buffers", "CP K/V buffers",
-            "src/cost/cp.rs: buffer_bytes", "liu2023"),
+            "src/cost/cp.rs: buffer_bytes", "liu-2023"),
     }
 }
 

@@ -15,7 +15,7 @@
 //!   and gradients reduce-scattered, every micro-batch, each hidden under
 //!   that micro-batch's forward or backward.
 //!
-//! Rajbhandari et al. 2020 (ZeRO) §5 give the volumes: ZeRO 0–2 move 2Ψ per
+//! ZeRO [ref:rajbhandari-2020] §5 gives the volumes: ZeRO 0–2 move 2Ψ per
 //! step, ZeRO 3 3Ψ; expert parameters reduce over the expert-DP group.
 
 use crate::cost::breakdown::Term;
@@ -24,16 +24,15 @@ use crate::layout::Placement;
 use crate::spec::Recipe;
 
 /// Megatron-LM's smallest gradient bucket, parameters: the bucket size is
-/// `max(40M, 1M·DP)` (`bucket_size` in Megatron-LM
-/// `core/distributed/distributed_data_parallel_config.py` and its use in
-/// `core/distributed/distributed_data_parallel.py`).
+/// `max(40M, 1M·DP)` ([ref:megatron-ddp]: `bucket_size`).
 pub const MEGATRON_MIN_BUCKET_PARAMS: f64 = 40e6;
 
 /// Parameters per DP rank that Megatron-LM adds to the bucket size.
 pub const MEGATRON_BUCKET_PARAMS_PER_DP_RANK: f64 = 1e6;
 
-/// HBM traffic of one Adam step per parameter of the shard, bytes (an
-/// estimate of meshplan's, from what the fused kernel reads and writes):
+/// HBM traffic of one Adam step [ref:kingma-2015] per parameter of the
+/// shard, bytes (an estimate of meshplan's, from what the fused kernel
+/// reads and writes):
 /// fp32 master weight, first and second moment read and written (3·8 = 24),
 /// the fp32 gradient read (4) and zeroed (4), the bf16 working weight
 /// written (2): 34.

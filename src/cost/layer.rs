@@ -115,9 +115,9 @@ fn attention_params_rank(pr: &Problem, tp: f64) -> f64 {
 }
 
 /// Tensor-parallel collective time of one layer per micro-batch, seconds,
-/// before any overlap (Shoeybi et al. 2019 §3: two all-reduces per layer
+/// before any overlap ([ref:shoeybi-2019] §3: two all-reduces per layer
 /// in forward, two in backward; with SP each is an all-gather plus a
-/// reduce-scatter of the same volume, Korthikanti et al. 2022 §4.2.2).
+/// reduce-scatter of the same volume, [ref:korthikanti-2022] §4.2.2).
 ///
 /// `one` is one all-reduce of the layer's `t·h` bf16 activations over the
 /// TP group, `passes` 2 (forward, backward) or 3 (full recompute adds the
@@ -132,7 +132,7 @@ pub fn tp_comm_per_layer(one: f64, passes: f64, collectives_per_pass: f64, etp: 
 /// Without overlap all of it; with `--tp-comm-overlap` (needs SP) the
 /// collective is split into T ring steps pipelined with GEMM chunks, so only
 /// the first chunk and whatever exceeds the GEMM stays exposed
-/// (Wang et al. 2022, "Overlap communication with dependent computation").
+/// ([ref:wang-2022]).
 pub fn tp_comm_overlapped(comm: f64, gemm: f64, tp: f64) -> f64 {
     (comm - gemm).max(0.0) + comm / tp
 }
@@ -171,7 +171,7 @@ pub fn backward_tp_exposed(per_pass: f64, fwd_gemm: f64, sp: bool, asynchronous:
 /// forward activations plus backward gradients, seconds; `bytes` is the
 /// `b·(s/C)·h` bf16 activation. Each TP rank sends only its 1/T slice: with
 /// SP the tensor is already scattered; without SP Megatron's scatter/gather
-/// optimization (Narayanan et al. 2021 §4.1) splits the replicated tensor
+/// optimization ([ref:narayanan-2021] §4.1) splits the replicated tensor
 /// over the T ranks (all NICs in parallel) and the receiver all-gathers it
 /// on NVLink. Zero without pipeline parallelism.
 pub fn p2p_per_micro_batch(
