@@ -137,6 +137,30 @@ pub fn tp_comm_overlapped(comm: f64, gemm: f64, tp: f64) -> f64 {
     (comm - gemm).max(0.0) + comm / tp
 }
 
+/// Exposed TP communication of one layer per micro-batch, seconds, from
+/// its collective time `total` ([`tp_comm_per_layer`]) over `passes`
+/// passes on T = `tp` ranks and the forward GEMM time `fwd_gemm`. With `--tp-comm-overlap`
+/// the GEMMs of every pass (forward, backward 2×, recomputed forward) hide
+/// it ([`tp_comm_overlapped`]); otherwise the forward and recomputed
+/// forward expose their collectives and the backward hides part of its own
+/// ([`backward_tp_exposed`]).
+pub fn tp_comm_exposed(
+    total: f64,
+    fwd_gemm: f64,
+    passes: f64,
+    tp: f64,
+    sp: bool,
+    overlap: bool,
+    asynchronous: bool,
+) -> f64 {
+    if overlap {
+        tp_comm_overlapped(total, fwd_gemm * (passes + 1.0), tp)
+    } else {
+        let per_pass = total / passes;
+        per_pass * (passes - 1.0) + backward_tp_exposed(per_pass, fwd_gemm, sp, asynchronous)
+    }
+}
+
 /// Exposed TP communication of one layer's backward, seconds, given the
 /// forward's collective time `per_pass` (two all-reduce equivalents for a
 /// dense layer) and the forward GEMM time `fwd_gemm`.
@@ -279,17 +303,15 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             0.0
         };
         let tp_total = tp_comm_per_layer(tp_one, passes, tp_count, etp_comm);
-        // GEMM time the collectives can hide under: forward, backward (2×) and
-        // the recomputed forward.
-        let tp_exposed = if overlap_tp {
-            tp_comm_overlapped(tp_total, f.gemm * (passes + 1.0), tp)
-        } else {
-            // Forward and recomputed forward expose their collectives; the
-            // backward hides part of its own (see `backward_tp_exposed`).
-            let per_pass = tp_total / passes;
-            per_pass * (passes - 1.0)
-                + backward_tp_exposed(per_pass, f.gemm, shape.sp, job.async_tp_backward)
-        };
+        let tp_exposed = tp_comm_exposed(
+            tp_total,
+            f.gemm,
+            passes,
+            tp,
+            shape.sp,
+            overlap_tp,
+            job.async_tp_backward,
+        );
         // Dispatch and combine all-to-alls, forward and backward (and the
         // recomputed forward), over the EP group's links.
         let ep_comm = if moe {
