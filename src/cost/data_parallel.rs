@@ -79,6 +79,17 @@ impl DpTerms {
     pub fn exposed(&self) -> f64 {
         self.grad.exposed + self.gather.exposed
     }
+
+    /// Seconds of both on the wire.
+    pub fn total(&self) -> f64 {
+        self.grad.total + self.gather.total
+    }
+
+    /// Whether these terms weigh more on the step than `other`: more
+    /// exposed seconds, or as many and more on the wire.
+    pub fn outweighs(&self, other: &DpTerms) -> bool {
+        (self.exposed(), self.total()) > (other.exposed(), other.total())
+    }
 }
 
 /// Data-parallel costs of one pipeline rank.

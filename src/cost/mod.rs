@@ -356,10 +356,10 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         let it = &rc.items;
         let drain = rank as f64 * (it.bwd_compute() + it.time[TimePart::Recompute].exposed);
         let dp = rank_data_parallel(pr, l, &rc, drain);
-        if dp.per_step.exposed() > dp_step.exposed() {
+        if dp.per_step.outweighs(&dp_step) {
             dp_step = dp.per_step;
         }
-        if dp.per_micro_batch.exposed() > dp_mb.exposed() {
+        if dp.per_micro_batch.outweighs(&dp_mb) {
             dp_mb = dp.per_micro_batch;
         }
         opt = opt.max(dp.optimizer);
