@@ -13,11 +13,36 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::cell::Cell;
+
 use common::Setup;
 use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
 use meshplan::rules::{self, Policy, Rule, RuleSet};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+thread_local! {
+    /// Allocations made by this thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The system allocator, counting allocations per thread.
+struct Counting;
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
 
 /// `(code, message, remedy)` of every sentence for `l`.
 fn said(s: &Setup, policy: &Policy, l: &Layout) -> Vec<(String, String, String)> {
@@ -583,4 +608,26 @@ fn violations_and_explain_agree_and_match_the_snapshot() {
         }
     }
     insta::assert_snapshot!("rules_oracle_summary", summary);
+}
+
+/// `violations` allocates nothing (the search calls it for every layout),
+/// splits and memory bounds included; `explain` does allocate.
+#[test]
+fn violations_allocates_nothing() {
+    for (name, s, policy) in cases() {
+        let pr = s.problem();
+        let ls = layouts(s.world, s.model.architecture.layers);
+        let before = ALLOCS.with(Cell::get);
+        let mut broken = 0u64;
+        for l in &ls {
+            broken += u64::from(rules::violations(&pr, &policy, l).len());
+        }
+        assert_eq!(ALLOCS.with(Cell::get), before, "{name}");
+        assert!(broken > 0);
+        rules::explain(&pr, &policy, &ls[0], None);
+        assert!(
+            ALLOCS.with(Cell::get) > before,
+            "{name}: the counter counts"
+        );
+    }
 }
