@@ -5,15 +5,20 @@
 //! code in brackets names one of those checks, listed by file and condition
 //! in `docs/references.md` ("Rule codes").
 //!
-//! The search calls [`violations`], which returns a bit set and allocates
-//! nothing; `explain` calls [`explain`] for the sentences.
+//! The rules are one table, `RULES`: per rule its code and its conditions,
+//! each condition with its sentence and remedy, so that every condition is
+//! written once. The search calls [`violations`], which walks the table for
+//! a bit set and allocates nothing; `explain` calls [`explain`], which walks
+//! it for the sentences.
 
 use std::fmt;
 
 use serde::Serialize;
 
 use crate::cost::Problem;
-use crate::layout::Layout;
+use crate::layout::{Layout, RankOrder};
+use crate::spec::model::{Architecture, PositionEmbedding};
+use crate::spec::{Job, Model};
 
 /// A rule that can reject a layout. The `code()` strings are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -87,26 +92,7 @@ impl Rule {
 
     /// Stable code, as printed and in JSON.
     pub fn code(self) -> &'static str {
-        match self {
-            Rule::MeshSize => "mesh-size",
-            Rule::TpDomain => "tp-domain",
-            Rule::HeadsTp => "heads-tp",
-            Rule::KvHeadsTp => "kv-heads-tp",
-            Rule::FfnTp => "ffn-tp",
-            Rule::LayersPp => "layers-pp",
-            Rule::Split => "split",
-            Rule::Interleave => "interleave",
-            Rule::Batch => "batch",
-            Rule::CpSeq => "cp-seq",
-            Rule::SpSeq => "sp-seq",
-            Rule::CpAttention => "cp-attention",
-            Rule::MaxSeq => "max-seq",
-            Rule::Experts => "experts",
-            Rule::EpNeedsSp => "ep-needs-sp",
-            Rule::Zero3Pp => "zero3-pp",
-            Rule::Policy => "policy",
-            Rule::Memory => "memory",
-        }
+        RULES[self as usize].code
     }
 
     /// Bit of this rule in a [`RuleSet`].
@@ -170,120 +156,6 @@ pub struct Policy {
     pub allow_tp_across_domains: bool,
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
-fn lcm(a: u64, b: u64) -> u64 {
-    a / gcd(a, b) * b
-}
-
-/// The rules `l` breaks, memory excepted (which needs the cost model).
-/// Allocates nothing.
-pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
-    let mut v = RuleSet::default();
-    let model = pr.model;
-    let a = &model.architecture;
-    let job = pr.job;
-    let (t, c) = (l.tp as u64, l.cp as u64);
-    if l.world() != pr.world {
-        v.insert(Rule::MeshSize);
-    }
-    if l.tp.max(l.etp) > pr.cluster.fast_domain() && !policy.allow_tp_across_domains {
-        v.insert(Rule::TpDomain);
-    }
-    if a.heads % l.tp != 0 {
-        v.insert(Rule::HeadsTp);
-    }
-    if model.mla.is_none() && a.kv_heads % l.tp != 0 && l.tp % a.kv_heads != 0 {
-        v.insert(Rule::KvHeadsTp);
-    }
-    let ffn_bad = if model.moe_layers() < a.layers {
-        a.ffn % t != 0
-    } else {
-        false
-    } || model
-        .moe
-        .as_ref()
-        .is_some_and(|m| m.expert_ffn % l.etp as u64 != 0);
-    if ffn_bad {
-        v.insert(Rule::FfnTp);
-    }
-    let chunks = l.pp * l.vpp;
-    match &l.split {
-        None => {
-            if a.layers % chunks != 0 {
-                v.insert(Rule::LayersPp);
-            }
-        }
-        Some(s) => {
-            let sum: u32 = s.iter().sum();
-            if s.len() != chunks as usize || sum != a.layers || s.contains(&0) {
-                v.insert(Rule::Split);
-            }
-        }
-    }
-    let per = l.dp as u64 * l.micro_batch as u64;
-    let m = if per > 0 && job.global_batch % per == 0 {
-        Some(job.global_batch / per)
-    } else {
-        v.insert(Rule::Batch);
-        None
-    };
-    if l.vpp > 1 {
-        let bad = l.pp <= 1 || m.is_some_and(|m| m < l.pp as u64 || m % l.pp as u64 != 0);
-        if bad {
-            v.insert(Rule::Interleave);
-        }
-    }
-    if c > 1 && job.seq_len % (2 * c) != 0 {
-        v.insert(Rule::CpSeq);
-    }
-    // SP scatters the local sequence s/C over T; with CP the halves of the
-    // load-balanced split must each divide too: C·lcm(2, T) (Megatron's
-    // [C1] and [T6] together, [ref:case-r3]).
-    let sp_factor = if c > 1 { c * lcm(2, t) } else { t };
-    if l.sp && t > 1 && job.seq_len % sp_factor != 0 {
-        v.insert(Rule::SpSeq);
-    }
-    if c > 1 && !job.flash_attention {
-        v.insert(Rule::CpAttention);
-    }
-    if a.position_embedding == crate::spec::model::PositionEmbedding::Learned
-        && job.seq_len > a.max_seq
-    {
-        v.insert(Rule::MaxSeq);
-    }
-    match &model.moe {
-        None => {
-            if l.ep > 1 || l.etp > 1 {
-                v.insert(Rule::Experts);
-            }
-        }
-        Some(moe) => {
-            let ranks = t * c * l.dp as u64;
-            let block = l.ep as u64 * l.etp as u64;
-            let pp_groups_differ =
-                l.order == crate::layout::RankOrder::TpCpEpPpDp && l.pp > 1 && block != t * c;
-            let bias = a.linear_bias && l.etp != 1;
-            if moe.experts % l.ep != 0 || ranks % block != 0 || pp_groups_differ || bias {
-                v.insert(Rule::Experts);
-            }
-            if l.tp > 1 && l.ep > 1 && !l.sp {
-                v.insert(Rule::EpNeedsSp);
-            }
-        }
-    }
-    if l.zero >= 3 && l.pp > 1 {
-        v.insert(Rule::Zero3Pp);
-    }
-    let over = |x: u32, bound: Option<u32>| bound.is_some_and(|b| x > b);
-    if over(l.tp, policy.max_tp) || over(l.pp, policy.max_pp) || over(l.cp, policy.max_cp) {
-        v.insert(Rule::Policy);
-    }
-    v
-}
-
 /// One broken rule, for people.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Violation {
@@ -297,43 +169,192 @@ pub struct Violation {
     pub remedy: String,
 }
 
-fn divisors(n: u64, upto: u64) -> Vec<u64> {
-    (1..=upto.min(n)).filter(|d| n % d == 0).collect()
+/// The rules `l` breaks, memory excepted (which needs the cost model).
+/// Allocates nothing.
+pub fn violations(pr: &Problem, policy: &Policy, l: &Layout) -> RuleSet {
+    let x = Ctx::new(pr, policy, l, None);
+    let mut set = RuleSet::default();
+    for def in &RULES {
+        if def.clauses.iter().any(|c| (c.broken)(&x)) {
+            set.insert(def.rule);
+        }
+    }
+    set
 }
 
-fn list(v: &[u64]) -> String {
-    v.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Sentences for every rule `l` breaks. `memory` is `(peak, usable,
-/// dominant component name, its bytes)` when the memory rule is broken.
+/// Sentences for every rule `l` breaks, one per broken condition, in check
+/// order. `memory` is `(peak, usable, dominant component name, its bytes)`
+/// when the memory rule is broken.
 pub fn explain(
     pr: &Problem,
     policy: &Policy,
     l: &Layout,
     memory: Option<(f64, f64, &str, f64)>,
 ) -> Vec<Violation> {
-    let set = violations(pr, policy, l);
-    let model = pr.model;
-    let a = &model.architecture;
-    let job = pr.job;
-    let dom = pr.cluster.fast_domain() as u64;
+    let x = Ctx::new(pr, policy, l, memory);
     let mut out = Vec::new();
-    let mut push = |rule: Rule, message: String, remedy: String| {
-        out.push(Violation {
-            rule,
-            code: rule.code(),
-            message,
-            remedy,
-        })
-    };
-    for rule in set.iter() {
-        match rule {
-            Rule::MeshSize => push(
-                rule,
+    for def in &RULES {
+        for c in def.clauses.iter().filter(|c| (c.broken)(&x)) {
+            out.push(Violation {
+                rule: def.rule,
+                code: def.code,
+                message: (c.message)(&x),
+                remedy: (c.remedy)(&x),
+            });
+        }
+    }
+    out
+}
+
+/// What the conditions read: the problem, the bounds, the layout, and the
+/// numbers several conditions and sentences share, worked out once.
+struct Ctx<'a> {
+    model: &'a Model,
+    a: &'a Architecture,
+    job: &'a Job,
+    /// GPUs of the job.
+    world: u64,
+    /// GPUs of one fast (NVLink) domain.
+    dom: u32,
+    policy: &'a Policy,
+    l: &'a Layout,
+    /// T and C, widened.
+    t: u64,
+    c: u64,
+    /// Pipeline chunks p·v.
+    chunks: u32,
+    /// Layers of the explicit split (0 without one).
+    split_sum: u32,
+    /// Sequences per step of one replica, D·b.
+    per: u64,
+    /// Micro-batches per step, B / (D·b), when it divides.
+    m: Option<u64>,
+    /// What the sequence must divide by under SP.
+    sp_factor: u64,
+    /// Ranks the experts are carved out of, T·C·D.
+    tcd: u64,
+    /// The expert block E·ETP.
+    block: u64,
+    /// `(peak, usable, dominant component, its bytes)` when memory is over
+    /// (explain only).
+    memory: Option<(f64, f64, &'a str, f64)>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        pr: &'a Problem,
+        policy: &'a Policy,
+        l: &'a Layout,
+        memory: Option<(f64, f64, &'a str, f64)>,
+    ) -> Ctx<'a> {
+        let (t, c) = (l.tp as u64, l.cp as u64);
+        let per = l.dp as u64 * l.micro_batch as u64;
+        let job = pr.job;
+        Ctx {
+            model: pr.model,
+            a: &pr.model.architecture,
+            job,
+            world: pr.world,
+            dom: pr.cluster.fast_domain(),
+            policy,
+            l,
+            t,
+            c,
+            chunks: l.pp * l.vpp,
+            split_sum: l.split.as_ref().map_or(0, |s| s.iter().sum()),
+            per,
+            m: (per > 0 && job.global_batch % per == 0).then(|| job.global_batch / per),
+            // SP scatters the local sequence s/C over T; with CP the halves of the
+            // load-balanced split must each divide too: C·lcm(2, T) (Megatron's [C1] and [T6] together, [ref:case-r3]).
+            sp_factor: if c > 1 { c * lcm(2, t) } else { t },
+            tcd: t * c * l.dp as u64,
+            block: l.ep as u64 * l.etp as u64,
+            memory,
+        }
+    }
+
+    /// Routed experts (0 on a dense model).
+    fn experts(&self) -> u32 {
+        self.model.moe.as_ref().map_or(0, |m| m.experts)
+    }
+}
+
+/// One condition of a rule and what to say when it breaks.
+struct Clause {
+    /// Whether the layout breaks it.
+    broken: fn(&Ctx) -> bool,
+    /// What is wrong, with the numbers (called only when broken).
+    message: fn(&Ctx) -> String,
+    /// What would fix it (called only when broken).
+    remedy: fn(&Ctx) -> String,
+}
+
+/// A rule: its code and its conditions. The rule is broken when any
+/// condition is; `explain` says one sentence per broken condition.
+struct RuleDef {
+    rule: Rule,
+    code: &'static str,
+    clauses: &'static [Clause],
+}
+
+/// The attention heads divide by T.
+fn heads_divide(a: &Architecture, t: u32) -> bool {
+    a.heads % t == 0
+}
+
+/// The KV heads are a multiple or a divisor of T (MLA has no shared KV
+/// heads).
+fn kv_heads_fit(model: &Model, t: u32) -> bool {
+    let kv = model.architecture.kv_heads;
+    model.mla.is_some() || kv % t == 0 || t % kv == 0
+}
+
+/// `layers` split evenly over `chunks` stages.
+fn splits_evenly(layers: u32, chunks: u32) -> bool {
+    layers % chunks == 0
+}
+
+/// `experts` divide over E, and the expert block E·ETP divides the `tcd`
+/// ranks.
+fn experts_fit(experts: u32, ep: u32, etp: u32, tcd: u64) -> bool {
+    experts % ep == 0 && tcd % (ep as u64 * etp as u64) == 0
+}
+
+/// T inside one fast domain that both head rules accept.
+fn valid_tp(x: &Ctx) -> String {
+    let ok: Vec<u32> = (1..=x.dom)
+        .filter(|&t| heads_divide(x.a, t) && kv_heads_fit(x.model, t))
+        .collect();
+    format!("valid T inside a {}-GPU node: {}", x.dom, list(&ok))
+}
+
+fn list(v: &[u32]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+const INTERLEAVE_REMEDY: &str =
+    "use v = 1, or a global batch / micro-batch giving m a multiple of p";
+
+/// Every rule, in check order ([`Rule::ALL`]), each condition once.
+const RULES: [RuleDef; 18] = [
+    RuleDef {
+        rule: Rule::MeshSize,
+        code: "mesh-size",
+        clauses: &[Clause {
+            broken: |x| x.l.world() != x.world,
+            message: |x| {
+                let l = x.l;
                 format!(
                     "D·T·p·C = {}·{}·{}·{} = {} but the job has {} GPUs",
                     l.dp,
@@ -341,283 +362,394 @@ pub fn explain(
                     l.pp,
                     l.cp,
                     l.world(),
-                    pr.world
-                ),
-                format!("choose sizes whose product is {}", pr.world),
-            ),
-            Rule::TpDomain => push(
-                rule,
+                    x.world
+                )
+            },
+            remedy: |x| format!("choose sizes whose product is {}", x.world),
+        }],
+    },
+    RuleDef {
+        rule: Rule::TpDomain,
+        code: "tp-domain",
+        clauses: &[Clause {
+            broken: |x| x.l.tp.max(x.l.etp) > x.dom && !x.policy.allow_tp_across_domains,
+            message: |x| {
                 format!(
                     "T = {} (ETP = {}) spans more than the {} GPUs of one NVLink domain; its all-reduces would cross the NICs",
-                    l.tp, l.etp, dom
-                ),
+                    x.l.tp, x.l.etp, x.dom
+                )
+            },
+            remedy: |x| {
                 format!(
-                    "use T ≤ {dom}, or pass --allow-tp-across-nodes to cost it on the slower tier"
-                ),
-            ),
-            Rule::HeadsTp => {
-                let ok: Vec<u64> = divisors(a.heads as u64, dom)
-                    .into_iter()
-                    .filter(|t| {
-                        model.mla.is_some()
-                            || (a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0)
-                    })
-                    .collect();
-                push(
-                    rule,
-                    format!(
-                        "{} attention heads are not divisible by T = {}",
-                        a.heads, l.tp
-                    ),
-                    format!("valid T inside a {}-GPU node: {}", dom, list(&ok)),
+                    "use T ≤ {}, or pass --allow-tp-across-nodes to cost it on the slower tier",
+                    x.dom
                 )
-            }
-            Rule::KvHeadsTp => {
-                let ok: Vec<u64> = divisors(a.heads as u64, dom)
-                    .into_iter()
-                    .filter(|t| a.kv_heads as u64 % t == 0 || t % a.kv_heads as u64 == 0)
-                    .collect();
-                push(
-                    rule,
-                    format!(
-                        "{} KV heads are neither a multiple nor a divisor of T = {} ({} query heads)",
-                        a.kv_heads, l.tp, a.heads
-                    ),
-                    format!("valid T inside a {}-GPU node: {}", dom, list(&ok)),
+            },
+        }],
+    },
+    RuleDef {
+        rule: Rule::HeadsTp,
+        code: "heads-tp",
+        clauses: &[Clause {
+            broken: |x| !heads_divide(x.a, x.l.tp),
+            message: |x| {
+                format!(
+                    "{} attention heads are not divisible by T = {}",
+                    x.a.heads, x.l.tp
                 )
-            }
-            Rule::FfnTp => push(
-                rule,
+            },
+            remedy: valid_tp,
+        }],
+    },
+    RuleDef {
+        rule: Rule::KvHeadsTp,
+        code: "kv-heads-tp",
+        clauses: &[Clause {
+            broken: |x| !kv_heads_fit(x.model, x.l.tp),
+            message: |x| {
+                format!(
+                    "{} KV heads are neither a multiple nor a divisor of T = {} ({} query heads)",
+                    x.a.kv_heads, x.l.tp, x.a.heads
+                )
+            },
+            remedy: valid_tp,
+        }],
+    },
+    RuleDef {
+        rule: Rule::FfnTp,
+        code: "ffn-tp",
+        clauses: &[Clause {
+            broken: |x| {
+                (x.model.moe_layers() < x.a.layers && x.a.ffn % x.t != 0)
+                    || x.model
+                        .moe
+                        .as_ref()
+                        .is_some_and(|m| m.expert_ffn % x.l.etp as u64 != 0)
+            },
+            message: |x| {
                 format!(
                     "FFN width {} (or expert FFN over ETP = {}) is not divisible by T = {}",
-                    a.ffn, l.etp, l.tp
-                ),
-                "choose T (and ETP) dividing the FFN width".into(),
-            ),
-            Rule::LayersPp => {
-                let chunks = l.pp * l.vpp;
-                let msg = if l.vpp > 1 && a.layers % l.pp == 0 {
+                    x.a.ffn, x.l.etp, x.l.tp
+                )
+            },
+            remedy: |_| "choose T (and ETP) dividing the FFN width".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::LayersPp,
+        code: "layers-pp",
+        clauses: &[Clause {
+            broken: |x| x.l.split.is_none() && !splits_evenly(x.a.layers, x.chunks),
+            message: |x| {
+                let (layers, l) = (x.a.layers, x.l);
+                if l.vpp > 1 && splits_evenly(layers, l.pp) {
                     format!(
                         "{} layers on p = {} give {} per stage, not divisible by v = {}",
-                        a.layers,
+                        layers,
                         l.pp,
-                        a.layers / l.pp,
+                        layers / l.pp,
                         l.vpp
                     )
                 } else {
                     format!(
                         "{} layers do not split evenly over p·v = {} stages",
-                        a.layers, chunks
+                        layers, x.chunks
                     )
-                };
-                let ok: Vec<u64> = divisors(a.layers as u64, a.layers as u64)
-                    .into_iter()
-                    .filter(|d| *d > 1 && *d <= 128)
-                    .collect();
-                push(
-                    rule,
-                    msg,
-                    format!(
-                        "use p·v among {}, or an uneven split (first/last stage layer counts)",
-                        list(&ok)
-                    ),
-                )
-            }
-            Rule::Split => {
-                let s = l.split.clone().unwrap_or_default();
-                let sum: u32 = s.iter().sum();
-                push(
-                    rule,
-                    format!(
-                        "split {:?} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
-                        s,
-                        s.len(),
-                        sum,
-                        l.pp * l.vpp,
-                        a.layers
-                    ),
-                    "give p·v positive layer counts that add up to the model's layers".into(),
-                )
-            }
-            Rule::Interleave => {
-                let m = l.micro_batches(job.global_batch);
-                let msg = if l.pp <= 1 {
-                    format!("v = {} interleaving needs p > 1", l.vpp)
-                } else {
-                    format!(
-                        "interleaving needs m ≥ p and m % p = 0 (Megatron's micro-batch groups of p), but m = {} and p = {}",
-                        m.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
-                        l.pp
-                    )
-                };
-                push(
-                    rule,
-                    msg,
-                    "use v = 1, or a global batch / micro-batch giving m a multiple of p".into(),
-                )
-            }
-            Rule::Batch => push(
-                rule,
-                format!(
-                    "global batch {} is not divisible by D·b = {}·{} = {}",
-                    job.global_batch,
-                    l.dp,
-                    l.micro_batch,
-                    l.dp as u64 * l.micro_batch as u64
-                ),
-                "choose D and b whose product divides the global batch".into(),
-            ),
-            Rule::CpSeq => push(
-                rule,
-                format!(
-                    "sequence {} is not divisible by 2·C = {} (causal load balancing)",
-                    job.seq_len,
-                    2 * l.cp
-                ),
-                "choose C with s % 2C = 0".into(),
-            ),
-            Rule::SpSeq => {
-                let f = if l.cp > 1 {
-                    l.cp as u64 * lcm(2, l.tp as u64)
-                } else {
-                    l.tp as u64
-                };
-                push(
-                    rule,
-                    format!(
-                        "with SP the sequence must be divisible by {} (C·lcm(2, T) with C = {}, T = {}), but s = {} ({} / {} leaves {})",
-                        f,
-                        l.cp,
-                        l.tp,
-                        job.seq_len,
-                        job.seq_len,
-                        f,
-                        job.seq_len % f
-                    ),
-                    format!(
-                        "use s = {} or {}",
-                        job.seq_len / f * f,
-                        (job.seq_len / f + 1) * f
-                    ),
-                )
-            }
-            Rule::MaxSeq => push(
-                rule,
-                format!(
-                    "sequence {} exceeds the learned position table of {}",
-                    job.seq_len, a.max_seq
-                ),
-                format!("use s ≤ {}", a.max_seq),
-            ),
-            Rule::Experts => match &model.moe {
-                None => push(
-                    rule,
-                    format!("E = {} / ETP = {} on a dense model", l.ep, l.etp),
-                    "use E = 1 and ETP = 1".into(),
-                ),
-                Some(m) => {
-                    let tcd = l.tp * l.cp * l.dp;
-                    let block = l.ep * l.etp;
-                    if m.experts % l.ep != 0 || tcd % block != 0 {
-                        let ok: Vec<u64> = divisors(m.experts as u64, m.experts as u64)
-                            .into_iter()
-                            .filter(|e| tcd as u64 % (e * l.etp as u64) == 0)
-                            .collect();
-                        push(
-                            rule,
-                            format!(
-                                "{} experts over E = {} (remainder {}), and T·C·D = {} over E·ETP = {} (remainder {}): both must divide [Megatron E2, W3]",
-                                m.experts,
-                                l.ep,
-                                m.experts % l.ep,
-                                tcd,
-                                block,
-                                tcd % block
-                            ),
-                            format!("with ETP = {}, use E among {}", l.etp, list(&ok)),
-                        );
-                    }
-                    if l.order == crate::layout::RankOrder::TpCpEpPpDp
-                        && l.pp > 1
-                        && block != l.tp * l.cp
-                    {
-                        push(
-                            rule,
-                            format!(
-                                "with order tp-cp-ep-pp-dp and p = {} the expert block E·ETP = {}·{} = {} must equal T·C = {}, or the expert and dense pipeline groups differ [Megatron W4, W5]",
-                                l.pp,
-                                l.ep,
-                                l.etp,
-                                block,
-                                l.tp * l.cp
-                            ),
-                            "use order tp-cp-ep-dp-pp, or E·ETP = T·C".into(),
-                        );
-                    }
-                    if a.linear_bias && l.etp != 1 {
-                        push(
-                            rule,
-                            format!(
-                                "experts with biases need ETP = 1, but ETP = {} [Megatron E4]",
-                                l.etp
-                            ),
-                            "use ETP = 1 (or a bias-free model, --disable-bias-linear)".into(),
-                        );
-                    }
                 }
             },
-            Rule::CpAttention => push(
-                rule,
+            remedy: |x| {
+                let layers = x.a.layers;
+                let ok: Vec<u32> = (2..=layers.min(128))
+                    .filter(|&d| splits_evenly(layers, d))
+                    .collect();
+                format!(
+                    "use p·v among {}, or an uneven split (first/last stage layer counts)",
+                    list(&ok)
+                )
+            },
+        }],
+    },
+    RuleDef {
+        rule: Rule::Split,
+        code: "split",
+        clauses: &[Clause {
+            broken: |x| {
+                x.l.split.as_ref().is_some_and(|s| {
+                    s.len() != x.chunks as usize || x.split_sum != x.a.layers || s.contains(&0)
+                })
+            },
+            message: |x| {
+                let s = x.l.split.as_deref().unwrap_or_default();
+                format!(
+                    "split {:?} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
+                    s,
+                    s.len(),
+                    x.split_sum,
+                    x.chunks,
+                    x.a.layers
+                )
+            },
+            remedy: |_| "give p·v positive layer counts that add up to the model's layers".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::Interleave,
+        code: "interleave",
+        clauses: &[
+            Clause {
+                broken: |x| x.l.vpp > 1 && x.l.pp <= 1,
+                message: |x| format!("v = {} interleaving needs p > 1", x.l.vpp),
+                remedy: |_| INTERLEAVE_REMEDY.into(),
+            },
+            Clause {
+                broken: |x| {
+                    let p = x.l.pp as u64;
+                    x.l.vpp > 1 && p > 1 && x.m.is_some_and(|m| m < p || m % p != 0)
+                },
+                message: |x| {
+                    format!(
+                        "interleaving needs m ≥ p and m % p = 0 (Megatron's micro-batch groups of p), but m = {} and p = {}",
+                        x.m.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
+                        x.l.pp
+                    )
+                },
+                remedy: |_| INTERLEAVE_REMEDY.into(),
+            },
+        ],
+    },
+    RuleDef {
+        rule: Rule::Batch,
+        code: "batch",
+        clauses: &[Clause {
+            broken: |x| x.m.is_none(),
+            message: |x| {
+                format!(
+                    "global batch {} is not divisible by D·b = {}·{} = {}",
+                    x.job.global_batch, x.l.dp, x.l.micro_batch, x.per
+                )
+            },
+            remedy: |_| "choose D and b whose product divides the global batch".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::CpSeq,
+        code: "cp-seq",
+        clauses: &[Clause {
+            broken: |x| x.c > 1 && x.job.seq_len % (2 * x.c) != 0,
+            message: |x| {
+                format!(
+                    "sequence {} is not divisible by 2·C = {} (causal load balancing)",
+                    x.job.seq_len,
+                    2 * x.c
+                )
+            },
+            remedy: |_| "choose C with s % 2C = 0".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::SpSeq,
+        code: "sp-seq",
+        clauses: &[Clause {
+            broken: |x| x.l.sp && x.t > 1 && x.job.seq_len % x.sp_factor != 0,
+            message: |x| {
+                let (s, f) = (x.job.seq_len, x.sp_factor);
+                format!(
+                    "with SP the sequence must be divisible by {} (C·lcm(2, T) with C = {}, T = {}), but s = {} ({} / {} leaves {})",
+                    f,
+                    x.l.cp,
+                    x.l.tp,
+                    s,
+                    s,
+                    f,
+                    s % f
+                )
+            },
+            remedy: |x| {
+                let (s, f) = (x.job.seq_len, x.sp_factor);
+                format!("use s = {} or {}", s / f * f, (s / f + 1) * f)
+            },
+        }],
+    },
+    RuleDef {
+        rule: Rule::CpAttention,
+        code: "cp-attention",
+        clauses: &[Clause {
+            broken: |x| x.c > 1 && !x.job.flash_attention,
+            message: |x| {
                 format!(
                     "C = {} needs fused (flash) attention: Megatron runs context parallelism only in Transformer Engine's fused attention, and this job turns flash attention off",
-                    l.cp
-                ),
-                "use C = 1, or drop --no-flash-attention".into(),
-            ),
-            Rule::EpNeedsSp => push(
-                rule,
-                format!("T = {} with E = {} needs sequence parallelism", l.tp, l.ep),
-                "turn SP on".into(),
-            ),
-            Rule::Zero3Pp => push(
-                rule,
+                    x.l.cp
+                )
+            },
+            remedy: |_| "use C = 1, or drop --no-flash-attention".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::MaxSeq,
+        code: "max-seq",
+        clauses: &[Clause {
+            broken: |x| {
+                x.a.position_embedding == PositionEmbedding::Learned && x.job.seq_len > x.a.max_seq
+            },
+            message: |x| {
+                format!(
+                    "sequence {} exceeds the learned position table of {}",
+                    x.job.seq_len, x.a.max_seq
+                )
+            },
+            remedy: |x| format!("use s ≤ {}", x.a.max_seq),
+        }],
+    },
+    RuleDef {
+        rule: Rule::Experts,
+        code: "experts",
+        clauses: &[
+            Clause {
+                broken: |x| x.model.moe.is_none() && (x.l.ep > 1 || x.l.etp > 1),
+                message: |x| format!("E = {} / ETP = {} on a dense model", x.l.ep, x.l.etp),
+                remedy: |_| "use E = 1 and ETP = 1".into(),
+            },
+            Clause {
+                broken: |x| {
+                    x.model.moe.is_some() && !experts_fit(x.experts(), x.l.ep, x.l.etp, x.tcd)
+                },
+                message: |x| {
+                    let (n, l) = (x.experts(), x.l);
+                    format!(
+                        "{} experts over E = {} (remainder {}), and T·C·D = {} over E·ETP = {} (remainder {}): both must divide [Megatron E2, W3]",
+                        n,
+                        l.ep,
+                        n % l.ep,
+                        x.tcd,
+                        x.block,
+                        x.tcd % x.block
+                    )
+                },
+                remedy: |x| {
+                    let n = x.experts();
+                    let ok: Vec<u32> = (1..=n)
+                        .filter(|&e| experts_fit(n, e, x.l.etp, x.tcd))
+                        .collect();
+                    format!("with ETP = {}, use E among {}", x.l.etp, list(&ok))
+                },
+            },
+            Clause {
+                broken: |x| {
+                    x.model.moe.is_some()
+                        && x.l.order == RankOrder::TpCpEpPpDp
+                        && x.l.pp > 1
+                        && x.block != x.t * x.c
+                },
+                message: |x| {
+                    let l = x.l;
+                    format!(
+                        "with order tp-cp-ep-pp-dp and p = {} the expert block E·ETP = {}·{} = {} must equal T·C = {}, or the expert and dense pipeline groups differ [Megatron W4, W5]",
+                        l.pp,
+                        l.ep,
+                        l.etp,
+                        x.block,
+                        x.t * x.c
+                    )
+                },
+                remedy: |_| "use order tp-cp-ep-dp-pp, or E·ETP = T·C".into(),
+            },
+            Clause {
+                broken: |x| x.model.moe.is_some() && x.a.linear_bias && x.l.etp != 1,
+                message: |x| {
+                    format!(
+                        "experts with biases need ETP = 1, but ETP = {} [Megatron E4]",
+                        x.l.etp
+                    )
+                },
+                remedy: |_| "use ETP = 1 (or a bias-free model, --disable-bias-linear)".into(),
+            },
+        ],
+    },
+    RuleDef {
+        rule: Rule::EpNeedsSp,
+        code: "ep-needs-sp",
+        clauses: &[Clause {
+            broken: |x| x.model.moe.is_some() && x.l.tp > 1 && x.l.ep > 1 && !x.l.sp,
+            message: |x| {
+                format!(
+                    "T = {} with E = {} needs sequence parallelism",
+                    x.l.tp, x.l.ep
+                )
+            },
+            remedy: |_| "turn SP on".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::Zero3Pp,
+        code: "zero3-pp",
+        clauses: &[Clause {
+            broken: |x| x.l.zero >= 3 && x.l.pp > 1,
+            message: |x| {
                 format!(
                     "ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path",
-                    l.pp
-                ),
-                "use ZeRO-1 with pipeline parallelism, or p = 1".into(),
-            ),
-            Rule::Policy => push(
-                rule,
+                    x.l.pp
+                )
+            },
+            remedy: |_| "use ZeRO-1 with pipeline parallelism, or p = 1".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::Policy,
+        code: "policy",
+        clauses: &[Clause {
+            broken: |x| {
+                let (l, p) = (x.l, x.policy);
+                let over = |v: u32, bound: Option<u32>| bound.is_some_and(|b| v > b);
+                over(l.tp, p.max_tp) || over(l.pp, p.max_pp) || over(l.cp, p.max_cp)
+            },
+            message: |x| {
+                let (l, p) = (x.l, x.policy);
                 format!(
                     "T = {}, p = {}, C = {} exceeds the bounds (max T {:?}, max p {:?}, max C {:?})",
-                    l.tp, l.pp, l.cp, policy.max_tp, policy.max_pp, policy.max_cp
-                ),
-                "relax the bound flags".into(),
-            ),
-            Rule::Memory => {}
-        }
+                    l.tp, l.pp, l.cp, p.max_tp, p.max_pp, p.max_cp
+                )
+            },
+            remedy: |_| "relax the bound flags".into(),
+        }],
+    },
+    RuleDef {
+        rule: Rule::Memory,
+        code: "memory",
+        clauses: &[Clause {
+            broken: |x| x.memory.is_some(),
+            message: |x| {
+                const GIB: f64 = crate::spec::GIB;
+                let (peak, usable, comp, bytes) = x.memory.unwrap_or_default();
+                format!(
+                    "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB{}",
+                    peak / GIB,
+                    usable / GIB,
+                    if peak - usable < 0.1 * GIB {
+                        format!("{:.0} MiB", (peak - usable) / (1024.0 * 1024.0))
+                    } else {
+                        format!("{:.2} GiB", (peak - usable) / GIB)
+                    },
+                    comp,
+                    bytes / GIB,
+                    if bytes > usable {
+                        ", more than the usable memory on its own"
+                    } else {
+                        ""
+                    }
+                )
+            },
+            remedy: |_| {
+                "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)".into()
+            },
+        }],
+    },
+];
+
+// The table is indexed by rule and lists the rules in check order.
+const _: () = {
+    let mut i = 0;
+    while i < RULES.len() {
+        assert!(RULES[i].rule as usize == i && Rule::ALL[i] as usize == i);
+        i += 1;
     }
-    if let Some((peak, usable, comp, bytes)) = memory {
-        const GIB: f64 = crate::spec::GIB;
-        out.push(Violation {
-            rule: Rule::Memory,
-            code: Rule::Memory.code(),
-            message: format!(
-                "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB{}",
-                peak / GIB,
-                usable / GIB,
-                if peak - usable < 0.1 * GIB {
-                    format!("{:.0} MiB", (peak - usable) / (1024.0 * 1024.0))
-                } else {
-                    format!("{:.2} GiB", (peak - usable) / GIB)
-                },
-                comp,
-                bytes / GIB,
-                if bytes > usable { ", more than the usable memory on its own" } else { "" }
-            ),
-            remedy: "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)".into(),
-        });
-    }
-    out
-}
+};
