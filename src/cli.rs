@@ -1029,3 +1029,90 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => run_calibrate(a, &mut out),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout_args(cmd: &str, flags: &[&str]) -> LayoutArgs {
+        let mut argv = vec!["meshplan", cmd, "--model", "70b", "--cluster", "dgx64"];
+        argv.extend_from_slice(flags);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Explain(a)) => a.layout,
+            Ok(Command::Generate(a)) => a.layout,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every key of the layout grammar is a flag of `explain` and
+    /// `generate`, and `--KEY EXAMPLE` fixes what `KEY=EXAMPLE` fixes.
+    #[test]
+    fn flags_and_key_values_are_one_grammar() {
+        for key in search::LAYOUT_KEYS {
+            let flag = key.flag();
+            for cmd in ["explain", "generate"] {
+                let a = layout_args(cmd, &[&flag, key.example]);
+                if key.name == "split" {
+                    assert_eq!(a.split, Some(vec![19, 21, 21, 19]));
+                    continue;
+                }
+                let f = Filter::parse(&format!("{}={}", key.name, key.example)).unwrap();
+                assert_eq!(a.filter(), f, "{cmd} {flag} {}", key.example);
+            }
+        }
+    }
+
+    /// `--sp` alone, `--sp on` and `--sp off`; absent means the default.
+    #[test]
+    fn sp_flag_forms() {
+        assert_eq!(layout_args("explain", &["--sp"]).sp, Some(true));
+        assert_eq!(layout_args("explain", &["--sp", "on"]).sp, Some(true));
+        assert_eq!(layout_args("generate", &["--sp", "off"]).sp, Some(false));
+        assert_eq!(layout_args("explain", &["--sp", "--tp", "8"]).tp, Some(8));
+        assert_eq!(layout_args("explain", &[]).sp, None);
+    }
+
+    /// The help of a layout flag shows the table's default and, for named
+    /// values, the possible values; a hidden alias is not listed.
+    #[test]
+    fn help_shows_defaults_and_values() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let explain = cmd.find_subcommand_mut("explain").unwrap();
+        let help = explain.render_long_help().to_string();
+        assert!(
+            help.contains("Tensor-parallel size T [default: 1]"),
+            "{help}"
+        );
+        assert!(help.contains("[default: off]"), "{help}");
+        assert!(
+            help.contains("[possible values: none, selective, full]"),
+            "{help}"
+        );
+        assert!(
+            help.contains("[possible values: ring, all-gather]"),
+            "{help}"
+        );
+        assert!(
+            help.contains("[possible values: megatron, adam-16b, deepspeed]"),
+            "{help}"
+        );
+        assert!(!help.contains("p2p,") && !help.contains("seed"), "{help}");
+    }
+
+    /// Clap's error for a bad named value names the flag, the value and the
+    /// possible values; an alias is accepted.
+    #[test]
+    fn named_values_parse_or_fail_clearly() {
+        let argv = ["meshplan", "explain", "--model", "m", "--cluster", "c"];
+        let bad = Cli::try_parse_from(argv.iter().chain(&["--order", "pp-first"])).unwrap_err();
+        let text = bad.to_string();
+        assert!(
+            text.contains("invalid value 'pp-first' for '--order <ORDER>'"),
+            "{text}"
+        );
+        assert!(text.contains("tp-cp-ep-dp-pp, tp-cp-ep-pp-dp"), "{text}");
+        let a = layout_args("explain", &["--cp-comm", "allgather"]);
+        assert_eq!(a.cp_comm, Some(CpComm::AllGather));
+    }
+}

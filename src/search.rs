@@ -898,3 +898,51 @@ mod moe_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+    use crate::spec::{Catalog, GIB};
+
+    /// Hand-worked ranks with ties. Valid layouts (tokens/s, peak GiB):
+    /// A (100, 50), B (100, 40), C (90, 10), D (100, 50), A's twin.
+    /// - (100, 50), A itself: only B is strictly better (same tokens/s,
+    ///   less memory); D ties and A does not count against itself → 2.
+    /// - (100, 40), B: nothing is better → 1.
+    /// - (90, 10), C: A, B and D have more tokens/s → 4.
+    /// - (100, 45), not in the list: B is better → 2.
+    /// - (110, 99): nothing has more tokens/s → 1.
+    #[test]
+    fn rank_among_counts_strictly_better_with_memory_tie_break() {
+        let cat = Catalog::shipped().unwrap();
+        let model = cat.model("70b").unwrap();
+        let cluster = cat.cluster("dgx64").unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let job = crate::spec::Job::new(2048, 8192);
+        let pr = Problem::new(model, gpu, cluster, &job, 64);
+        let layout = Layout::dense(8, 8, 1, 1);
+        let base = cost::evaluate(&pr, &layout);
+        let priced = |tokens_per_s: f64, peak_gib: f64| Evaluation {
+            tokens_per_s,
+            peak_bytes: peak_gib * GIB,
+            ..base
+        };
+        let cand = |t: f64, m: f64| Candidate {
+            layout: layout.clone(),
+            eval: priced(t, m),
+        };
+        let valid = [
+            cand(100.0, 50.0),
+            cand(100.0, 40.0),
+            cand(90.0, 10.0),
+            cand(100.0, 50.0),
+        ];
+        assert_eq!(rank_among(&valid, &valid[0].eval), 2);
+        assert_eq!(rank_among(&valid, &valid[1].eval), 1);
+        assert_eq!(rank_among(&valid, &valid[2].eval), 4);
+        assert_eq!(rank_among(&valid, &valid[3].eval), 2);
+        assert_eq!(rank_among(&valid, &priced(100.0, 45.0)), 2);
+        assert_eq!(rank_among(&valid, &priced(110.0, 99.0)), 1);
+        assert_eq!(rank_among(&[], &priced(1.0, 1.0)), 1);
+    }
+}
