@@ -117,5 +117,10 @@ mod tests {
         // The old recipe name still parses, and is not listed.
         assert_eq!(parse::<RecipeName>("seed").unwrap(), RecipeName::Adam16b);
         assert_eq!(expected::<RecipeName>(), "megatron, adam-16b or deepspeed");
+        // JSON says adam-16b and still reads seed.
+        let json = serde_json::to_string(&RecipeName::Adam16b).unwrap();
+        assert_eq!(json, "\"adam-16b\"");
+        let old: RecipeName = serde_json::from_str("\"seed\"").unwrap();
+        assert_eq!(old, RecipeName::Adam16b);
     }
 }
