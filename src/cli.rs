@@ -5,16 +5,18 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 
 use crate::calibrate::{self, Overlay};
 use crate::cost::{Evaluation, Problem};
 use crate::error::InputError;
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
+use crate::names::{self, Named};
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
-use crate::search::{self, Filter, Space};
+use crate::search::{self, Filter, Space, parse_size, parse_switch, parse_zero};
 use crate::spec::GIB;
 use crate::spec::{Catalog, Cluster, Gpu, Job, Model, RecipeName};
 use crate::validate;
@@ -94,9 +96,11 @@ struct JobArgs {
     /// Sequence length s in tokens (default: the model card's).
     #[arg(long)]
     seq_len: Option<u64>,
-    /// Precision recipe: `megatron` (bf16 + fp32 main grads, 2/4/12 bytes)
-    /// or `seed` (2/2/12).
-    #[arg(long, value_enum, default_value_t = RecipeName::Megatron)]
+    /// Precision recipe: `megatron` (bf16 weights, fp32 main grads, fp32
+    /// master and Adam: 2 + 4 + 12 bytes per parameter), `adam-16b` (bf16
+    /// gradients reduced in bf16: 2 + 2 + 12 = 16 bytes) or `deepspeed`
+    /// (2 + (2 + 4) + 12).
+    #[arg(long, default_value_t = RecipeName::Megatron, value_parser = NamedParser::<RecipeName>::new())]
     recipe: RecipeName,
     /// Price attention without flash attention (stores the s×s scores).
     #[arg(long)]
@@ -151,7 +155,7 @@ struct SearchArgs {
     #[arg(long)]
     no_cp: bool,
     /// Only this context-parallel K/V exchange (default: try both).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = NamedParser::<CpComm>::new())]
     cp_comm: Option<CpComm>,
     /// Largest micro-batch to try.
     #[arg(long, default_value_t = 16)]
@@ -196,60 +200,182 @@ struct ExplainArgs {
     /// Accept T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
     allow_tp_across_nodes: bool,
-    /// Data-parallel size D (default: what the GPUs leave).
-    #[arg(long)]
-    dp: Option<u32>,
-    /// Tensor-parallel size T.
-    #[arg(long, default_value_t = 1)]
-    tp: u32,
-    /// Pipeline-parallel size p.
-    #[arg(long, default_value_t = 1)]
-    pp: u32,
-    /// Context-parallel size C.
-    #[arg(long, default_value_t = 1)]
-    cp: u32,
-    /// Expert-parallel size E.
-    #[arg(long, default_value_t = 1)]
-    ep: u32,
-    /// Expert tensor-parallel size ETP.
-    #[arg(long, default_value_t = 1)]
-    etp: u32,
-    /// Context-parallel K/V exchange (Megatron `--cp-comm-type p2p|allgather`).
-    #[arg(long, value_enum, default_value_t = CpComm::Ring)]
-    cp_comm: CpComm,
-    /// Virtual pipeline stages per rank v.
-    #[arg(long, default_value_t = 1)]
-    vpp: u32,
-    /// Micro-batch size b.
-    #[arg(long, default_value_t = 1)]
-    mbs: u32,
-    /// Activation recompute.
-    #[arg(long, value_enum, default_value_t = Recompute::None)]
-    recompute: Recompute,
-    /// ZeRO stage (1 = Megatron distributed optimizer).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
-    zero: u8,
-    /// Sequence parallelism.
-    #[arg(long)]
-    sp: bool,
-    /// Rank order.
-    #[arg(long, value_enum, default_value_t = RankOrder::TpCpEpDpPp)]
-    order: RankOrder,
-    /// Explicit layers per pipeline chunk, e.g. `19,21,21,19`.
-    #[arg(long, value_delimiter = ',', conflicts_with = "auto_split")]
-    split: Option<Vec<u32>>,
+    #[command(flatten)]
+    layout: LayoutArgs,
     /// Choose the layers per pipeline chunk with the stage-split ILP
     /// (fastest split that fits; fails naming the stage that overflows).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "split")]
     auto_split: bool,
     #[command(flatten)]
     extras: Extras,
 }
 
+/// The layout of `explain` and `generate`: one flag per key of the layout
+/// grammar ([`search::LAYOUT_KEYS`], the keys of `search --fix` and
+/// `--why-not`, parsed by the same functions). A key not given takes that
+/// table's default, which `--help` shows.
+#[derive(Debug, Clone, Default, Args)]
+#[group(id = "layout", multiple = true)]
+#[command(mut_args(show_layout_default))]
+struct LayoutArgs {
+    /// Data-parallel size D.
+    #[arg(long, value_parser = parse_size)]
+    dp: Option<u32>,
+    /// Tensor-parallel size T.
+    #[arg(long, value_parser = parse_size)]
+    tp: Option<u32>,
+    /// Pipeline-parallel size p.
+    #[arg(long, value_parser = parse_size)]
+    pp: Option<u32>,
+    /// Context-parallel size C.
+    #[arg(long, value_parser = parse_size)]
+    cp: Option<u32>,
+    /// Expert-parallel size E (MoE).
+    #[arg(long, value_parser = parse_size)]
+    ep: Option<u32>,
+    /// Expert tensor-parallel size ETP (MoE).
+    #[arg(long, value_parser = parse_size)]
+    etp: Option<u32>,
+    /// Context-parallel K/V exchange when C > 1 (Megatron `--cp-comm-type
+    /// p2p|allgather`, also accepted).
+    #[arg(long, value_parser = NamedParser::<CpComm>::new())]
+    cp_comm: Option<CpComm>,
+    /// Virtual pipeline stages per rank v.
+    #[arg(long, value_parser = parse_size)]
+    vpp: Option<u32>,
+    /// Micro-batch size b, sequences.
+    #[arg(long, value_parser = parse_size)]
+    mbs: Option<u32>,
+    /// Activation recompute.
+    #[arg(long, value_parser = NamedParser::<Recompute>::new())]
+    recompute: Option<Recompute>,
+    /// ZeRO stage 0-3 (1 = Megatron distributed optimizer).
+    #[arg(long, value_parser = parse_zero)]
+    zero: Option<u8>,
+    /// Sequence parallelism (Megatron `--sequence-parallel`): `--sp` or
+    /// `--sp on` turns it on, `--sp off` off.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, default_missing_value = "on", value_parser = parse_switch)]
+    sp: Option<bool>,
+    /// Rank order (first axis varies fastest).
+    #[arg(long, value_parser = NamedParser::<RankOrder>::new())]
+    order: Option<RankOrder>,
+    /// Explicit layers per pipeline chunk in model order (p·v entries),
+    /// e.g. `19,21,21,19`.
+    #[arg(long, value_delimiter = ',')]
+    split: Option<Vec<u32>>,
+}
+
+impl LayoutArgs {
+    /// The values given, as a partial layout (the split apart).
+    fn filter(&self) -> Filter {
+        Filter {
+            dp: self.dp,
+            tp: self.tp,
+            pp: self.pp,
+            cp: self.cp,
+            ep: self.ep,
+            etp: self.etp,
+            cp_comm: self.cp_comm,
+            vpp: self.vpp,
+            micro_batch: self.mbs,
+            recompute: self.recompute,
+            zero: self.zero,
+            sp: self.sp,
+            order: self.order,
+        }
+    }
+
+    /// Whether any layout flag was given.
+    fn any(&self) -> bool {
+        !self.filter().is_empty() || self.split.is_some()
+    }
+
+    /// The layout for `world` GPUs and a global batch of `global_batch`
+    /// sequences: the values given, the grammar's defaults elsewhere.
+    fn layout(&self, world: u64, global_batch: u64) -> Result<Layout> {
+        let given = self.filter();
+        let Some(mut layout) = given.layout_with_defaults(world) else {
+            let d = Filter::defaults();
+            let inner = [given.tp.or(d.tp), given.pp.or(d.pp), given.cp.or(d.cp)]
+                .iter()
+                .map(|x| x.unwrap_or(1) as u64)
+                .product::<u64>();
+            bail!(
+                "T·p·C = {inner} does not divide the {world} GPUs; give --dp explicitly or change the sizes"
+            );
+        };
+        if global_batch < layout.dp as u64 {
+            return Err(InputError::Job(format!(
+                "global batch {global_batch} is smaller than D = {}: every replica needs at least one sequence",
+                layout.dp
+            ))
+            .into());
+        }
+        layout.split = self.split.clone();
+        Ok(layout)
+    }
+}
+
+/// Appends the layout grammar's default to the help of each layout flag.
+fn show_layout_default(a: clap::Arg) -> clap::Arg {
+    let id = a.get_id().as_str().to_string();
+    let Some(key) = search::LAYOUT_KEYS.iter().find(|k| k.name == id) else {
+        return a;
+    };
+    let note = format!("[default: {}]", key.default_text());
+    let help = match a.get_help() {
+        Some(h) => format!("{h} {note}"),
+        None => note.clone(),
+    };
+    let long = a.get_long_help().map(|h| format!("{h}\n\n{note}"));
+    let a = a.help(help);
+    match long {
+        Some(l) => a.long_help(l),
+        None => a,
+    }
+}
+
+/// Parses and lists the names of a [`Named`] type for clap: `--help` shows
+/// the printed names, aliases are accepted but not shown, and a bad value
+/// gets clap's error naming the flag, the value and the possible values.
+#[derive(Clone)]
+struct NamedParser<T>(std::marker::PhantomData<T>);
+
+impl<T: Named + Send + Sync> NamedParser<T> {
+    fn new() -> Self {
+        NamedParser(std::marker::PhantomData)
+    }
+
+    fn values() -> Vec<PossibleValue> {
+        T::VALUES
+            .iter()
+            .map(|v| PossibleValue::new(v.name()).aliases(v.aliases().iter().copied()))
+            .collect()
+    }
+}
+
+impl<T: Named + Send + Sync> TypedValueParser for NamedParser<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<T, clap::Error> {
+        let text = PossibleValuesParser::new(Self::values()).parse_ref(cmd, arg, value)?;
+        names::parse::<T>(&text)
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(Self::values().into_iter()))
+    }
+}
+
 /// `generate`: which plan, and where to write it. With no layout flags and
 /// no `--plan`, the best layout of a default search (or the `--rank`-th).
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("layout").multiple(true).args(["dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute", "zero", "sp", "order", "split", "cp_comm"])))]
 struct GenerateArgs {
     #[command(flatten)]
     job: JobArgs,
@@ -265,48 +391,8 @@ struct GenerateArgs {
     /// Allow T beyond one NVLink domain (as `search --allow-tp-across-nodes`).
     #[arg(long)]
     allow_tp_across_nodes: bool,
-    /// Data-parallel size D (default: what the GPUs leave).
-    #[arg(long)]
-    dp: Option<u32>,
-    /// Tensor-parallel size T (default 1 when any layout flag is given).
-    #[arg(long)]
-    tp: Option<u32>,
-    /// Pipeline-parallel size p (default 1).
-    #[arg(long)]
-    pp: Option<u32>,
-    /// Context-parallel size C (default 1).
-    #[arg(long)]
-    cp: Option<u32>,
-    /// Expert-parallel size E (default 1).
-    #[arg(long)]
-    ep: Option<u32>,
-    /// Expert tensor-parallel size ETP (default 1).
-    #[arg(long)]
-    etp: Option<u32>,
-    /// Virtual pipeline stages per rank v (default 1).
-    #[arg(long)]
-    vpp: Option<u32>,
-    /// Micro-batch size b (default 1).
-    #[arg(long)]
-    mbs: Option<u32>,
-    /// Activation recompute (default none).
-    #[arg(long, value_enum)]
-    recompute: Option<Recompute>,
-    /// ZeRO stage (default 1 = Megatron distributed optimizer).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
-    zero: Option<u8>,
-    /// Sequence parallelism.
-    #[arg(long)]
-    sp: bool,
-    /// Rank order (default tp-cp-ep-dp-pp).
-    #[arg(long, value_enum)]
-    order: Option<RankOrder>,
-    /// Explicit layers per pipeline chunk in model order, e.g. `19,21,21,19`.
-    #[arg(long, value_delimiter = ',')]
-    split: Option<Vec<u32>>,
-    /// Context-parallel K/V exchange when C > 1.
-    #[arg(long, value_enum)]
-    cp_comm: Option<CpComm>,
+    #[command(flatten)]
+    layout: LayoutArgs,
 }
 
 #[derive(Debug, Args)]
@@ -335,6 +421,46 @@ struct Setup {
 impl Setup {
     fn problem(&self) -> Problem<'_> {
         Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.world)
+    }
+}
+
+/// What `explain` and `generate` plan, resolved once from their flags: the
+/// model, GPU, cluster and job, the rules' policy, and the layout the flags
+/// give (`None` when no layout flag is given).
+struct PlanRequest {
+    setup: Setup,
+    policy: Policy,
+    layout: Option<Layout>,
+}
+
+impl PlanRequest {
+    fn new(job: &JobArgs, layout: &LayoutArgs, allow_tp_across_nodes: bool) -> Result<PlanRequest> {
+        let setup = setup(job)?;
+        let layout = if layout.any() {
+            Some(layout.layout(setup.world, setup.job.global_batch)?)
+        } else {
+            None
+        };
+        Ok(PlanRequest {
+            setup,
+            policy: Policy {
+                allow_tp_across_domains: allow_tp_across_nodes,
+                ..Policy::default()
+            },
+            layout,
+        })
+    }
+
+    fn problem(&self) -> Problem<'_> {
+        self.setup.problem()
+    }
+
+    /// The layout given, or every key at its default.
+    fn layout_or_defaults(&self) -> Result<Layout> {
+        match &self.layout {
+            Some(l) => Ok(l.clone()),
+            None => LayoutArgs::default().layout(self.setup.world, self.setup.job.global_batch),
+        }
     }
 }
 
@@ -578,71 +704,17 @@ fn checkpoint_and_time(
 }
 
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
-    let s = setup(&a.job)?;
-    let pr = s.problem();
-    let inner = a.tp as u64 * a.pp as u64 * a.cp as u64;
-    for (flag, v) in [
-        ("--tp", a.tp),
-        ("--pp", a.pp),
-        ("--cp", a.cp),
-        ("--ep", a.ep),
-        ("--etp", a.etp),
-        ("--vpp", a.vpp),
-        ("--mbs", a.mbs),
-    ] {
-        if v == 0 {
-            bail!("{flag} must be at least 1");
-        }
-    }
-    let dp = match a.dp {
-        Some(0) => bail!("--dp must be at least 1"),
-        Some(d) => d,
-        None => {
-            if s.world % inner != 0 {
-                bail!(
-                    "T·p·C = {} does not divide the {} GPUs; give --dp explicitly or change the sizes",
-                    inner,
-                    s.world
-                );
-            }
-            (s.world / inner) as u32
-        }
-    };
-    if s.job.global_batch < dp as u64 {
-        return Err(InputError::Job(format!(
-            "global batch {} is smaller than D = {}: every replica needs at least one sequence",
-            s.job.global_batch, dp
-        ))
-        .into());
-    }
-    let layout = Layout {
-        dp,
-        tp: a.tp,
-        pp: a.pp,
-        cp: a.cp,
-        ep: a.ep,
-        etp: a.etp,
-        vpp: a.vpp,
-        micro_batch: a.mbs,
-        recompute: a.recompute,
-        zero: a.zero,
-        sp: a.sp,
-        order: a.order,
-        split: a.split.clone(),
-        cp_comm: a.cp_comm,
-    };
-    let mut layout = layout;
+    let req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    let pr = req.problem();
+    let mut layout = req.layout_or_defaults()?;
     if a.auto_split {
         let s =
             crate::split::solve(&pr, &layout).map_err(|e| anyhow::anyhow!("--auto-split: {e}"))?;
         layout.split = Some(s.layers);
     }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
-    let policy = Policy {
-        allow_tp_across_domains: a.allow_tp_across_nodes,
-        ..Policy::default()
-    };
-    let mut report = ExplainReport::new(&pr, &policy, &layout);
+    let policy = &req.policy;
+    let mut report = ExplainReport::new(&pr, policy, &layout);
     // Place it among all valid layouts.
     let space = Space {
         keep_all: true,
@@ -653,17 +725,12 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(best) = result.top.first() {
         report.best = Some(Row::of(1, best));
         if report.is_valid() {
-            let faster = result
-                .all
-                .iter()
-                .filter(|c| c.eval.tokens_per_s > report.eval.tokens_per_s)
-                .count();
-            report.rank_among_valid = Some(faster + 1);
+            report.rank_among_valid = Some(search::rank_among(&result.all, &report.eval));
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
     }
     if !report.is_valid() {
-        report.fixes = Some(explain::smallest_fixes(&pr, &policy, &layout));
+        report.fixes = Some(explain::smallest_fixes(&pr, policy, &layout));
     }
     let (ck, ttt) = checkpoint_and_time(&pr, &layout, &report.eval, tokens);
     report.time_to_train = ttt;
@@ -743,7 +810,8 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -> Result<Layout> {
+fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
+    let s = &req.setup;
     if let Some(file) = &a.plan {
         let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
             file: file.clone(),
@@ -753,98 +821,36 @@ fn generate_layout(a: &GenerateArgs, s: &Setup, pr: &Problem, policy: &Policy) -
         input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
         return Ok(input.layout);
     }
-    let explicit = [a.dp, a.tp, a.pp, a.cp, a.ep, a.etp, a.vpp, a.mbs]
-        .iter()
-        .any(Option::is_some)
-        || a.recompute.is_some()
-        || a.zero.is_some()
-        || a.sp
-        || a.order.is_some()
-        || a.split.is_some()
-        || a.cp_comm.is_some();
-    if !explicit {
-        let k = a.rank.unwrap_or(1) as usize;
-        let space = Space {
-            top_k: k,
-            policy: policy.clone(),
-            ..Space::default()
-        };
-        let result = search::search(pr, &space);
-        return match result.top.get(k - 1) {
-            Some(c) => Ok(c.layout.clone()),
-            None => bail!(
-                "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
-                result.top.len(),
-                s.model.name,
-                s.world
-            ),
-        };
+    if let Some(l) = &req.layout {
+        return Ok(l.clone());
     }
-    let (tp, pp, cp) = (a.tp.unwrap_or(1), a.pp.unwrap_or(1), a.cp.unwrap_or(1));
-    let (ep, etp, vpp, mbs) = (
-        a.ep.unwrap_or(1),
-        a.etp.unwrap_or(1),
-        a.vpp.unwrap_or(1),
-        a.mbs.unwrap_or(1),
-    );
-    for (flag, v) in [
-        ("--tp", tp),
-        ("--pp", pp),
-        ("--cp", cp),
-        ("--ep", ep),
-        ("--etp", etp),
-        ("--vpp", vpp),
-        ("--mbs", mbs),
-    ] {
-        if v == 0 {
-            bail!("{flag} must be at least 1");
-        }
-    }
-    let inner = tp as u64 * pp as u64 * cp as u64;
-    let dp = match a.dp {
-        Some(0) => bail!("--dp must be at least 1"),
-        Some(d) => d,
-        None => {
-            if !s.world.is_multiple_of(inner) {
-                bail!(
-                    "T·p·C = {} does not divide the {} GPUs; give --dp explicitly or change the sizes",
-                    inner,
-                    s.world
-                );
-            }
-            (s.world / inner) as u32
-        }
+    let k = a.rank.unwrap_or(1) as usize;
+    let space = Space {
+        top_k: k,
+        policy: req.policy.clone(),
+        ..Space::default()
     };
-    Ok(Layout {
-        dp,
-        tp,
-        pp,
-        cp,
-        ep,
-        etp,
-        vpp,
-        micro_batch: mbs,
-        recompute: a.recompute.unwrap_or(Recompute::None),
-        zero: a.zero.unwrap_or(1),
-        sp: a.sp,
-        order: a.order.unwrap_or(RankOrder::TpCpEpDpPp),
-        split: a.split.clone(),
-        cp_comm: a.cp_comm.unwrap_or_default(),
-    })
+    let result = search::search(&req.problem(), &space);
+    match result.top.get(k - 1) {
+        Some(c) => Ok(c.layout.clone()),
+        None => bail!(
+            "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
+            result.top.len(),
+            s.model.name,
+            s.world
+        ),
+    }
 }
 
 fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     if a.job.format == Format::Csv {
         bail!("--format csv: generate prints the checklist (table) or the plan (json)");
     }
-    let s = setup(&a.job)?;
-    let pr = s.problem();
-    let policy = Policy {
-        allow_tp_across_domains: a.allow_tp_across_nodes,
-        ..Policy::default()
-    };
-    let layout = generate_layout(a, &s, &pr, &policy)?;
-    let bundle = crate::generate::generate(&pr, &policy, &layout)?;
+    let req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    let s = &req.setup;
+    let pr = req.problem();
+    let layout = generate_layout(a, &req)?;
+    let bundle = crate::generate::generate(&pr, &req.policy, &layout)?;
     let paths = crate::generate::write(&bundle.files, &a.out)?;
     if a.job.format == Format::Json {
         out.write_all(
@@ -1021,5 +1027,92 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => run_generate(a, &mut out),
         Command::Validate(a) => run_validate(a, &mut out),
         Command::Calibrate(a) => run_calibrate(a, &mut out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout_args(cmd: &str, flags: &[&str]) -> LayoutArgs {
+        let mut argv = vec!["meshplan", cmd, "--model", "70b", "--cluster", "dgx64"];
+        argv.extend_from_slice(flags);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Explain(a)) => a.layout,
+            Ok(Command::Generate(a)) => a.layout,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every key of the layout grammar is a flag of `explain` and
+    /// `generate`, and `--KEY EXAMPLE` fixes what `KEY=EXAMPLE` fixes.
+    #[test]
+    fn flags_and_key_values_are_one_grammar() {
+        for key in search::LAYOUT_KEYS {
+            let flag = key.flag();
+            for cmd in ["explain", "generate"] {
+                let a = layout_args(cmd, &[&flag, key.example]);
+                if key.name == "split" {
+                    assert_eq!(a.split, Some(vec![19, 21, 21, 19]));
+                    continue;
+                }
+                let f = Filter::parse(&format!("{}={}", key.name, key.example)).unwrap();
+                assert_eq!(a.filter(), f, "{cmd} {flag} {}", key.example);
+            }
+        }
+    }
+
+    /// `--sp` alone, `--sp on` and `--sp off`; absent means the default.
+    #[test]
+    fn sp_flag_forms() {
+        assert_eq!(layout_args("explain", &["--sp"]).sp, Some(true));
+        assert_eq!(layout_args("explain", &["--sp", "on"]).sp, Some(true));
+        assert_eq!(layout_args("generate", &["--sp", "off"]).sp, Some(false));
+        assert_eq!(layout_args("explain", &["--sp", "--tp", "8"]).tp, Some(8));
+        assert_eq!(layout_args("explain", &[]).sp, None);
+    }
+
+    /// The help of a layout flag shows the table's default and, for named
+    /// values, the possible values; a hidden alias is not listed.
+    #[test]
+    fn help_shows_defaults_and_values() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let explain = cmd.find_subcommand_mut("explain").unwrap();
+        let help = explain.render_long_help().to_string();
+        assert!(
+            help.contains("Tensor-parallel size T [default: 1]"),
+            "{help}"
+        );
+        assert!(help.contains("[default: off]"), "{help}");
+        assert!(
+            help.contains("[possible values: none, selective, full]"),
+            "{help}"
+        );
+        assert!(
+            help.contains("[possible values: ring, all-gather]"),
+            "{help}"
+        );
+        assert!(
+            help.contains("[possible values: megatron, adam-16b, deepspeed]"),
+            "{help}"
+        );
+        assert!(!help.contains("p2p,") && !help.contains("seed"), "{help}");
+    }
+
+    /// Clap's error for a bad named value names the flag, the value and the
+    /// possible values; an alias is accepted.
+    #[test]
+    fn named_values_parse_or_fail_clearly() {
+        let argv = ["meshplan", "explain", "--model", "m", "--cluster", "c"];
+        let bad = Cli::try_parse_from(argv.iter().chain(&["--order", "pp-first"])).unwrap_err();
+        let text = bad.to_string();
+        assert!(
+            text.contains("invalid value 'pp-first' for '--order <ORDER>'"),
+            "{text}"
+        );
+        assert!(text.contains("tp-cp-ep-dp-pp, tp-cp-ep-pp-dp"), "{text}");
+        let a = layout_args("explain", &["--cp-comm", "allgather"]);
+        assert_eq!(a.cp_comm, Some(CpComm::AllGather));
     }
 }

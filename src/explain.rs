@@ -511,42 +511,19 @@ fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
     })
 }
 
-/// Rank of a candidate with prices `e` among `all`: 1 + those strictly better.
-fn rank_of(all: &[Candidate], c: &Candidate) -> usize {
-    all.iter()
-        .filter(|x| better(x, c) == Ordering::Less)
-        .count()
-        + 1
-}
-
 /// A concrete layout for a question that matches nothing enumerated: the
-/// fixed values, D from N when possible, defaults elsewhere.
+/// fixed values, the layout grammar's defaults elsewhere
+/// ([`Filter::layout_with_defaults`]), D from N when possible and 1 when not.
 fn probe(pr: &Problem, f: &Filter) -> Layout {
-    let tp = f.tp.unwrap_or(1);
-    let pp = f.pp.unwrap_or(1);
-    let cp = f.cp.unwrap_or(1);
-    let inner = tp as u64 * pp as u64 * cp as u64;
-    let dp = f.dp.unwrap_or(if pr.world % inner == 0 {
-        (pr.world / inner) as u32
-    } else {
-        1
-    });
-    Layout {
-        dp,
-        tp,
-        pp,
-        cp,
-        ep: f.ep.unwrap_or(1),
-        etp: f.etp.unwrap_or(1),
-        vpp: f.vpp.unwrap_or(1),
-        micro_batch: f.micro_batch.unwrap_or(1),
-        recompute: f.recompute.unwrap_or(Recompute::None),
-        zero: f.zero.unwrap_or(1),
-        sp: f.sp.unwrap_or(tp > 1),
-        order: f.order.unwrap_or(crate::layout::RankOrder::TpCpEpDpPp),
-        split: None,
-        cp_comm: f.cp_comm.unwrap_or_default(),
-    }
+    f.layout_with_defaults(pr.world)
+        .or_else(|| {
+            Filter {
+                dp: Some(1),
+                ..f.clone()
+            }
+            .layout_with_defaults(pr.world)
+        })
+        .unwrap_or_else(|| Layout::dense(1, 1, 1, 1))
 }
 
 /// Answer `search --why-not QUERY`: the best valid layout matching the
@@ -586,7 +563,7 @@ pub fn why_not(
         matching_considered: sub.stats.considered,
         matching_valid,
         winner: winner.map(|w| Row::of(1, w)),
-        best: best.map(|b| Row::of(rank_of(all, b), b)),
+        best: best.map(|b| Row::of(search::rank_among(all, &b.eval), b)),
         gap: match (winner, best) {
             (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
             _ => None,
@@ -651,7 +628,7 @@ pub fn why_not(
         let violations = rules::explain(pr, &space.policy, &c.layout, memory_note(&c.eval));
         let fixes = smallest_fixes(pr, &space.policy, &c.layout);
         out.near_miss = Some(NearMiss {
-            rank_if_allowed: rank_of(all, &c),
+            rank_if_allowed: search::rank_among(all, &c.eval),
             layout: c.layout,
             eval: c.eval,
             violations,

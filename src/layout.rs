@@ -7,23 +7,14 @@
 //! first token varies fastest (`tp-cp-ep-dp-pp`: TP ranks are adjacent).
 
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::names::{self, Named, UnknownName};
+
 /// Activation recomputation (Korthikanti et al. 2022).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Keep every activation.
@@ -48,24 +39,37 @@ impl Recompute {
     }
 }
 
+impl Named for Recompute {
+    const KIND: &'static str = "recompute mode";
+    const VALUES: &'static [Recompute] = &Recompute::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl fmt::Display for Recompute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
+impl FromStr for Recompute {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Recompute, UnknownName> {
+        names::parse(s)
+    }
+}
+
 /// Rank order: which axis varies fastest over consecutive global ranks.
 /// Megatron's default is `tp-cp-ep-dp-pp`; `--use-tp-pp-dp-mapping` switches
 /// to `tp-cp-ep-pp-dp` ([ref:megatron-parallel-state]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RankOrder {
     /// `tp-cp-ep-dp-pp` (Megatron default): DP inside PP.
     #[serde(rename = "tp-cp-ep-dp-pp")]
-    #[value(name = "tp-cp-ep-dp-pp")]
     TpCpEpDpPp,
     /// `tp-cp-ep-pp-dp` (`--use-tp-pp-dp-mapping`): PP inside DP.
     #[serde(rename = "tp-cp-ep-pp-dp")]
-    #[value(name = "tp-cp-ep-pp-dp")]
     TpCpEpPpDp,
 }
 
@@ -82,9 +86,24 @@ impl RankOrder {
     }
 }
 
+impl Named for RankOrder {
+    const KIND: &'static str = "rank order";
+    const VALUES: &'static [RankOrder] = &RankOrder::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl fmt::Display for RankOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RankOrder {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<RankOrder, UnknownName> {
+        names::parse(s)
     }
 }
 
@@ -98,18 +117,14 @@ impl fmt::Display for RankOrder {
 /// - `AllGather` (`allgather`, Llama 3 report §3.3.2): one all-gather of K/V
 ///   before attention, exposed; backward gathers again and reduce-scatters
 ///   dK/dV. Same bytes as the ring, fewer and larger messages, not overlapped.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CpComm {
     /// Ring of point-to-point sends overlapped with attention (`p2p`).
     #[default]
     #[serde(rename = "ring")]
-    #[value(name = "ring")]
     Ring,
     /// All-gather of K/V before attention, exposed (`allgather`).
     #[serde(rename = "all-gather")]
-    #[value(name = "all-gather")]
     AllGather,
 }
 
@@ -134,9 +149,31 @@ impl CpComm {
     }
 }
 
+/// Also accepts Megatron's spellings, `p2p` and `allgather`.
+impl Named for CpComm {
+    const KIND: &'static str = "context-parallel K/V exchange";
+    const VALUES: &'static [CpComm] = &CpComm::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            CpComm::Ring => &["p2p"],
+            CpComm::AllGather => &["allgather"],
+        }
+    }
+}
+
 impl fmt::Display for CpComm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CpComm {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<CpComm, UnknownName> {
+        names::parse(s)
     }
 }
 

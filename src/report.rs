@@ -49,7 +49,7 @@ impl Context {
             gpus: pr.world,
             global_batch: pr.job.global_batch,
             seq_len: pr.job.seq_len,
-            recipe: format!("{:?}", pr.job.recipe_name).to_lowercase(),
+            recipe: pr.job.recipe_name.to_string(),
             usable_gib: pr.usable_bytes() / GIB,
             memory_gib: pr.gpu.memory_gib,
             peak_tflops: pr.gpu.peak_tflops_bf16,

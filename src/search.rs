@@ -37,6 +37,12 @@ use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::rules::{self, Policy, Rule, RuleSet};
 use crate::split::{self, SplitProblem};
 
+mod filter;
+pub use filter::{
+    Filter, KeyDefault, LAYOUT_KEYS, LayoutKey, dp_left, layout_key, parse_size, parse_switch,
+    parse_zero,
+};
+
 /// A priced layout.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Candidate {
@@ -48,158 +54,32 @@ pub struct Candidate {
 
 /// Orders candidates best first: higher tokens/s, then lower peak memory.
 pub fn better(a: &Candidate, b: &Candidate) -> Ordering {
-    b.eval
-        .tokens_per_s
-        .partial_cmp(&a.eval.tokens_per_s)
+    better_eval(&a.eval, &b.eval)
+}
+
+/// [`better`] on the prices alone.
+fn better_eval(a: &Evaluation, b: &Evaluation) -> Ordering {
+    b.tokens_per_s
+        .partial_cmp(&a.tokens_per_s)
         .unwrap_or(Ordering::Equal)
         .then(
-            a.eval
-                .peak_bytes
-                .partial_cmp(&b.eval.peak_bytes)
+            a.peak_bytes
+                .partial_cmp(&b.peak_bytes)
                 .unwrap_or(Ordering::Equal),
         )
 }
 
-/// Values a search may take; `None` means "search all".
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Filter {
-    /// Fixed D.
-    pub dp: Option<u32>,
-    /// Fixed T.
-    pub tp: Option<u32>,
-    /// Fixed p.
-    pub pp: Option<u32>,
-    /// Fixed C.
-    pub cp: Option<u32>,
-    /// Fixed E.
-    pub ep: Option<u32>,
-    /// Fixed ETP.
-    pub etp: Option<u32>,
-    /// Fixed context-parallel K/V exchange.
-    pub cp_comm: Option<CpComm>,
-    /// Fixed v.
-    pub vpp: Option<u32>,
-    /// Fixed b.
-    pub micro_batch: Option<u32>,
-    /// Fixed recompute.
-    pub recompute: Option<Recompute>,
-    /// Fixed ZeRO stage.
-    pub zero: Option<u8>,
-    /// Fixed SP.
-    pub sp: Option<bool>,
-    /// Fixed rank order.
-    pub order: Option<RankOrder>,
-}
-
-impl Filter {
-    /// Whether `l` matches every fixed value.
-    pub fn matches(&self, l: &Layout) -> bool {
-        fn ok<T: PartialEq>(f: &Option<T>, v: T) -> bool {
-            f.as_ref().is_none_or(|x| *x == v)
-        }
-        ok(&self.dp, l.dp)
-            && ok(&self.tp, l.tp)
-            && ok(&self.pp, l.pp)
-            && ok(&self.cp, l.cp)
-            && ok(&self.ep, l.ep)
-            && ok(&self.etp, l.etp)
-            && ok(&self.cp_comm, l.cp_comm)
-            && ok(&self.vpp, l.vpp)
-            && ok(&self.micro_batch, l.micro_batch)
-            && ok(&self.recompute, l.recompute)
-            && ok(&self.zero, l.zero)
-            && ok(&self.sp, l.sp)
-            && ok(&self.order, l.order)
-    }
-
-    /// Parse `"tp=16,pp=2"` (keys: dp tp pp cp ep etp vpp mbs recompute zero sp
-    /// order cp_comm).
-    ///
-    /// # Errors
-    /// A sentence naming the bad key or value.
-    pub fn parse(text: &str) -> Result<Filter, String> {
-        let mut f = Filter::default();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("`{part}`: expected key=value, e.g. tp=8"))?;
-            let key = k.trim();
-            let seen = text
-                .split(',')
-                .map(str::trim)
-                .take_while(|p| *p != part)
-                .any(|p| p.split_once('=').is_some_and(|(k2, _)| k2.trim() == key));
-            if seen {
-                return Err(format!("`{key}` is given twice"));
-            }
-            let num = || -> Result<u32, String> {
-                v.trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|x| *x > 0)
-                    .ok_or_else(|| format!("`{part}`: `{v}` is not a positive integer"))
-            };
-            match k.trim() {
-                "dp" | "d" => f.dp = Some(num()?),
-                "tp" | "t" => f.tp = Some(num()?),
-                "pp" | "p" => f.pp = Some(num()?),
-                "cp" | "c" => f.cp = Some(num()?),
-                "ep" | "e" => f.ep = Some(num()?),
-                "etp" => f.etp = Some(num()?),
-                "cp_comm" | "cp-comm" => {
-                    f.cp_comm = Some(match v.trim() {
-                        "ring" | "p2p" => CpComm::Ring,
-                        "all-gather" | "allgather" => CpComm::AllGather,
-                        _ => return Err(format!("`{part}`: cp_comm is ring or all-gather")),
-                    })
-                }
-                "vpp" | "v" => f.vpp = Some(num()?),
-                "mbs" | "b" | "micro_batch" => f.micro_batch = Some(num()?),
-                "zero" => {
-                    let z = v
-                        .trim()
-                        .parse::<u8>()
-                        .map_err(|_| format!("`{part}`: ZeRO stage must be 0-3"))?;
-                    if z > 3 {
-                        return Err(format!("`{part}`: ZeRO stage must be 0-3"));
-                    }
-                    f.zero = Some(z)
-                }
-                "recompute" => {
-                    f.recompute = Some(match v.trim() {
-                        "none" => Recompute::None,
-                        "selective" => Recompute::Selective,
-                        "full" => Recompute::Full,
-                        _ => return Err(format!("`{part}`: recompute is none, selective or full")),
-                    })
-                }
-                "sp" => {
-                    f.sp = Some(match v.trim() {
-                        "on" | "true" | "1" | "yes" => true,
-                        "off" | "false" | "0" | "no" => false,
-                        _ => return Err(format!("`{part}`: sp is on or off")),
-                    })
-                }
-                "order" => {
-                    f.order = Some(match v.trim() {
-                        "tp-cp-ep-dp-pp" => RankOrder::TpCpEpDpPp,
-                        "tp-cp-ep-pp-dp" => RankOrder::TpCpEpPpDp,
-                        _ => {
-                            return Err(format!(
-                                "`{part}`: order is tp-cp-ep-dp-pp or tp-cp-ep-pp-dp"
-                            ));
-                        }
-                    })
-                }
-                other => {
-                    return Err(format!(
-                        "`{other}`: unknown key; use dp, tp, pp, cp, ep, etp, vpp, mbs, recompute, zero, sp, order, cp_comm"
-                    ));
-                }
-            }
-        }
-        Ok(f)
-    }
+/// Where a layout priced `eval` ranks among the valid layouts `valid`:
+/// 1 + the number of them strictly better in the search's order
+/// ([`better`]: more tokens/s, or equal tokens/s and less peak memory).
+/// Layouts equal on both share a rank, and the layout itself, if it is in
+/// `valid`, does not count against itself. This is the rank `explain`,
+/// `search --why-not` and `validate --plan` print.
+pub fn rank_among(valid: &[Candidate], eval: &Evaluation) -> usize {
+    1 + valid
+        .iter()
+        .filter(|c| better_eval(&c.eval, eval) == Ordering::Less)
+        .count()
 }
 
 /// Bounds of the enumeration.
@@ -1069,5 +949,53 @@ mod moe_tests {
             assert_eq!(256 % m.ep, 0);
             assert_eq!(m.tp % m.etp, 0);
         }
+    }
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+    use crate::spec::{Catalog, GIB};
+
+    /// Hand-worked ranks with ties. Valid layouts (tokens/s, peak GiB):
+    /// A (100, 50), B (100, 40), C (90, 10), D (100, 50), A's twin.
+    /// - (100, 50), A itself: only B is strictly better (same tokens/s,
+    ///   less memory); D ties and A does not count against itself → 2.
+    /// - (100, 40), B: nothing is better → 1.
+    /// - (90, 10), C: A, B and D have more tokens/s → 4.
+    /// - (100, 45), not in the list: B is better → 2.
+    /// - (110, 99): nothing has more tokens/s → 1.
+    #[test]
+    fn rank_among_counts_strictly_better_with_memory_tie_break() {
+        let cat = Catalog::shipped().unwrap();
+        let model = cat.model("70b").unwrap();
+        let cluster = cat.cluster("dgx64").unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let job = crate::spec::Job::new(2048, 8192);
+        let pr = Problem::new(model, gpu, cluster, &job, 64);
+        let layout = Layout::dense(8, 8, 1, 1);
+        let base = cost::evaluate(&pr, &layout);
+        let priced = |tokens_per_s: f64, peak_gib: f64| Evaluation {
+            tokens_per_s,
+            peak_bytes: peak_gib * GIB,
+            ..base
+        };
+        let cand = |t: f64, m: f64| Candidate {
+            layout: layout.clone(),
+            eval: priced(t, m),
+        };
+        let valid = [
+            cand(100.0, 50.0),
+            cand(100.0, 40.0),
+            cand(90.0, 10.0),
+            cand(100.0, 50.0),
+        ];
+        assert_eq!(rank_among(&valid, &valid[0].eval), 2);
+        assert_eq!(rank_among(&valid, &valid[1].eval), 1);
+        assert_eq!(rank_among(&valid, &valid[2].eval), 4);
+        assert_eq!(rank_among(&valid, &valid[3].eval), 2);
+        assert_eq!(rank_among(&valid, &priced(100.0, 45.0)), 2);
+        assert_eq!(rank_among(&valid, &priced(110.0, 99.0)), 1);
+        assert_eq!(rank_among(&[], &priced(1.0, 1.0)), 1);
     }
 }

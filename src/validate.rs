@@ -750,8 +750,8 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after
             // backward (no overlap), no distributed optimizer, fused softmax
             // instead of flash attention (FlashAttention appeared May 2022).
-            job.recipe = Recipe::SEED_2_2_12;
-            job.recipe_name = RecipeName::Seed;
+            job.recipe = Recipe::ADAM_16B;
+            job.recipe_name = RecipeName::Adam16b;
             job.flash_attention = false;
             job.overlap_grad_reduce = false;
             job.overlap_param_gather = false;
@@ -776,7 +776,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 optimizer_bytes: 12.0,
                 grad_reduce_bytes: 2.0,
             };
-            job.recipe_name = RecipeName::Seed;
+            job.recipe_name = RecipeName::Adam16b;
             job.flash_attention = false;
             job.overlap_grad_reduce = false;
             job.overlap_param_gather = false;
@@ -1447,18 +1447,9 @@ pub fn plan_check(case: &Case) -> PlanCheck {
         ..Space::default()
     };
     let result = search::search(&pr, &space);
-    let rank = if set.is_empty() {
-        Some(
-            result
-                .all
-                .iter()
-                .filter(|c| c.eval.tokens_per_s > eval.tokens_per_s)
-                .count()
-                + 1,
-        )
-    } else {
-        None
-    };
+    let rank = set
+        .is_empty()
+        .then(|| search::rank_among(&result.all, &eval));
     PlanCheck {
         id: case.row.id.clone(),
         rejected_by: set.iter().map(|r| r.code().to_string()).collect(),

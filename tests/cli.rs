@@ -298,3 +298,283 @@ fn bad_hardware_profiles_name_file_and_field() {
         assert_clean_error(&o, &["a100-80g.toml", needle, "positive"]);
     }
 }
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+/// `meshplan CMD --model 70b --cluster dgx64 EXTRA…`.
+fn on_70b(cmd: &str, extra: &[&str]) -> Output {
+    let mut argv = vec![cmd, "--model", "70b", "--cluster", "dgx64"];
+    argv.extend_from_slice(extra);
+    meshplan(&argv)
+}
+
+/// `explain` and `generate` read the same layout flags into the same
+/// layout, with the same defaults for what is not given.
+#[test]
+fn explain_and_generate_share_the_layout_flags() {
+    let out = temp_dir("shared-flags");
+    let out = out.to_str().unwrap();
+    // D = 64 / (T·p·C): 64 / (8·2·1) = 4, 64 / (8·2·2) = 2, 64 / (4·2·1) = 8,
+    // 64 / (2·1·2) = 16.
+    for (flags, dp, sp) in [
+        (
+            &[
+                "--tp",
+                "8",
+                "--pp",
+                "2",
+                "--vpp",
+                "2",
+                "--sp",
+                "--recompute",
+                "selective",
+            ][..],
+            4,
+            true,
+        ),
+        (
+            &[
+                "--tp",
+                "8",
+                "--pp",
+                "2",
+                "--cp",
+                "2",
+                "--cp-comm",
+                "p2p",
+                "--sp",
+                "on",
+            ][..],
+            2,
+            true,
+        ),
+        (
+            &[
+                "--tp",
+                "4",
+                "--pp",
+                "2",
+                "--order",
+                "tp-cp-ep-pp-dp",
+                "--sp",
+                "--recompute",
+                "full",
+            ][..],
+            8,
+            true,
+        ),
+        // SP is off unless asked for, in both.
+        (
+            &[
+                "--tp",
+                "2",
+                "--cp",
+                "2",
+                "--cp-comm",
+                "all-gather",
+                "--zero",
+                "3",
+            ][..],
+            16,
+            false,
+        ),
+    ] {
+        let mut e = flags.to_vec();
+        e.extend(["--format", "json"]);
+        let explained = json(&on_70b("explain", &e))["layout"].clone();
+        e.extend(["--out", out]);
+        let generated = json(&on_70b("generate", &e))["layout"].clone();
+        assert_eq!(explained, generated, "{flags:?}");
+        assert_eq!(explained["dp"], dp);
+        assert_eq!(explained["sp"], sp);
+        assert_eq!(explained["micro_batch"], 1);
+        // Megatron's spelling `p2p` is the ring exchange.
+        if flags.contains(&"p2p") {
+            assert_eq!(explained["cp_comm"], "ring");
+        }
+    }
+    // Defaults of what is not given.
+    let e = json(&on_70b(
+        "explain",
+        &["--tp", "8", "--pp", "2", "--format", "json"],
+    ));
+    assert_eq!(e["layout"]["zero"], 1);
+    assert_eq!(e["layout"]["vpp"], 1);
+    assert_eq!(e["layout"]["recompute"], "none");
+    assert_eq!(e["layout"]["order"], "tp-cp-ep-dp-pp");
+    assert_eq!(e["layout"]["cp_comm"], "ring");
+}
+
+/// `--why-not …,sp=on` and `explain … --sp` name the same layout and give
+/// it the same rank; `sp=off` and no `--sp` (or `--sp off`) the same
+/// rejected layout. D8 T8 b2 ZeRO-3 does not fit without SP.
+#[test]
+fn why_not_sp_and_sp_flag_agree() {
+    let q = "dp=8,tp=8,pp=1,cp=1,vpp=1,mbs=2,recompute=none,zero=3,order=tp-cp-ep-dp-pp";
+    let layout = [
+        "--dp", "8", "--tp", "8", "--mbs", "2", "--zero", "3", "--format", "json",
+    ];
+    let why = |sp: &str| {
+        let v = json(&on_70b(
+            "search",
+            &["--why-not", &format!("{q},sp={sp}"), "--format", "json"],
+        ));
+        v["why_not"].clone()
+    };
+    let explain = |extra: &[&str]| {
+        let mut a = layout.to_vec();
+        a.extend_from_slice(extra);
+        json(&on_70b("explain", &a))
+    };
+    let w = why("on");
+    for e in [explain(&["--sp"]), explain(&["--sp", "on"])] {
+        assert_eq!(e["layout"]["sp"], true);
+        assert_eq!(w["best"]["layout"], e["layout"]);
+        assert!(e["rank_among_valid"].as_u64().unwrap() > 1);
+        assert_eq!(w["best"]["rank"], e["rank_among_valid"]);
+    }
+    let w = why("off");
+    assert!(w["best"].is_null(), "{w}");
+    for e in [explain(&[]), explain(&["--sp", "off"])] {
+        assert_eq!(e["layout"]["sp"], false);
+        assert_eq!(w["near_miss"]["layout"], e["layout"]);
+        assert_eq!(e["violations"][0]["code"], "memory");
+        assert!(e["rank_among_valid"].is_null());
+    }
+}
+
+/// A bad layout value, on a flag or in a `key=value` string, is one error
+/// naming the flag (or key) and the value; no panic.
+#[test]
+fn bad_layout_values_name_flag_and_value() {
+    // Flags: clap's usage error, exit status 2.
+    for (cmd, flag, value, needle) in [
+        ("explain", "--tp", "0", "is not a positive integer"),
+        ("generate", "--mbs", "two", "is not a positive integer"),
+        ("explain", "--sp", "maybe", "is not on or off"),
+        (
+            "generate",
+            "--zero",
+            "4",
+            "is not a ZeRO stage; use 0, 1, 2 or 3",
+        ),
+        ("explain", "--recompute", "some", "none, selective, full"),
+        ("explain", "--cp-comm", "ulysses", "ring, all-gather"),
+        (
+            "generate",
+            "--order",
+            "pp-first",
+            "tp-cp-ep-dp-pp, tp-cp-ep-pp-dp",
+        ),
+        (
+            "explain",
+            "--recipe",
+            "adam16",
+            "megatron, adam-16b, deepspeed",
+        ),
+    ] {
+        let o = on_70b(cmd, &[flag, value]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{err}"
+        );
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.matches("error:").count(), 1, "{err}");
+    }
+    // key=value strings: meshplan's error, exit status 1.
+    for (flag, text, needles) in [
+        (
+            "--why-not",
+            "sp=maybe",
+            &["`sp=maybe`", "`maybe` is not on or off"][..],
+        ),
+        (
+            "--fix",
+            "recompute=some",
+            &["`recompute=some`", "none, selective or full"][..],
+        ),
+        (
+            "--fix",
+            "tp=0",
+            &["`tp=0`", "`0` is not a positive integer"][..],
+        ),
+        (
+            "--why-not",
+            "split=40,40",
+            &["`split=40`", "explain --split"][..],
+        ),
+    ] {
+        let o = on_70b("search", &[flag, text]);
+        let mut all = vec![flag];
+        all.extend_from_slice(needles);
+        assert_clean_error(&o, &all);
+    }
+}
+
+/// `--recipe seed`, the old name, is a hidden alias of `adam-16b`: the same
+/// plan, reported as `adam-16b`; a plan file that says `seed` still loads.
+#[test]
+fn recipe_seed_is_an_alias_of_adam_16b() {
+    let a = json(&on_70b(
+        "search",
+        &["--recipe", "adam-16b", "--top", "2", "--format", "json"],
+    ));
+    let mut s = json(&on_70b(
+        "search",
+        &["--recipe", "seed", "--top", "2", "--format", "json"],
+    ));
+    assert_eq!(a["context"]["recipe"], "adam-16b");
+    s["seconds"] = a["seconds"].clone();
+    assert_eq!(a, s);
+    let help = stdout(&meshplan(&["search", "--help"]));
+    assert!(
+        help.contains("adam-16b") && !help.contains("seed"),
+        "{help}"
+    );
+    // plan.json says adam-16b; an older one said seed.
+    let d = temp_dir("recipe-alias");
+    let out = d.join("plan");
+    let g = json(&on_70b(
+        "generate",
+        &[
+            "--recipe",
+            "adam-16b",
+            "--format",
+            "json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(g["job"]["recipe"], "adam-16b");
+    // The checklist and the launch script know the recipe by its new name.
+    let checklist = std::fs::read_to_string(out.join("CHECKLIST.md")).unwrap();
+    assert!(
+        checklist.contains("gradients in bf16 (the 2/2/12-byte recipe)"),
+        "{checklist}"
+    );
+    let script = std::fs::read_to_string(out.join("megatron_pretrain_gpt.sh")).unwrap();
+    assert!(script.contains("--grad-reduce-in-bf16"), "{script}");
+    let text = std::fs::read_to_string(out.join("plan.json")).unwrap();
+    let old = d.join("old.json");
+    std::fs::write(&old, text.replace("\"adam-16b\"", "\"seed\"")).unwrap();
+    for recipe in ["seed", "adam-16b"] {
+        let o = on_70b(
+            "generate",
+            &[
+                "--recipe",
+                recipe,
+                "--plan",
+                old.to_str().unwrap(),
+                "--out",
+                d.join(recipe).to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{recipe}: {}", stderr(&o));
+    }
+}

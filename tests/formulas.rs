@@ -48,15 +48,15 @@ fn bubble_fraction_seed_000() {
 
 #[test]
 fn model_states_per_parameter() {
-    // Seed recipe 2/2/12 under DDP: 16 bytes per parameter.
+    // The adam-16b recipe, 2/2/12 under DDP: 16 bytes per parameter.
     let p = 1e9;
     assert_eq!(
-        memory::model_states(p, &Recipe::SEED_2_2_12, 0, 64.0, 0.0).total(),
+        memory::model_states(p, &Recipe::ADAM_16B, 0, 64.0, 0.0).total(),
         16.0 * p
     );
     // ZeRO-1: (2 + 2)·P + 12·P/D with D = 64 → 4e9 + 0.1875e9.
     assert_eq!(
-        memory::model_states(p, &Recipe::SEED_2_2_12, 1, 64.0, 0.0).total(),
+        memory::model_states(p, &Recipe::ADAM_16B, 1, 64.0, 0.0).total(),
         4.0 * p + 12.0 * p / 64.0
     );
 }

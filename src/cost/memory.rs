@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn zero_model_states_seed_recipe() {
-        let r = Recipe::SEED_2_2_12;
+        let r = Recipe::ADAM_16B;
         let p = 1e9;
         // DDP: 16 bytes per parameter.
         assert_eq!(model_states(p, &r, 0, 8.0, 0.0).total(), 16e9);

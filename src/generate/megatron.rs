@@ -426,10 +426,10 @@ pub fn megatron(plan: &Plan) -> Megatron {
     // Precision and attention kernel.
     let mut precision =
         vec![flag("--bf16").note("bf16 weights and activations; fp32 main grads and optimizer")];
-    if job.recipe == RecipeName::Seed {
+    if job.recipe == RecipeName::Adam16b {
         precision.push(
             flag("--grad-reduce-in-bf16")
-                .note("2/2/12 recipe (ZeRO paper): gradients kept and reduced in bf16"),
+                .note("adam-16b recipe: gradients kept and reduced in bf16 (2/2/12)"),
         );
     }
     precision.push(if job.flash_attention {

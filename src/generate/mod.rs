@@ -153,7 +153,7 @@ pub fn refusals(
         out.push(Refusal {
             code: "megatron-recipe".into(),
             message: "the deepspeed precision recipe (fp16 grads plus an fp32 partition) has no Megatron-LM flags".into(),
-            remedy: "plan with --recipe megatron or --recipe seed".into(),
+            remedy: "plan with --recipe megatron or --recipe adam-16b".into(),
         });
     }
     if model.architecture.position_embedding == PositionEmbedding::Alibi {
@@ -492,11 +492,13 @@ impl PlanInput {
         world: u64,
         job: &crate::spec::Job,
     ) -> Result<(), crate::error::InputError> {
-        let recipe = match job.recipe_name {
-            crate::spec::RecipeName::Megatron => "megatron",
-            crate::spec::RecipeName::Seed => "seed",
-            crate::spec::RecipeName::Deepspeed => "deepspeed",
-        };
+        let recipe = job.recipe_name.as_str();
+        // A file written before `seed` was renamed `adam-16b` names the same
+        // recipe by its old name.
+        let planned_recipe = self
+            .recipe
+            .parse::<crate::spec::RecipeName>()
+            .map_or_else(|_| self.recipe.clone(), |r| r.as_str().to_string());
         let checks: [(&str, String, String, &str); 6] = [
             ("model", self.model.clone(), model.to_string(), "--model"),
             (
@@ -518,12 +520,7 @@ impl PlanInput {
                 job.seq_len.to_string(),
                 "--seq-len",
             ),
-            (
-                "recipe",
-                self.recipe.clone(),
-                recipe.to_string(),
-                "--recipe",
-            ),
+            ("recipe", planned_recipe, recipe.to_string(), "--recipe"),
         ];
         for (name, planned, given, flag) in checks {
             if planned != given {

@@ -1,9 +1,13 @@
 //! The training job: batch, sequence length, precision recipe, optimizer and
 //! the framework switches that change cost (flash attention, overlaps).
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::InputError;
+use crate::names::{self, Named, UnknownName};
 
 /// Bytes per parameter of the persistent model states (the terms of ZeRO's
 /// model-state table, [ref:rajbhandari-2020] Figure 1:
@@ -32,9 +36,11 @@ impl Recipe {
         grad_reduce_bytes: 4.0,
     };
 
-    /// The mixed-precision Adam recipe of the ZeRO paper ([ref:rajbhandari-2020]
-    /// §3.1): 2 + 2 + 12 = 16 bytes per parameter, gradients reduced in bf16.
-    pub const SEED_2_2_12: Recipe = Recipe {
+    /// Mixed-precision Adam at 16 bytes per parameter, the ZeRO paper's
+    /// recipe ([ref:rajbhandari-2020] §3.1): bf16 weights (2), bf16
+    /// gradients (2), fp32 master weights and two Adam moments (12);
+    /// gradients reduced in bf16.
+    pub const ADAM_16B: Recipe = Recipe {
         weight_bytes: 2.0,
         grad_bytes: 2.0,
         optimizer_bytes: 12.0,
@@ -57,26 +63,74 @@ impl Recipe {
     }
 }
 
-/// Name of a precision recipe on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+/// Name of a precision recipe (`--recipe`, the `recipe` of reports and
+/// plan files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RecipeName {
     /// bf16 weights, fp32 main grads, fp32 master + Adam (2/4/12), as Megatron-LM.
     Megatron,
-    /// The ZeRO paper's mixed-precision Adam recipe, 2/2/12 (bf16 grads).
-    Seed,
+    /// Mixed-precision Adam at 2/2/12 = 16 bytes per parameter (bf16 grads,
+    /// reduced in bf16): [`Recipe::ADAM_16B`]. Plan files written before the
+    /// rename say `seed`, still read.
+    #[serde(rename = "adam-16b", alias = "seed")]
+    Adam16b,
     /// DeepSpeed's 2/(2+4)/12 recipe (fp16 grads plus fp32 partition).
     Deepspeed,
 }
 
 impl RecipeName {
+    /// Every recipe, in the order listed.
+    pub const ALL: [RecipeName; 3] = [
+        RecipeName::Megatron,
+        RecipeName::Adam16b,
+        RecipeName::Deepspeed,
+    ];
+
     /// The byte counts of this recipe.
     pub fn recipe(self) -> Recipe {
         match self {
             RecipeName::Megatron => Recipe::MEGATRON_BF16,
-            RecipeName::Seed => Recipe::SEED_2_2_12,
+            RecipeName::Adam16b => Recipe::ADAM_16B,
             RecipeName::Deepspeed => Recipe::DEEPSPEED,
         }
+    }
+
+    /// The name as printed and accepted by `--recipe`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecipeName::Megatron => "megatron",
+            RecipeName::Adam16b => "adam-16b",
+            RecipeName::Deepspeed => "deepspeed",
+        }
+    }
+}
+
+/// `seed`, the recipe's name before it was called `adam-16b`, is accepted.
+impl Named for RecipeName {
+    const KIND: &'static str = "precision recipe";
+    const VALUES: &'static [RecipeName] = &RecipeName::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            RecipeName::Adam16b => &["seed"],
+            _ => &[],
+        }
+    }
+}
+
+impl fmt::Display for RecipeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RecipeName {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<RecipeName, UnknownName> {
+        names::parse(s)
     }
 }
 

@@ -1,0 +1,126 @@
+//! Choices spelled by name: recompute modes, rank orders, K/V exchanges,
+//! precision recipes. One list per type gives its printed names, the other
+//! spellings it accepts and the error for a name it does not know, so the
+//! command line, `key=value` strings and files all read them alike.
+
+use std::fmt;
+
+/// A closed set of values, each with one printed name.
+pub trait Named: Copy + PartialEq + 'static {
+    /// What a value is, for errors, e.g. `"recompute mode"`.
+    const KIND: &'static str;
+    /// Every value, in the order they are listed.
+    const VALUES: &'static [Self];
+    /// The name as printed and accepted.
+    fn name(self) -> &'static str;
+    /// Other spellings accepted when parsing; never listed.
+    fn aliases(self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// A name that matches no value of a [`Named`] type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownName {
+    /// The text given.
+    pub given: String,
+    /// What was expected, e.g. `"recompute mode"`.
+    pub kind: &'static str,
+    /// The printed names, e.g. `"none, selective or full"`.
+    pub expected: String,
+}
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` is not a {}; use {}",
+            self.given, self.kind, self.expected
+        )
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
+/// The printed names of `T`, in order.
+pub fn names<T: Named>() -> impl Iterator<Item = &'static str> {
+    T::VALUES.iter().map(|v| v.name())
+}
+
+/// The printed names of `T` as a phrase: `"none, selective or full"`.
+pub fn expected<T: Named>() -> String {
+    let all: Vec<&str> = names::<T>().collect();
+    match all.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// The value of `T` named `text` (its printed name or an alias; surrounding
+/// spaces ignored, case significant).
+///
+/// # Errors
+/// [`UnknownName`] naming the text and the printed names.
+pub fn parse<T: Named>(text: &str) -> Result<T, UnknownName> {
+    let t = text.trim();
+    T::VALUES
+        .iter()
+        .copied()
+        .find(|v| v.name() == t || v.aliases().contains(&t))
+        .ok_or_else(|| UnknownName {
+            given: t.to_string(),
+            kind: T::KIND,
+            expected: expected::<T>(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{CpComm, RankOrder, Recompute};
+    use crate::spec::RecipeName;
+
+    /// Every printed name parses back to its value, for every type.
+    fn round_trip<T: Named + fmt::Debug + std::str::FromStr + fmt::Display>()
+    where
+        <T as std::str::FromStr>::Err: fmt::Debug,
+    {
+        for v in T::VALUES {
+            assert_eq!(parse::<T>(v.name()).unwrap(), *v);
+            assert_eq!(v.to_string().parse::<T>().unwrap(), *v);
+            for a in v.aliases() {
+                assert_eq!(parse::<T>(a).unwrap(), *v);
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        round_trip::<Recompute>();
+        round_trip::<RankOrder>();
+        round_trip::<CpComm>();
+        round_trip::<RecipeName>();
+    }
+
+    #[test]
+    fn unknown_names_say_what_is_expected() {
+        let e = parse::<Recompute>("some").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`some` is not a recompute mode; use none, selective or full"
+        );
+        // Megatron's spellings of the K/V exchange are accepted, not listed.
+        assert_eq!(parse::<CpComm>("p2p").unwrap(), CpComm::Ring);
+        assert_eq!(parse::<CpComm>("allgather").unwrap(), CpComm::AllGather);
+        assert_eq!(expected::<CpComm>(), "ring or all-gather");
+        // The old recipe name still parses, and is not listed.
+        assert_eq!(parse::<RecipeName>("seed").unwrap(), RecipeName::Adam16b);
+        assert_eq!(expected::<RecipeName>(), "megatron, adam-16b or deepspeed");
+        // JSON says adam-16b and still reads seed.
+        let json = serde_json::to_string(&RecipeName::Adam16b).unwrap();
+        assert_eq!(json, "\"adam-16b\"");
+        let old: RecipeName = serde_json::from_str("\"seed\"").unwrap();
+        assert_eq!(old, RecipeName::Adam16b);
+    }
+}
