@@ -277,8 +277,13 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
 /// Data-parallel terms of rank `rc` ([`data_parallel::data_parallel`]);
 /// `drain` is the backward of earlier stages still running after its last
 /// backward, seconds.
-fn rank_data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> DataParallel {
-    let pl = Placement::new(l, pr.cluster.fast_domain());
+fn rank_data_parallel(
+    pr: &Problem,
+    l: &Layout,
+    pl: &Placement,
+    rc: &RankCost,
+    drain: f64,
+) -> DataParallel {
     let it = &rc.items;
     let windows = data_parallel::Windows {
         forward: it.fwd_compute,
@@ -291,7 +296,7 @@ fn rank_data_parallel(pr: &Problem, l: &Layout, rc: &RankCost, drain: f64) -> Da
     };
     let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
     let mut dp = data_parallel::data_parallel(
-        &v, l.zero, l.dp, rc.params, windows, overlap, &pl, &pr.links,
+        &v, l.zero, l.dp, rc.params, windows, overlap, pl, &pr.links,
     );
     // The optimizer updates the rank's shard: everything at ZeRO 0, 1/(D·C)
     // of the dense and 1/EDP of the expert parameters otherwise.
@@ -320,8 +325,8 @@ pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
 /// [`evaluate`] with the item costs already computed
 /// ([`layer::layer_costs`] of `l` and its placement).
 pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
-    let lc = *lc;
     let m = micro_batches_or_floor(pr, l);
+    let pl = Placement::new(l, pr.cluster.fast_domain());
     let mut worst = RankCost::default();
     let mut worst_peak = f64::MIN;
     let mut slowest = RankCost::default();
@@ -334,7 +339,7 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
     let uniform_middle = l.pp > 3 && l.split.is_none() && model_is_uniform_middle(pr, l);
     let mut rank = 0;
     while rank < l.pp {
-        let rc = rank_cost(pr, l, &lc, rank, m);
+        let rc = rank_cost(pr, l, lc, rank, m);
         // Ranks this one stands for.
         let weight = if uniform_middle && rank == 1 {
             (l.pp - 2) as f64
@@ -355,7 +360,7 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         // before stage 0 does; its gradient reduction can use that drain.
         let it = &rc.items;
         let drain = rank as f64 * (it.bwd_compute() + it.time[TimePart::Recompute].exposed);
-        let dp = rank_data_parallel(pr, l, &rc, drain);
+        let dp = rank_data_parallel(pr, l, &pl, &rc, drain);
         if dp.per_step.outweighs(&dp_step) {
             dp_step = dp.per_step;
         }
