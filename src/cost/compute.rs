@@ -229,20 +229,36 @@ pub fn layer_backward(f: &LayerTime) -> LayerTime {
     }
 }
 
-/// Forward time recomputed in backward, seconds: full recompute reruns the
-/// whole forward; selective reruns the attention core (only worth it without
-/// flash attention, which already recomputes scores).
-pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 {
+/// What a recompute policy reruns in backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rerun {
+    /// Nothing.
+    Nothing,
+    /// The attention core (selective recompute without flash attention;
+    /// flash attention already recomputes its scores, so selective adds
+    /// nothing there).
+    AttentionCore,
+    /// The whole forward of every transformer layer.
+    Forward,
+}
+
+/// What `recompute` reruns, with or without flash attention
+/// ([ref:korthikanti-2022] §5).
+pub fn rerun(recompute: Recompute, flash: bool) -> Rerun {
     match recompute {
-        Recompute::None => 0.0,
-        Recompute::Selective => {
-            if flash {
-                0.0
-            } else {
-                f.attention
-            }
-        }
-        Recompute::Full => f.total(),
+        Recompute::None => Rerun::Nothing,
+        Recompute::Selective if flash => Rerun::Nothing,
+        Recompute::Selective => Rerun::AttentionCore,
+        Recompute::Full => Rerun::Forward,
+    }
+}
+
+/// Forward time recomputed in backward, seconds ([`rerun`]).
+pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 {
+    match rerun(recompute, flash) {
+        Rerun::Nothing => 0.0,
+        Rerun::AttentionCore => f.attention,
+        Rerun::Forward => f.total(),
     }
 }
 
@@ -269,8 +285,7 @@ pub fn model_flops_per_step(model: &Model, global_batch: f64, seq: f64) -> f64 {
     gemm + attn
 }
 
-/// Forward FLOPs recomputed per step: full recompute reruns every layer's
-/// forward; selective without flash reruns the attention core.
+/// Forward FLOPs recomputed per step ([`rerun`]).
 pub fn recompute_flops_per_step(
     model: &Model,
     global_batch: f64,
@@ -278,18 +293,12 @@ pub fn recompute_flops_per_step(
     recompute: Recompute,
     flash: bool,
 ) -> f64 {
-    match recompute {
-        Recompute::None => 0.0,
-        Recompute::Selective => {
-            if flash {
-                0.0
-            } else {
-                model.architecture.layers as f64
-                    * global_batch
-                    * attention_core_flops(model, seq, seq)
-            }
+    match rerun(recompute, flash) {
+        Rerun::Nothing => 0.0,
+        Rerun::AttentionCore => {
+            model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq)
         }
-        Recompute::Full => {
+        Rerun::Forward => {
             // One more forward of every transformer layer: a third of the
             // layers' model FLOPs (the logits are not recomputed).
             let logits = 6.0

@@ -295,9 +295,8 @@ fn rank_data_parallel(
         param_gather: pr.job.overlap_param_gather,
     };
     let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
-    let mut dp = data_parallel::data_parallel(
-        &v, l.zero, l.dp, rc.params, windows, overlap, pl, &pr.links,
-    );
+    let mut dp =
+        data_parallel::data_parallel(&v, l.zero, l.dp, rc.params, windows, overlap, pl, &pr.links);
     // The optimizer updates the rank's shard: everything at ZeRO 0, 1/(D·C)
     // of the dense and 1/EDP of the expert parameters otherwise.
     let shard_params = if l.zero == 0 {

@@ -146,64 +146,74 @@ pub fn checklist(plan: &Plan) -> Checklist {
             }
         })
         .collect();
-    let mut groups = Vec::new();
-    let step = t.step;
-    if mesh.tp > 1 {
-        let what = if mesh.sp {
-            "all-gather + reduce-scatter of activations, 2 each per layer forward and backward (SP)"
-        } else {
-            "all-reduce of activations, 2 per layer forward and 2 backward"
-        };
-        groups.push(line("tp", what, &pl.tp, t.exposed(TimePart::TpComm), step));
-    }
-    if mesh.cp > 1 {
-        groups.push(line(
+    let tp_what = if mesh.sp {
+        "all-gather + reduce-scatter of activations, 2 each per layer forward and backward (SP)"
+    } else {
+        "all-reduce of activations, 2 per layer forward and 2 backward"
+    };
+    let cp_what = match mesh.cp_comm {
+        crate::layout::CpComm::Ring => "K/V ring exchange in every attention, overlapped with it",
+        crate::layout::CpComm::AllGather => {
+            "K/V all-gather before every attention and dK/dV reduce-scatter after its backward"
+        }
+    };
+    let dp_what = match plan.sharding.zero {
+        0 => "gradient all-reduce once per step",
+        1 => {
+            "gradient reduce-scatter and parameter all-gather once per step (distributed optimizer)"
+        }
+        2 => "gradient reduce-scatter every micro-batch, parameter all-gather once per step",
+        _ => {
+            "parameter all-gather in forward and backward, gradient reduce-scatter, every micro-batch"
+        }
+    };
+    // Each communicating group, when it has more than one rank: its name in
+    // the plan file, its traffic, where it sits and the time parts it pays.
+    let candidates: [(&str, bool, &str, Option<&SpanInfo>, &[TimePart]); 5] = [
+        (
+            "tp",
+            mesh.tp > 1,
+            tp_what,
+            Some(&pl.tp),
+            &[TimePart::TpComm],
+        ),
+        (
             "cp",
-            "K/V ring exchange in every attention, overlapped with it",
-            &pl.cp,
-            t.exposed(TimePart::CpComm),
-            step,
-        ));
-    }
-    if let Some(ep) = &pl.ep
-        && mesh.ep > 1
-    {
-        groups.push(line(
+            mesh.cp > 1,
+            cp_what,
+            Some(&pl.cp),
+            &[TimePart::CpComm],
+        ),
+        (
             "ep",
+            mesh.ep > 1,
             "token dispatch and combine all-to-all, forward and backward",
-            ep,
-            t.exposed(TimePart::EpComm),
-            step,
-        ));
-    }
-    if mesh.pp > 1 {
-        groups.push(line(
+            pl.ep.as_ref(),
+            &[TimePart::EpComm],
+        ),
+        (
             "pp",
+            mesh.pp > 1,
             "activation send/receive at stage boundaries, per micro-batch and chunk",
-            &pl.pp,
-            t.exposed(TimePart::PpComm),
-            step,
-        ));
-    }
-    if mesh.dp * mesh.cp > 1 {
-        let what = match plan.sharding.zero {
-            0 => "gradient all-reduce once per step",
-            1 => {
-                "gradient reduce-scatter and parameter all-gather once per step (distributed optimizer)"
-            }
-            2 => "gradient reduce-scatter every micro-batch, parameter all-gather once per step",
-            _ => {
-                "parameter all-gather in forward and backward, gradient reduce-scatter, every micro-batch"
-            }
-        };
-        groups.push(line(
+            Some(&pl.pp),
+            &[TimePart::PpComm],
+        ),
+        (
             "dp_cp",
-            what,
-            &pl.dp_cp,
-            t.exposed(TimePart::DpGrad) + t.exposed(TimePart::ParamGather),
-            step,
-        ));
-    }
+            mesh.dp * mesh.cp > 1,
+            dp_what,
+            Some(&pl.dp_cp),
+            &[TimePart::DpGrad, TimePart::ParamGather],
+        ),
+    ];
+    let groups = candidates
+        .into_iter()
+        .filter_map(|(name, used, what, span, parts)| {
+            let exposed = parts.iter().map(|p| t.exposed(*p)).sum();
+            span.filter(|_| used)
+                .map(|span| line(name, what, span, exposed, t.step))
+        })
+        .collect();
     let ck = &pr.checkpoint;
     Checklist {
         tiny: TinyRun {
