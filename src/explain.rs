@@ -479,38 +479,6 @@ pub struct WhyNot {
     pub note: Option<String>,
 }
 
-/// Fixed values of `a`, overridden by those of `b`; an error when both fix
-/// the same key to different values.
-fn merge(a: &Filter, b: &Filter) -> Result<Filter, String> {
-    fn one<T: PartialEq + Copy + std::fmt::Debug>(
-        key: &str,
-        x: Option<T>,
-        y: Option<T>,
-    ) -> Result<Option<T>, String> {
-        match (x, y) {
-            (Some(u), Some(v)) if u != v => Err(format!(
-                "--fix sets {key}={u:?} but --why-not asks {key}={v:?}"
-            )),
-            (u, v) => Ok(v.or(u)),
-        }
-    }
-    Ok(Filter {
-        dp: one("dp", a.dp, b.dp)?,
-        tp: one("tp", a.tp, b.tp)?,
-        pp: one("pp", a.pp, b.pp)?,
-        cp: one("cp", a.cp, b.cp)?,
-        ep: one("ep", a.ep, b.ep)?,
-        etp: one("etp", a.etp, b.etp)?,
-        cp_comm: one("cp_comm", a.cp_comm, b.cp_comm)?,
-        vpp: one("vpp", a.vpp, b.vpp)?,
-        micro_batch: one("mbs", a.micro_batch, b.micro_batch)?,
-        recompute: one("recompute", a.recompute, b.recompute)?,
-        zero: one("zero", a.zero, b.zero)?,
-        sp: one("sp", a.sp, b.sp)?,
-        order: one("order", a.order, b.order)?,
-    })
-}
-
 /// A concrete layout for a question that matches nothing enumerated: the
 /// fixed values, the layout grammar's defaults elsewhere
 /// ([`Filter::layout_with_defaults`]), D from N when possible and 1 when not.
@@ -542,7 +510,7 @@ pub fn why_not(
     query: &str,
 ) -> Result<WhyNot, String> {
     let asked = Filter::parse(query)?;
-    let filter = merge(&space.filter, &asked)?;
+    let filter = space.filter.merged(&asked, "--fix", "--why-not")?;
     let winner = all.iter().min_by(|a, b| better(a, b));
     let best = all
         .iter()

@@ -296,25 +296,68 @@ pub fn dp_left(world: u64, tp: u32, pp: u32, cp: u32) -> Option<u32> {
         .flatten()
 }
 
+/// Calls `$apply!(field, "key")` for every field of [`Filter`] with its key
+/// in [`LAYOUT_KEYS`]: the one list `matches` and `merged` walk.
+macro_rules! each_field {
+    ($apply:ident) => {
+        $apply!(dp, "dp");
+        $apply!(tp, "tp");
+        $apply!(pp, "pp");
+        $apply!(cp, "cp");
+        $apply!(ep, "ep");
+        $apply!(etp, "etp");
+        $apply!(cp_comm, "cp_comm");
+        $apply!(vpp, "vpp");
+        $apply!(micro_batch, "mbs");
+        $apply!(recompute, "recompute");
+        $apply!(zero, "zero");
+        $apply!(sp, "sp");
+        $apply!(order, "order");
+    };
+}
+
 impl Filter {
     /// Whether `l` matches every fixed value.
     pub fn matches(&self, l: &Layout) -> bool {
-        fn ok<T: PartialEq>(f: &Option<T>, v: T) -> bool {
-            f.as_ref().is_none_or(|x| *x == v)
+        let mut all = true;
+        macro_rules! check {
+            ($field:ident, $key:literal) => {
+                all &= self.$field.is_none_or(|x| x == l.$field);
+            };
         }
-        ok(&self.dp, l.dp)
-            && ok(&self.tp, l.tp)
-            && ok(&self.pp, l.pp)
-            && ok(&self.cp, l.cp)
-            && ok(&self.ep, l.ep)
-            && ok(&self.etp, l.etp)
-            && ok(&self.cp_comm, l.cp_comm)
-            && ok(&self.vpp, l.vpp)
-            && ok(&self.micro_batch, l.micro_batch)
-            && ok(&self.recompute, l.recompute)
-            && ok(&self.zero, l.zero)
-            && ok(&self.sp, l.sp)
-            && ok(&self.order, l.order)
+        each_field!(check);
+        all
+    }
+
+    /// The values fixed here, with those of `over` on top; an error naming
+    /// the key when both fix it to different values (`what_self` and
+    /// `what_over` say where each came from, e.g. `--fix`, `--why-not`).
+    ///
+    /// # Errors
+    /// A sentence naming the key and both values.
+    pub fn merged(
+        &self,
+        over: &Filter,
+        what_self: &str,
+        what_over: &str,
+    ) -> Result<Filter, String> {
+        let mut out = self.clone();
+        macro_rules! merge {
+            ($field:ident, $key:literal) => {
+                match (self.$field, over.$field) {
+                    (Some(u), Some(v)) if u != v => {
+                        return Err(format!(
+                            "{what_self} sets {}={u} but {what_over} asks {}={v}",
+                            $key, $key
+                        ));
+                    }
+                    (_, Some(v)) => out.$field = Some(v),
+                    _ => {}
+                }
+            };
+        }
+        each_field!(merge);
+        Ok(out)
     }
 
     /// Whether no value is fixed.
@@ -478,6 +521,22 @@ mod tests {
             Filter::parse("tq=1")
                 .unwrap_err()
                 .starts_with("`tq`: unknown key")
+        );
+    }
+
+    #[test]
+    fn merged_keeps_both_and_names_a_conflict() {
+        let fix = Filter::parse("tp=8,cp_comm=ring").unwrap();
+        let ask = Filter::parse("pp=2,tp=8").unwrap();
+        let m = fix.merged(&ask, "--fix", "--why-not").unwrap();
+        assert_eq!(
+            (m.tp, m.pp, m.cp_comm),
+            (Some(8), Some(2), Some(CpComm::Ring))
+        );
+        let other = Filter::parse("cp_comm=all-gather").unwrap();
+        assert_eq!(
+            fix.merged(&other, "--fix", "--why-not").unwrap_err(),
+            "--fix sets cp_comm=ring but --why-not asks cp_comm=all-gather"
         );
     }
 }
