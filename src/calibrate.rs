@@ -121,10 +121,7 @@ impl Overlay {
     /// `gpu`; [`InputError::Field`] for a fraction outside (0, 1] or a
     /// negative kernel overhead.
     pub fn from_toml(text: &str, file: &Path) -> Result<Overlay, InputError> {
-        let o: Overlay = toml::from_str(text).map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        let o: Overlay = InputError::parse_toml(text, file)?;
         o.check(file)?;
         Ok(o)
     }

@@ -54,6 +54,22 @@ pub enum InputError {
 }
 
 impl InputError {
+    /// Parse `text`, the contents of `file`, as TOML into `T`; a syntax
+    /// error, unknown key or missing field is [`InputError::Syntax`] naming
+    /// the file.
+    ///
+    /// # Errors
+    /// [`InputError::Syntax`].
+    pub fn parse_toml<T: serde::de::DeserializeOwned>(
+        text: &str,
+        file: &std::path::Path,
+    ) -> Result<T, InputError> {
+        toml::from_str(text).map_err(|e| InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: e.to_string(),
+        })
+    }
+
     /// Shorthand for [`InputError::Field`].
     pub fn field(file: impl Into<PathBuf>, field: &str, problem: impl Into<String>) -> Self {
         InputError::Field {

@@ -200,19 +200,7 @@ impl Catalog {
     /// # Errors
     /// [`InputError::Unknown`] listing the known names.
     pub fn cluster(&self, name: &str) -> Result<&Cluster, InputError> {
-        self.clusters
-            .iter()
-            .find(|c| c.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| InputError::Unknown {
-                kind: "cluster",
-                name: name.to_string(),
-                known: self
-                    .clusters
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+        find_by_name(&self.clusters, "cluster", name, |c| &c.name)
     }
 
     /// Find a GPU by name (case-insensitive).
@@ -220,13 +208,28 @@ impl Catalog {
     /// # Errors
     /// [`InputError::Unknown`] listing the known names.
     pub fn gpu(&self, name: &str) -> Result<&Gpu, InputError> {
-        self.gpus
-            .iter()
-            .find(|g| g.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| InputError::Unknown {
-                kind: "GPU",
-                name: name.to_string(),
-                known: self.gpu_names(),
-            })
+        find_by_name(&self.gpus, "GPU", name, |g| &g.name)
     }
+}
+
+/// The item of `items` named `name` (case-insensitive), or
+/// [`InputError::Unknown`] listing every name.
+fn find_by_name<'a, T>(
+    items: &'a [T],
+    kind: &'static str,
+    name: &str,
+    name_of: impl Fn(&T) -> &String,
+) -> Result<&'a T, InputError> {
+    items
+        .iter()
+        .find(|x| name_of(x).eq_ignore_ascii_case(name))
+        .ok_or_else(|| InputError::Unknown {
+            kind,
+            name: name.to_string(),
+            known: items
+                .iter()
+                .map(|x| name_of(x).as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }

@@ -175,10 +175,7 @@ impl Gpu {
     /// [`InputError::Field`] for non-positive sizes, fractions outside (0, 1],
     /// or a reserve that leaves no usable memory.
     pub fn from_toml(text: &str, file: &Path) -> Result<Gpu, InputError> {
-        let gpu: Gpu = toml::from_str(text).map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        let gpu: Gpu = InputError::parse_toml(text, file)?;
         gpu.check(file)?;
         Ok(gpu)
     }
@@ -233,10 +230,7 @@ impl Cluster {
     /// [`InputError::Field`] for zero counts, non-positive bandwidths and
     /// fractions outside (0, 1].
     pub fn from_toml(text: &str, file: &Path) -> Result<Cluster, InputError> {
-        let c: Cluster = toml::from_str(text).map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        let c: Cluster = InputError::parse_toml(text, file)?;
         c.check(file)?;
         Ok(c)
     }

@@ -158,10 +158,7 @@ impl Model {
     /// [`InputError::Field`] for impossible values (zero sizes, heads that do
     /// not divide hidden, kv heads that do not divide heads, …).
     pub fn from_toml(text: &str, file: &Path) -> Result<Model, InputError> {
-        let model: Model = toml::from_str(text).map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        let model: Model = InputError::parse_toml(text, file)?;
         model.check(file)?;
         Ok(model)
     }
