@@ -6,12 +6,9 @@
 //! placement follows Megatron-LM's `RankGenerator`: in the order string the
 //! first token varies fastest (`tp-cp-ep-dp-pp`: TP ranks are adjacent).
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
-use crate::names::{self, Named, UnknownName};
+use crate::names::Named;
 
 /// Activation recomputation (Korthikanti et al. 2022).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -47,18 +44,7 @@ impl Named for Recompute {
     }
 }
 
-impl fmt::Display for Recompute {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Recompute {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Recompute, UnknownName> {
-        names::parse(s)
-    }
-}
+crate::names::display_and_parse_by_name!(Recompute);
 
 /// Rank order: which axis varies fastest over consecutive global ranks.
 /// Megatron's default is `tp-cp-ep-dp-pp`; `--use-tp-pp-dp-mapping` switches
@@ -94,18 +80,7 @@ impl Named for RankOrder {
     }
 }
 
-impl fmt::Display for RankOrder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RankOrder {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<RankOrder, UnknownName> {
-        names::parse(s)
-    }
-}
+crate::names::display_and_parse_by_name!(RankOrder);
 
 /// How context-parallel ranks exchange keys and values inside attention
 /// (Megatron `--cp-comm-type`, implemented by Transformer Engine's
@@ -164,18 +139,7 @@ impl Named for CpComm {
     }
 }
 
-impl fmt::Display for CpComm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for CpComm {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<CpComm, UnknownName> {
-        names::parse(s)
-    }
-}
+crate::names::display_and_parse_by_name!(CpComm);
 
 /// A parallel layout: everything the search chooses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,6 +19,26 @@ pub trait Named: Copy + PartialEq + 'static {
     }
 }
 
+/// `Display` (the printed name) and `FromStr` ([`parse`]) for [`Named`]
+/// types, so every one prints and parses through its one list.
+macro_rules! display_and_parse_by_name {
+    ($($t:ty),+ $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($crate::names::Named::name(*self))
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = $crate::names::UnknownName;
+            fn from_str(s: &str) -> Result<$t, $crate::names::UnknownName> {
+                $crate::names::parse(s)
+            }
+        }
+    )+};
+}
+pub(crate) use display_and_parse_by_name;
+
 /// A name that matches no value of a [`Named`] type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownName {

@@ -120,6 +120,17 @@ fn line(name: &str, traffic: &str, span: &SpanInfo, exposed: f64, step: f64) -> 
     }
 }
 
+/// One group's line: name in the plan file, whether the layout uses it
+/// (more than one rank), what runs over it, where it sits, the time parts
+/// it pays.
+type Traffic<'a> = (
+    &'a str,
+    bool,
+    &'a str,
+    Option<&'a SpanInfo>,
+    &'static [TimePart],
+);
+
 /// The checklist of `plan`.
 pub fn checklist(plan: &Plan) -> Checklist {
     let mesh = &plan.mesh;
@@ -169,7 +180,7 @@ pub fn checklist(plan: &Plan) -> Checklist {
     };
     // Each communicating group, when it has more than one rank: its name in
     // the plan file, its traffic, where it sits and the time parts it pays.
-    let candidates: [(&str, bool, &str, Option<&SpanInfo>, &[TimePart]); 5] = [
+    let candidates: [Traffic; 5] = [
         (
             "tp",
             mesh.tp > 1,

@@ -1,13 +1,10 @@
 //! The training job: batch, sequence length, precision recipe, optimizer and
 //! the framework switches that change cost (flash attention, overlaps).
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::InputError;
-use crate::names::{self, Named, UnknownName};
+use crate::names::Named;
 
 /// Bytes per parameter of the persistent model states (the terms of ZeRO's
 /// model-state table, [ref:rajbhandari-2020] Figure 1:
@@ -121,18 +118,7 @@ impl Named for RecipeName {
     }
 }
 
-impl fmt::Display for RecipeName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RecipeName {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<RecipeName, UnknownName> {
-        names::parse(s)
-    }
-}
+crate::names::display_and_parse_by_name!(RecipeName);
 
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
