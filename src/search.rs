@@ -878,9 +878,32 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
 }
 
 #[cfg(test)]
-mod bound_tests {
+mod tests {
     use super::*;
-    use crate::spec::Catalog;
+    use crate::spec::{Catalog, GIB, Job};
+
+    /// Run `f` on `model` over all GPUs of `cluster` with global batch
+    /// `batch` (the card's when `None`) and sequence `seq`.
+    fn with_problem<R>(
+        model: &str,
+        cluster: &str,
+        batch: Option<u64>,
+        seq: u64,
+        f: impl FnOnce(&Problem) -> R,
+    ) -> R {
+        let cat = Catalog::shipped().unwrap();
+        let model = cat.model(model).unwrap();
+        let cluster = cat.cluster(cluster).unwrap();
+        let gpu = cat.gpu(&cluster.gpu).unwrap();
+        let job = Job::new(batch.unwrap_or(model.defaults.global_batch), seq);
+        f(&Problem::new(
+            model,
+            gpu,
+            cluster,
+            &job,
+            cluster.total_gpus(),
+        ))
+    }
 
     /// Both pipeline bounds of the search never undercut the price of any
     /// layout they stand for: the balanced bound for every layout, the
@@ -888,60 +911,46 @@ mod bound_tests {
     /// splits it bounds). Dense 70B, MoE Mixtral, and CP (seq 32768).
     #[test]
     fn pipeline_bounds_never_undercut_evaluate() {
-        let cat = Catalog::shipped().unwrap();
-        let cluster = cat.cluster("dgx64").unwrap();
-        let gpu = cat.gpu(&cluster.gpu).unwrap();
         let mut checked = 0;
         for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
-            let model = cat.model(name).unwrap();
-            let job = crate::spec::Job::new(model.defaults.global_batch, seq);
-            let pr = Problem::new(model, gpu, cluster, &job, 64);
-            let space = Space::default();
-            for mesh in meshes(&pr, &space).into_iter().filter(|m| m.pp > 1) {
-                for_each_layout(&pr, &space, mesh, |l| {
-                    let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
-                    let lc = cost::layer::layer_costs(&pr, &l, &pl);
-                    let e = cost::evaluate_with(&pr, &l, &lc);
-                    let tol = 1.0 + 1e-12;
-                    assert!(
-                        balanced_bound(&pr, &l, &lc) * tol >= e.tokens_per_s,
-                        "balanced bound below {} for {}",
-                        e.tokens_per_s,
-                        l.short()
-                    );
-                    if e.fits() {
-                        let b = split_bound(&pr, &l, &lc);
+            with_problem(name, "dgx64", None, seq, |pr| {
+                let space = Space::default();
+                for mesh in meshes(&pr, &space).into_iter().filter(|m| m.pp > 1) {
+                    for_each_layout(&pr, &space, mesh, |l| {
+                        let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
+                        let lc = cost::layer::layer_costs(&pr, &l, &pl);
+                        let e = cost::evaluate_with(&pr, &l, &lc);
+                        let tol = 1.0 + 1e-12;
                         assert!(
-                            b.is_some_and(|b| b * tol >= e.tokens_per_s),
-                            "split bound {b:?} below {} for {}",
+                            balanced_bound(&pr, &l, &lc) * tol >= e.tokens_per_s,
+                            "balanced bound below {} for {}",
                             e.tokens_per_s,
                             l.short()
                         );
-                    }
-                    checked += 1;
-                });
-            }
+                        if e.fits() {
+                            let b = split_bound(&pr, &l, &lc);
+                            assert!(
+                                b.is_some_and(|b| b * tol >= e.tokens_per_s),
+                                "split bound {b:?} below {} for {}",
+                                e.tokens_per_s,
+                                l.short()
+                            );
+                        }
+                        checked += 1;
+                    });
+                }
+            });
         }
         assert!(checked > 1000, "{checked} layouts checked");
     }
-}
-
-#[cfg(test)]
-mod moe_tests {
-    use super::*;
-    use crate::spec::Catalog;
 
     #[test]
     fn experts_never_multiply_the_world() {
         // Every mesh of DeepSeek-V3 on 2048 GPUs has D·T·p·C = N, with E·ETP
         // dividing T·C·D, E dividing the 256 experts and ETP dividing T.
-        let cat = Catalog::shipped().unwrap();
-        let model = cat.model("deepseek-v3").unwrap();
-        let cluster = cat.cluster("h800-2048").unwrap();
-        let gpu = cat.gpu(&cluster.gpu).unwrap();
-        let job = crate::spec::Job::new(15360, 4096);
-        let pr = Problem::new(model, gpu, cluster, &job, 2048);
-        let ms = meshes(&pr, &Space::default());
+        let ms = with_problem("deepseek-v3", "h800-2048", Some(15360), 4096, |pr| {
+            meshes(pr, &Space::default())
+        });
         assert!(ms.iter().any(|m| m.ep == 256) && ms.iter().any(|m| m.etp == 8));
         for m in ms {
             assert_eq!(m.dp as u64 * m.tp as u64 * m.pp as u64 * m.cp as u64, 2048);
@@ -950,12 +959,6 @@ mod moe_tests {
             assert_eq!(m.tp % m.etp, 0);
         }
     }
-}
-
-#[cfg(test)]
-mod rank_tests {
-    use super::*;
-    use crate::spec::{Catalog, GIB};
 
     /// Hand-worked ranks with ties. Valid layouts (tokens/s, peak GiB):
     /// A (100, 50), B (100, 40), C (90, 10), D (100, 50), A's twin.
@@ -967,14 +970,10 @@ mod rank_tests {
     /// - (110, 99): nothing has more tokens/s → 1.
     #[test]
     fn rank_among_counts_strictly_better_with_memory_tie_break() {
-        let cat = Catalog::shipped().unwrap();
-        let model = cat.model("70b").unwrap();
-        let cluster = cat.cluster("dgx64").unwrap();
-        let gpu = cat.gpu(&cluster.gpu).unwrap();
-        let job = crate::spec::Job::new(2048, 8192);
-        let pr = Problem::new(model, gpu, cluster, &job, 64);
         let layout = Layout::dense(8, 8, 1, 1);
-        let base = cost::evaluate(&pr, &layout);
+        let base = with_problem("70b", "dgx64", Some(2048), 8192, |pr| {
+            cost::evaluate(pr, &layout)
+        });
         let priced = |tokens_per_s: f64, peak_gib: f64| Evaluation {
             tokens_per_s,
             peak_bytes: peak_gib * GIB,
