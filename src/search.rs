@@ -915,20 +915,20 @@ mod tests {
         for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
             with_problem(name, "dgx64", None, seq, |pr| {
                 let space = Space::default();
-                for mesh in meshes(&pr, &space).into_iter().filter(|m| m.pp > 1) {
-                    for_each_layout(&pr, &space, mesh, |l| {
+                for mesh in meshes(pr, &space).into_iter().filter(|m| m.pp > 1) {
+                    for_each_layout(pr, &space, mesh, |l| {
                         let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
-                        let lc = cost::layer::layer_costs(&pr, &l, &pl);
-                        let e = cost::evaluate_with(&pr, &l, &lc);
+                        let lc = cost::layer::layer_costs(pr, &l, &pl);
+                        let e = cost::evaluate_with(pr, &l, &lc);
                         let tol = 1.0 + 1e-12;
                         assert!(
-                            balanced_bound(&pr, &l, &lc) * tol >= e.tokens_per_s,
+                            balanced_bound(pr, &l, &lc) * tol >= e.tokens_per_s,
                             "balanced bound below {} for {}",
                             e.tokens_per_s,
                             l.short()
                         );
                         if e.fits() {
-                            let b = split_bound(&pr, &l, &lc);
+                            let b = split_bound(pr, &l, &lc);
                             assert!(
                                 b.is_some_and(|b| b * tol >= e.tokens_per_s),
                                 "split bound {b:?} below {} for {}",
