@@ -908,7 +908,8 @@ mod tests {
     /// Both pipeline bounds of the search never undercut the price of any
     /// layout they stand for: the balanced bound for every layout, the
     /// split bound for every layout whose uniform split fits (one of the
-    /// splits it bounds). Dense 70B, MoE Mixtral, and CP (seq 32768).
+    /// splits it bounds); and no time part of any of them exposes more
+    /// than it takes. Dense 70B, MoE Mixtral, and CP (seq 32768).
     #[test]
     fn pipeline_bounds_never_undercut_evaluate() {
         let mut checked = 0;
@@ -921,6 +922,16 @@ mod tests {
                         let lc = cost::layer::layer_costs(pr, &l, &pl);
                         let e = cost::evaluate_with(pr, &l, &lc);
                         let tol = 1.0 + 1e-12;
+                        for (part, t) in e.time.iter() {
+                            assert!(
+                                t.exposed <= t.total * tol && t.exposed >= 0.0,
+                                "{} exposed {} of {} for {}",
+                                part.key(),
+                                t.exposed,
+                                t.total,
+                                l.short()
+                            );
+                        }
                         assert!(
                             balanced_bound(pr, &l, &lc) * tol >= e.tokens_per_s,
                             "balanced bound below {} for {}",

@@ -128,37 +128,50 @@ pub fn tp_comm_per_layer(one: f64, passes: f64, collectives_per_pass: f64, etp: 
     collectives_per_pass * passes * one + etp
 }
 
-/// Exposed part of TP communication `comm` next to GEMM time `gemm`.
-/// Without overlap all of it; with `--tp-comm-overlap` (needs SP) the
-/// collective is split into T ring steps pipelined with GEMM chunks, so only
-/// the first chunk and whatever exceeds the GEMM stays exposed
-/// ([ref:wang-2022]).
+/// Exposed part of TP communication `comm` next to GEMM time `gemm` with
+/// `--tp-comm-overlap` (needs SP): the collective is split into T ring
+/// steps pipelined with the GEMM chunks that depend on them
+/// ([ref:wang-2022]). With chunks `c = comm/T` and `g = gemm/T` the
+/// pipeline exposes the first chunk when the GEMM chunks are the longer
+/// (`c ≤ g`), and otherwise all of the communication but what the last
+/// T − 1 GEMM chunks hide: `max(comm/T, comm − gemm·(T − 1)/T)`, never
+/// more than `comm`.
 pub fn tp_comm_overlapped(comm: f64, gemm: f64, tp: f64) -> f64 {
-    (comm - gemm).max(0.0) + comm / tp
+    (comm / tp).max(comm - gemm * (tp - 1.0) / tp)
 }
 
-/// Exposed TP communication of one layer per micro-batch, seconds, from
-/// its collective time `total` ([`tp_comm_per_layer`]) over `passes`
-/// passes on T = `tp` ranks and the forward GEMM time `fwd_gemm`. With `--tp-comm-overlap`
-/// the GEMMs of every pass (forward, backward 2×, recomputed forward) hide
-/// it ([`tp_comm_overlapped`]); otherwise the forward and recomputed
+/// TP communication of one layer per micro-batch, seconds: `total` the
+/// collectives on the wire, `exposed` what the GEMMs do not hide.
+///
+/// `forward_passes_total` is [`tp_comm_per_layer`]: the forward's
+/// collectives once per pass (forward, backward, and the recomputed forward
+/// under full recompute). With SP the backward moves half a pass more: the
+/// row-parallel linears all-gather their output gradient and the
+/// column-parallel linears all-gather their input again for the weight
+/// gradient before reduce-scattering the input gradient
+/// ([ref:korthikanti-2022] §4.2.2). With `--tp-comm-overlap` the GEMMs of
+/// every pass (forward, backward 2×, recomputed forward; `fwd_gemm` each)
+/// hide it ([`tp_comm_overlapped`]); otherwise the forward and recomputed
 /// forward expose their collectives and the backward hides part of its own
 /// ([`backward_tp_exposed`]).
 pub fn tp_comm_exposed(
-    total: f64,
+    forward_passes_total: f64,
     fwd_gemm: f64,
     passes: f64,
     tp: f64,
     sp: bool,
     overlap: bool,
     asynchronous: bool,
-) -> f64 {
-    if overlap {
-        tp_comm_overlapped(total, fwd_gemm * (passes + 1.0), tp)
+) -> Term {
+    let per_pass = forward_passes_total / passes;
+    let sp_regather = if sp { 0.5 * per_pass } else { 0.0 };
+    let total = forward_passes_total + sp_regather;
+    let exposed = if overlap {
+        tp_comm_overlapped(forward_passes_total, fwd_gemm * (passes + 1.0), tp)
     } else {
-        let per_pass = total / passes;
         per_pass * (passes - 1.0) + backward_tp_exposed(per_pass, fwd_gemm, sp, asynchronous)
-    }
+    };
+    Term::overlapped(exposed, total)
 }
 
 /// Exposed TP communication of one layer's backward, seconds, given the
@@ -302,9 +315,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         } else {
             0.0
         };
-        let tp_total = tp_comm_per_layer(tp_one, passes, tp_count, etp_comm);
-        let tp_exposed = tp_comm_exposed(
-            tp_total,
+        let tp_term = tp_comm_exposed(
+            tp_comm_per_layer(tp_one, passes, tp_count, etp_comm),
             f.gemm,
             passes,
             tp,
@@ -366,7 +378,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let mut time = PartTimes::default();
         time[TimePart::Compute] = Term::serial(f.total() + cp_f + b.total() + cp_b);
         time[TimePart::Recompute] = Term::serial(rc);
-        time[TimePart::TpComm] = Term::overlapped(tp_exposed, tp_total);
+        time[TimePart::TpComm] = tp_term;
         time[TimePart::CpComm] = cp_cost(f.attention, b.attention);
         time[TimePart::EpComm] = Term::serial(ep_comm);
         ItemCost {
@@ -467,5 +479,40 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         cp_buffers: cp::buffer_bytes(l.cp_comm, kv_bytes, l.cp),
         ep_buffers,
         routed_activation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapped_tp_never_exceeds_the_collective() {
+        // comm 8, GEMM 4, T = 4: chunks c = 2 > g = 1, so all but the last
+        // three GEMM chunks' worth shows: 8 − 4·3/4 = 5 (≤ 8).
+        assert_eq!(tp_comm_overlapped(8.0, 4.0, 4.0), 5.0);
+        // comm 2, GEMM 8, T = 4: c = 0.5 ≤ g = 2, only the first chunk: 0.5.
+        assert_eq!(tp_comm_overlapped(2.0, 8.0, 4.0), 0.5);
+    }
+
+    #[test]
+    fn sp_backward_moves_half_a_pass_more() {
+        // Two passes of 1 s each (forward, backward), forward GEMM 0.4 s,
+        // SP, asynchronous backward: forward exposes 1; backward exposes the
+        // row-parallel all-gathers 0.5 and what exceeds the GEMM, 1 − 0.4;
+        // on the wire 1 + 1.5 = 2.5.
+        let t = tp_comm_exposed(2.0, 0.4, 2.0, 8.0, true, false, true);
+        assert!(
+            (t.exposed - 2.1).abs() < 1e-12 && (t.total - 2.5).abs() < 1e-12,
+            "{t:?}"
+        );
+        // Without SP: backward hides all but 1 − 0.4; on the wire 2.
+        let t = tp_comm_exposed(2.0, 0.4, 2.0, 8.0, false, false, true);
+        assert!((t.exposed - 1.6).abs() < 1e-12 && t.total == 2.0, "{t:?}");
+        // Even when the collectives dwarf the GEMMs, exposed ≤ total.
+        for (sp, overlap) in [(true, false), (true, true), (false, false)] {
+            let t = tp_comm_exposed(3.0, 1e-6, 3.0, 2.0, sp, overlap, true);
+            assert!(t.exposed <= t.total, "{sp} {overlap} {t:?}");
+        }
     }
 }
