@@ -206,17 +206,18 @@ fn every_breakdown_part_names_a_real_function_and_reference() {
             "part `{key}` cites [{}], not in docs/references.md",
             s.reference
         );
-        let (file, functions) = s
-            .function
-            .split_once(": ")
-            .unwrap_or_else(|| panic!("part `{key}`: `{}` is not `file: fn`", s.function));
-        let text = fs::read_to_string(root().join(file))
-            .unwrap_or_else(|e| panic!("part `{key}`: {file}: {e}"));
-        for f in functions.split(", ") {
-            assert!(
-                text.contains(&format!("pub fn {f}(")) || text.contains(&format!("fn {f}(")),
-                "part `{key}`: no fn {f} in {file}"
-            );
+        for place in s.function.split("; ") {
+            let (file, functions) = place
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("part `{key}`: `{place}` is not `file: fn, fn`"));
+            let text = fs::read_to_string(root().join(file))
+                .unwrap_or_else(|e| panic!("part `{key}`: {file}: {e}"));
+            for f in functions.split(", ") {
+                assert!(
+                    text.contains(&format!("fn {f}(")),
+                    "part `{key}`: no fn {f} in {file}"
+                );
+            }
         }
     }
 }

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 /// the reference in `docs/references.md` its formula comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Source {
-    /// File and function, e.g. `src/cost/comm.rs: all_reduce`.
+    /// File and functions, e.g. `src/cost/comm.rs: all_reduce`; several
+    /// files are separated by `; `.
     pub function: &'static str,
     /// Key of the entry in `docs/references.md`.
     pub reference: &'static str,
@@ -129,9 +130,10 @@ parts! {
     /// A part of the step time, seconds.
     TimePart {
         /// Forward and backward compute of the slowest stage (GEMMs, attention
-        /// core, element-wise kernels), micro-batches × per-micro-batch time.
+        /// core, element-wise kernels, and with CP the merging of partial
+        /// attention results), micro-batches × per-micro-batch time.
         Compute => ("compute", "compute (forward + backward)",
-            "src/cost/compute.rs: layer_forward, layer_backward", "narayanan-2021"),
+            "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
             "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
@@ -140,7 +142,7 @@ parts! {
             "src/cost/schedule.rs: pipeline_time_of", "narayanan-2021"),
         /// Tensor-parallel (and expert tensor-parallel) collectives.
         TpComm => ("tp_comm", "TP communication",
-            "src/cost/layer.rs: tp_comm_per_layer", "shoeybi-2019"),
+            "src/cost/layer.rs: tp_comm_per_layer, tp_comm_exposed", "shoeybi-2019"),
         /// Context-parallel K/V exchange.
         CpComm => ("cp_comm", "CP communication",
             "src/cost/cp.rs: exchange_time", "liu-2023"),
@@ -152,10 +154,10 @@ parts! {
             "src/cost/layer.rs: p2p_per_micro_batch", "narayanan-2021"),
         /// Data-parallel gradient all-reduce or reduce-scatter.
         DpGrad => ("dp_grad", "DP gradient reduction",
-            "src/cost/data_parallel.rs: gradient_reduction", "megatron-ddp"),
+            "src/cost/data_parallel.rs: gradient_reduction, exposed_after_overlap", "megatron-ddp"),
         /// Parameter all-gather of the distributed optimizer or ZeRO/FSDP.
         ParamGather => ("param_gather", "ZeRO/FSDP parameter all-gather",
-            "src/cost/data_parallel.rs: parameter_gather", "rajbhandari-2020"),
+            "src/cost/data_parallel.rs: parameter_gather, exposed_after_overlap", "rajbhandari-2020"),
         /// Optimizer step over the rank's shard.
         Optimizer => ("optimizer", "optimizer step",
             "src/cost/data_parallel.rs: optimizer_step_time", "kingma-2015"),
@@ -203,7 +205,7 @@ parts! {
             "src/cost/memory.rs: model_states", "rajbhandari-2020"),
         /// Saved activations of the micro-batches in flight beyond the one
         /// being computed, inside activations.
-        InFlightActivations => ("in_flight_activations", "in-flight activations (beyond one micro-batch)",
+        InFlightActivations => ("in_flight_activations", "micro-batches in flight beyond the first",
             "src/cost/memory.rs: in_flight", "narayanan-2021"),
         /// Saved routed-token activations, inside activations.
         RoutedActivations => ("routed_activations", "routed-token activations",

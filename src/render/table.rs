@@ -276,7 +276,20 @@ impl Exporter for Table {
             e.peak_bytes / GIB,
             e.usable_bytes / GIB
         )?;
-        writeln!(w, "{}", memory_table(&e.memory, e.peak_bytes))?;
+        let mut sources = Sources::default();
+        writeln!(w, "{}", memory_table(&e.memory, e.peak_bytes, &mut sources))?;
+        let shares = |p| {
+            e.memory
+                .details()
+                .filter(|(d, b)| d.parent() == p && *b > 0.0)
+                .count()
+        };
+        if MemoryPart::ALL.into_iter().any(|p| shares(p) > 1) {
+            writeln!(
+                w,
+                "Shares of one part can overlap (routed-token activations are also in flight)."
+            )?;
+        }
         writeln!(
             w,
             "Usable {:.2} GiB = {:.2} GiB of HBM minus a {:.2} GiB reserve (CUDA context, NCCL, allocator).",
@@ -295,11 +308,12 @@ impl Exporter for Table {
             100.0 * e.mfu,
             100.0 * e.hfu
         )?;
-        writeln!(w, "{}", time_table(tm))?;
+        writeln!(w, "{}", time_table(tm, &mut sources))?;
         writeln!(
             w,
             "exposed: on the step's critical path (the exposed parts add up to the step); total: the work itself; hidden = total − exposed, what overlap hid."
         )?;
+        sources.write(w)?;
         writeln!(
             w,
             "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
@@ -339,17 +353,46 @@ impl Exporter for Table {
     }
 }
 
-/// The memory parts of one rank with their shares of the peak, the
-/// "of which" shares indented under them, and where each is priced.
-fn memory_table(m: &MemoryBreakdown, peak: f64) -> CTable {
+/// Footnotes naming where each part is priced: one number per distinct
+/// source, in order of first use.
+#[derive(Default)]
+struct Sources(Vec<Source>);
+
+impl Sources {
+    /// The footnote mark of `s`, `[n]`.
+    fn mark(&mut self, s: Source) -> String {
+        let n = match self.0.iter().position(|x| *x == s) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(s);
+                self.0.len()
+            }
+        };
+        format!("[{n}]")
+    }
+
+    /// One line per source: `[n] function (reference key)`.
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(w, "Priced by (references in docs/references.md):")?;
+        for (i, s) in self.0.iter().enumerate() {
+            writeln!(w, "  [{}] {} [ref {}]", i + 1, s.function, s.reference)?;
+        }
+        Ok(())
+    }
+}
+
+/// The memory parts of one rank with their shares of the peak and the
+/// "of which" shares indented under them (shares of one part may overlap:
+/// routed-token activations are also in flight).
+fn memory_table(m: &MemoryBreakdown, peak: f64, src: &mut Sources) -> CTable {
     let mut t = table();
-    t.set_header(vec!["component", "GiB", "share %", "priced by"]);
-    let row = |t: &mut CTable, name: String, bytes: f64, src: Source| {
+    t.set_header(vec!["component", "GiB", "share %", "src"]);
+    let mut row = |t: &mut CTable, name: String, bytes: f64, s: Source| {
         t.add_row(vec![
             name,
             format!("{:.2}", bytes / GIB),
             pct(bytes / peak.max(1.0)),
-            source_text(src),
+            src.mark(s),
         ]);
     };
     for (p, bytes) in m.iter() {
@@ -366,9 +409,9 @@ fn memory_table(m: &MemoryBreakdown, peak: f64) -> CTable {
     t
 }
 
-/// Every time part: exposed, total and hidden seconds, share of the step
-/// and where it is priced.
-fn time_table(tm: &TimeBreakdown) -> CTable {
+/// Every time part: exposed, total and hidden seconds and share of the
+/// step.
+fn time_table(tm: &TimeBreakdown, src: &mut Sources) -> CTable {
     let mut t = table();
     t.set_header(vec![
         "part",
@@ -376,7 +419,7 @@ fn time_table(tm: &TimeBreakdown) -> CTable {
         "total s",
         "hidden s",
         "share %",
-        "priced by",
+        "src",
     ]);
     for (p, term) in tm.iter() {
         t.add_row(vec![
@@ -385,7 +428,7 @@ fn time_table(tm: &TimeBreakdown) -> CTable {
             format!("{:.4}", term.total),
             format!("{:.4}", term.hidden()),
             pct(term.exposed / tm.step),
-            source_text(p.source()),
+            src.mark(p.source()),
         ]);
     }
     for c in 1..=4 {
@@ -394,11 +437,6 @@ fn time_table(tm: &TimeBreakdown) -> CTable {
         }
     }
     t
-}
-
-/// `function [reference]`.
-fn source_text(s: Source) -> String {
-    format!("{} [{}]", s.function, s.reference)
 }
 
 /// Tokens with a readable unit: `16.8M`, `524K`, `512`.
