@@ -704,12 +704,22 @@ const RULES: [RuleDef; 18] = [
             },
             message: |x| {
                 let (l, p) = (x.l, x.policy);
-                format!(
-                    "T = {}, p = {}, C = {} exceeds the bounds (max T {:?}, max p {:?}, max C {:?})",
-                    l.tp, l.pp, l.cp, p.max_tp, p.max_pp, p.max_cp
-                )
+                // Only the bounds that are set and broken, as `--max-tp 2`.
+                let broken: Vec<String> = [
+                    ("T", "--max-tp", l.tp, p.max_tp),
+                    ("p", "--max-pp", l.pp, p.max_pp),
+                    ("C", "--max-cp", l.cp, p.max_cp),
+                ]
+                .into_iter()
+                .filter_map(|(axis, flag, v, bound)| {
+                    bound
+                        .filter(|b| v > *b)
+                        .map(|b| format!("{axis} = {v} exceeds {flag} {b}"))
+                })
+                .collect();
+                broken.join("; ")
             },
-            remedy: |_| "relax the bound flags".into(),
+            remedy: |_| "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)".into(),
         }],
     },
     RuleDef {

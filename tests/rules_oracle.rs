@@ -358,8 +358,8 @@ fn domain_and_bounds() {
         said(&s, &bounded, &l),
         vec![triple(
             "policy",
-            "T = 16, p = 1, C = 1 exceeds the bounds (max T Some(8), max p None, max C Some(1))",
-            "relax the bound flags"
+            "T = 16 exceeds --max-tp 8",
+            "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)"
         )]
     );
     let set = rules::violations(&s.problem(), &bounded, &l);
