@@ -719,7 +719,9 @@ const RULES: [RuleDef; 18] = [
                 .collect();
                 broken.join("; ")
             },
-            remedy: |_| "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)".into(),
+            remedy: |_| {
+                "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)".into()
+            },
         }],
     },
     RuleDef {

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::plan_file::{Plan, SpanInfo};
-use crate::cost::TimePart;
+use crate::cost::{Term, TimePart};
 
 /// The tiny run for the update-equivalence check.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -60,6 +60,9 @@ pub struct GroupLine {
     pub nodes: u64,
     /// `NVLink` or `network`.
     pub link: String,
+    /// Predicted time per step of its collectives on the slowest stage,
+    /// overlapped or not, seconds.
+    pub total_s: f64,
     /// Predicted exposed time per step on the slowest stage, seconds.
     pub exposed_s: f64,
     /// Its share of the step, percent.
@@ -98,7 +101,8 @@ pub struct Checklist {
     pub overhead_pct: f64,
 }
 
-fn line(name: &str, traffic: &str, span: &SpanInfo, exposed: f64, step: f64) -> GroupLine {
+fn line(name: &str, traffic: &str, span: &SpanInfo, time: Term, step: f64) -> GroupLine {
+    let exposed = time.exposed;
     GroupLine {
         name: name.to_string(),
         traffic: traffic.to_string(),
@@ -111,6 +115,7 @@ fn line(name: &str, traffic: &str, span: &SpanInfo, exposed: f64, step: f64) -> 
             "NVLink"
         }
         .to_string(),
+        total_s: time.total,
         exposed_s: exposed,
         share_pct: if step > 0.0 {
             100.0 * exposed / step
@@ -220,9 +225,12 @@ pub fn checklist(plan: &Plan) -> Checklist {
     let groups = candidates
         .into_iter()
         .filter_map(|(name, used, what, span, parts)| {
-            let exposed = parts.iter().map(|p| t.exposed(*p)).sum();
+            let mut time = Term::default();
+            for p in parts {
+                time.add_scaled(t[*p], 1.0);
+            }
             span.filter(|_| used)
-                .map(|span| line(name, what, span, exposed, t.step))
+                .map(|span| line(name, what, span, time, t.step))
         })
         .collect();
     let ck = &pr.checkpoint;

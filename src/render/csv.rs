@@ -22,11 +22,12 @@ enum Cell {
     Number(f64),
 }
 
-/// The columns of one line, `(name, value)` in order: the layout, the
+/// The columns of one line, `(name, value)` in order: its rank among the
+/// valid layouts (empty when unknown or rejected), whether it is valid, the layout, the
 /// summary, then every time part (`{key}_s` exposed, `{key}_total_s`), every
 /// memory part and every memory share (`{key}_gib`), from the cost model's
 /// part lists.
-fn columns(r: &Row) -> Vec<(String, Cell)> {
+fn columns(r: &Row, rank: Option<usize>, valid: bool) -> Vec<(String, Cell)> {
     let l = &r.layout;
     let e = &r.eval;
     let split = l
@@ -43,7 +44,11 @@ fn columns(r: &Row) -> Vec<(String, Cell)> {
     let text = |k: &str, v: &str| (k.to_string(), Cell::Text(v.to_string()));
     let number = |k: &str, v: f64| (k.to_string(), Cell::Number(v));
     let mut out = vec![
-        count("rank", r.rank as u64),
+        (
+            "rank".to_string(),
+            rank.map_or(Cell::Text(String::new()), |k| Cell::Count(k as u64)),
+        ),
+        ("valid".to_string(), Cell::Flag(valid)),
         count("dp", l.dp as u64),
         count("tp", l.tp as u64),
         count("pp", l.pp as u64),
@@ -80,21 +85,23 @@ fn columns(r: &Row) -> Vec<(String, Cell)> {
     out
 }
 
-/// Write `rows` with a header (the header alone when there are none).
-fn write_rows(w: &mut dyn Write, rows: &[Row]) -> anyhow::Result<()> {
+/// Write `lines` (a row, its rank among valid layouts if known, whether it
+/// is valid) with a header; the header alone when there are none.
+fn write_rows(w: &mut dyn Write, lines: &[(Row, Option<usize>, bool)]) -> anyhow::Result<()> {
     let mut out = csv::Writer::from_writer(w);
-    let header_of = rows.first().cloned().unwrap_or_else(|| {
-        Row::of(
-            0,
-            &crate::search::Candidate {
-                layout: crate::layout::Layout::dense(1, 1, 1, 1),
-                eval: crate::cost::Evaluation::default(),
-            },
-        )
-    });
-    out.write_record(columns(&header_of).iter().map(|(k, _)| k))?;
-    for row in rows {
-        let cells: Vec<Cell> = columns(row).into_iter().map(|(_, v)| v).collect();
+    let header_of = Row::of(
+        0,
+        &crate::search::Candidate {
+            layout: crate::layout::Layout::dense(1, 1, 1, 1),
+            eval: crate::cost::Evaluation::default(),
+        },
+    );
+    out.write_record(columns(&header_of, None, true).iter().map(|(k, _)| k))?;
+    for (row, rank, valid) in lines {
+        let cells: Vec<Cell> = columns(row, *rank, *valid)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
         out.serialize(cells)?;
     }
     out.flush()?;
@@ -103,17 +110,23 @@ fn write_rows(w: &mut dyn Write, rows: &[Row]) -> anyhow::Result<()> {
 
 impl Exporter for Csv {
     fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
-        write_rows(w, &r.rows)
+        let lines: Vec<_> = r
+            .rows
+            .iter()
+            .map(|row| (row.clone(), Some(row.rank), true))
+            .collect();
+        write_rows(w, &lines)
     }
 
     fn explain(&self, w: &mut dyn Write, r: &ExplainReport) -> anyhow::Result<()> {
         let row = Row::of(
-            1,
+            0,
             &crate::search::Candidate {
                 layout: r.layout.clone(),
                 eval: r.eval,
             },
         );
-        write_rows(w, &[row])
+        let valid = r.is_valid();
+        write_rows(w, &[(row, r.rank_among_valid.filter(|_| valid), valid)])
     }
 }

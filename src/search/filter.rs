@@ -373,7 +373,13 @@ impl Filter {
     pub fn parse(text: &str) -> Result<Filter, String> {
         let mut f = Filter::default();
         let mut seen: Vec<&str> = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if text.trim().is_empty() {
+            return Err("no key=value given, e.g. tp=8,pp=2".into());
+        }
+        for part in text.split(',').map(str::trim) {
+            if part.is_empty() {
+                return Err(format!("`{}`: an empty item between commas", text.trim()));
+            }
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("`{part}`: expected key=value, e.g. tp=8"))?;
@@ -537,6 +543,18 @@ mod tests {
         assert_eq!(
             fix.merged(&other, "--fix", "--why-not").unwrap_err(),
             "--fix sets cp_comm=ring but --why-not asks cp_comm=all-gather"
+        );
+    }
+
+    #[test]
+    fn empty_questions_are_refused() {
+        assert_eq!(
+            Filter::parse(" ").unwrap_err(),
+            "no key=value given, e.g. tp=8,pp=2"
+        );
+        assert_eq!(
+            Filter::parse("tp=8,,pp=2").unwrap_err(),
+            "`tp=8,,pp=2`: an empty item between commas"
         );
     }
 }
