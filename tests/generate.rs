@@ -106,6 +106,13 @@ fn predictions_in_the_files_are_the_cost_models() {
     close("mfu", e.mfu);
     assert_eq!(p["worst_pp_rank"].as_u64().unwrap(), e.worst_rank as u64);
     assert_eq!(p["stages"].as_array().unwrap().len(), 2);
+    // The checkpoint is `explain`'s: the fullest rank's shard (stage 1 holds
+    // the output layer), not the average bytes / N.
+    let c = meshplan::checkpoint::plan(&pr, &l, &e);
+    let ck = &p["checkpoint"];
+    assert_eq!(ck["bytes"].as_f64().unwrap(), c.total_bytes);
+    assert_eq!(ck["bytes_per_rank"].as_f64().unwrap(), c.per_rank_bytes);
+    assert!(c.per_rank_bytes > c.total_bytes / 64.0 * 1.2);
     let script = b.file(generate::MEGATRON_SCRIPT).unwrap();
     assert!(
         script.contains(&format!("step {:.2} s", e.time.step)),

@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint;
 use crate::cost::{self, Evaluation, MemoryBreakdown, Problem};
 use crate::layout::{Axis, Layout, RankOrder, Recompute, order_axes, orthogonal_groups};
 use crate::spec::model::{MlaSpec, MoeSpec, Norm, PositionEmbedding};
@@ -20,11 +21,6 @@ use crate::spec::{GIB, RecipeName};
 
 /// Version of the plan-file schema written by this meshplan.
 pub const SCHEMA: &str = "meshplan-plan/1";
-
-/// Checkpoint bytes per parameter: bf16 weights (2) plus the distributed
-/// optimizer's fp32 main parameters and Adam moments (4 + 4 + 4), as
-/// Megatron's `torch_dist` / `fsdp_dtensor` checkpoints store them.
-pub const CHECKPOINT_BYTES_PER_PARAM: f64 = 14.0;
 
 /// A whole plan: the file `plan.json`, and the context every template is
 /// rendered from.
@@ -413,9 +409,10 @@ pub struct Placement {
 /// Checkpoint size and interval (Daly 2006 [ref:daly-2006]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointPredicted {
-    /// Bytes of one checkpoint, [`CHECKPOINT_BYTES_PER_PARAM`] per parameter.
+    /// Bytes of one checkpoint: weights, fp32 master and Adam moments per
+    /// parameter plus the small per-rank state ([`checkpoint::plan`]).
     pub bytes: f64,
-    /// Bytes each rank writes when every rank saves its shard, bytes / N.
+    /// Bytes the fullest rank writes when every rank saves its shard.
     pub bytes_per_rank: f64,
     /// Write time C at the cluster's storage bandwidth, seconds.
     pub write_s: f64,
@@ -549,41 +546,36 @@ fn span(groups: &[Vec<u64>], ppn: u64, domain: u64) -> SpanInfo {
     }
 }
 
-/// Checkpoint size, write time and Daly's interval for `params` parameters
-/// on `nodes` nodes (W(τ) ≈ C/τ + τ/(2M), τ* ≈ √(2·C·M); Daly 2006
-/// [ref:daly-2006]).
-/// `storage_gbs` is the aggregate write bandwidth, GB/s; `node_mtbf_h` one
-/// node's MTBF, hours; `step_s` the step time, seconds.
-pub fn checkpoint_plan(
-    params: f64,
-    world: u64,
-    nodes: u64,
-    storage_gbs: f64,
-    node_mtbf_h: f64,
-    step_s: f64,
-) -> CheckpointPredicted {
-    let bytes = params * CHECKPOINT_BYTES_PER_PARAM;
-    let write_s = bytes / (storage_gbs * 1e9);
-    let job_mtbf_s = node_mtbf_h * 3600.0 / nodes.max(1) as f64;
-    let interval_s = (2.0 * write_s * job_mtbf_s).sqrt();
-    let interval_steps = if step_s > 0.0 {
+impl CheckpointPredicted {
+    /// The plan file's view of [`checkpoint::plan`]: its sizes, write time
+    /// and Daly interval, the interval in whole steps (at least 1) and the
+    /// expected waste at that many steps.
+    pub fn of(c: &checkpoint::CheckpointPlan) -> CheckpointPredicted {
+        let interval_steps = interval_in_steps(c.interval_s, c.step_s);
+        let tau = interval_steps as f64 * c.step_s;
+        CheckpointPredicted {
+            bytes: c.total_bytes,
+            bytes_per_rank: c.per_rank_bytes,
+            write_s: c.write_s,
+            job_mtbf_s: c.job_mtbf_s,
+            interval_s: c.interval_s,
+            interval_steps,
+            overhead_fraction: if tau > 0.0 {
+                checkpoint::waste_fraction(c.write_s, tau, c.job_mtbf_s)
+            } else {
+                1.0
+            },
+        }
+    }
+}
+
+/// An interval of `interval_s` seconds in whole steps of `step_s`, rounded,
+/// at least 1 (the `--save-interval` written).
+pub fn interval_in_steps(interval_s: f64, step_s: f64) -> u64 {
+    if step_s > 0.0 {
         ((interval_s / step_s).round() as u64).max(1)
     } else {
         1
-    };
-    let tau = interval_steps as f64 * step_s;
-    CheckpointPredicted {
-        bytes,
-        bytes_per_rank: bytes / world.max(1) as f64,
-        write_s,
-        job_mtbf_s,
-        interval_s,
-        interval_steps,
-        overhead_fraction: if tau > 0.0 {
-            write_s / tau + tau / (2.0 * job_mtbf_s)
-        } else {
-            1.0
-        },
     }
 }
 
@@ -697,15 +689,7 @@ impl Plan {
             ep: groups.ep.as_ref().map(|g| span(g, ppn, domain)),
             expert_dp: groups.expert_dp.as_ref().map(|g| span(g, ppn, domain)),
         };
-        let rel = &pr.cluster.reliability;
-        let checkpoint = checkpoint_plan(
-            model.total_params(),
-            world,
-            nodes,
-            rel.storage_bandwidth_gbs,
-            rel.node_mtbf_hours,
-            t.step,
-        );
+        let checkpoint = CheckpointPredicted::of(&checkpoint::plan(pr, l, eval));
         let predicted = Predicted {
             step_s: t.step,
             tokens_per_s: eval.tokens_per_s,
@@ -946,18 +930,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn daly_interval() {
-        // 1e9 parameters · 14 B = 14 GB at 10 GB/s: C = 1.4 s. 8 nodes of
-        // MTBF 800 h: M = 800·3600/8 = 360000 s. τ* = √(2·1.4·360000)
-        // = √1008000 = 1003.99 s; with a 100 s step: 10 steps, τ = 1000 s,
-        // W = 1.4/1000 + 1000/720000 = 0.0014 + 0.0013889 = 0.0027889.
-        let c = checkpoint_plan(1e9, 64, 8, 10.0, 800.0, 100.0);
-        assert!((c.write_s - 1.4).abs() < 1e-12);
-        assert!((c.job_mtbf_s - 360000.0).abs() < 1e-9);
-        assert!((c.interval_s - 1003.9920318).abs() < 1e-6);
-        assert_eq!(c.interval_steps, 10);
-        assert!((c.overhead_fraction - 0.0027888889).abs() < 1e-9);
-        assert!((c.bytes_per_rank - 14e9 / 64.0).abs() < 1e-3);
+    fn interval_in_whole_steps() {
+        // τ* = 1003.99 s with a 100 s step: 10 steps; with no step yet, 1.
+        assert_eq!(interval_in_steps(1003.99, 100.0), 10);
+        assert_eq!(interval_in_steps(30.0, 100.0), 1);
+        assert_eq!(interval_in_steps(30.0, 0.0), 1);
     }
 
     #[test]
