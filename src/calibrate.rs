@@ -308,18 +308,21 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
         match validate::build_case(row, cat, None) {
             Ok(c) if c.gpu.name != gpu0.name => skipped.push(validate::Skipped {
                 id: row.id.clone(),
+                kind: "other GPU".into(),
                 reason: format!("runs on `{}`, not `{}`", c.gpu.name, gpu0.name),
             }),
             Ok(c) => match c.measured_step() {
                 Some((t, _)) => cases.push((c, t)),
                 None => skipped.push(validate::Skipped {
                     id: row.id.clone(),
+                    kind: "nothing measured".into(),
                     reason: "no step time, TFLOP/s or MFU measured".into(),
                 }),
             },
-            Err(reason) => skipped.push(validate::Skipped {
+            Err(u) => skipped.push(validate::Skipped {
                 id: row.id.clone(),
-                reason,
+                kind: u.kind,
+                reason: u.reason,
             }),
         }
     }

@@ -898,8 +898,17 @@ fn read_rows(path: &std::path::Path) -> Result<Vec<validate::MeasuredRow>> {
     Ok(validate::read_csv(&text, path)?)
 }
 
+fn read_table(path: &std::path::Path) -> Result<validate::Table> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(validate::read_table(&text, path)?)
+}
+
 fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
-    let rows = read_rows(&a.file)?;
+    let table = read_table(&a.file)?;
+    let rows = &table.rows;
     let cat = Catalog::shipped()?;
     let overlay = match &a.profile {
         Some(p) => {
@@ -913,7 +922,7 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
     if a.format == Format::Csv {
         bail!("--format csv is not available for validate; use table or json");
     }
-    let report = validate::validate(&rows, &cat, overlay.as_ref());
+    let report = validate::validate_table(&table, &cat, overlay.as_ref());
     let plans: Vec<validate::PlanCheck> = if a.plan {
         rows.iter()
             .filter(|r| {

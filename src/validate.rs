@@ -73,6 +73,117 @@ pub const COLUMNS: [&str; 27] = [
     "notes",
 ];
 
+/// Columns `published-dev-v2.csv` adds (its README, copied to
+/// `tests/data/README.md`); optional: a v1 table has none of them, and an
+/// empty cell means "not stated".
+pub const V2_COLUMNS: [&str; 20] = [
+    "arch",
+    "card",
+    "experts",
+    "topk",
+    "moe_ffn",
+    "shared_experts",
+    "etp",
+    "precision",
+    "fp8_recipe",
+    "zero",
+    "engine",
+    "gpu_type",
+    "gpus_per_node",
+    "scaleup_gpus",
+    "flops_convention",
+    "oom",
+    "mem_kind",
+    "mem_unit",
+    "tp_comm_overlap",
+    "async_tp",
+];
+
+/// Block family of a row without a model card (`arch` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Arch {
+    /// LayerNorm, GeLU 2-matrix MLP, learned positions, biases.
+    Gpt,
+    /// RMSNorm, SwiGLU 3-matrix MLP, RoPE, no biases.
+    Llama,
+    /// Squared-ReLU 2-matrix MLP, RoPE, no biases.
+    Nemotron,
+    /// A mixture-of-experts family (`mixtral`, `deepseek-v3`, `qwen3-moe`,
+    /// `gpt-oss`): needs a card or the MoE columns.
+    Moe,
+    /// `palm`, `other`: not modelled without a card.
+    Unmodelled,
+}
+
+/// GEMM precision of a row (`precision` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Precision {
+    /// fp16 with loss scaling.
+    Fp16,
+    /// bf16.
+    Bf16,
+    /// fp8, mxfp8 or nvfp4: not priced yet.
+    LowPrecision,
+}
+
+/// What a row's `measured_mem_gb` is (`mem_kind` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum MemKind {
+    /// nvidia-smi: reserved pool plus CUDA context.
+    NvidiaSmi,
+    /// `torch.cuda.max_memory_reserved()`.
+    TorchReserved,
+    /// `torch.cuda.max_memory_allocated()`.
+    TorchAllocated,
+    /// The framework's own log line (read as reserved plus context).
+    Logged,
+}
+
+/// The v2 columns of one row, parsed; `None` = empty cell or v1 table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunColumns {
+    /// Block family.
+    pub arch: Option<Arch>,
+    /// Model card of this project.
+    pub card: Option<String>,
+    /// Routed experts per MoE layer.
+    pub experts: Option<u32>,
+    /// Experts per token.
+    pub topk: Option<u32>,
+    /// One expert's FFN width.
+    pub moe_ffn: Option<u64>,
+    /// Shared experts.
+    pub shared_experts: Option<u32>,
+    /// Expert tensor-parallel size.
+    pub etp: Option<u32>,
+    /// GEMM precision.
+    pub precision: Option<Precision>,
+    /// FP8 scaling recipe as written.
+    pub fp8_recipe: Option<String>,
+    /// ZeRO / FSDP stage 0–3.
+    pub zero: Option<u8>,
+    /// Training software as written.
+    pub engine: Option<String>,
+    /// GPU profile name (matched exactly).
+    pub gpu_type: Option<String>,
+    /// GPUs per host.
+    pub gpus_per_node: Option<u32>,
+    /// GPUs in one NVLink domain.
+    pub scaleup_gpus: Option<u32>,
+    /// `true` = hardware FLOPs (recompute counted), `false` = model FLOPs.
+    pub hardware_flops: Option<bool>,
+    /// The row itself ran out of memory.
+    pub oom: Option<bool>,
+    /// What the memory figure is.
+    pub mem_kind: Option<MemKind>,
+    /// `true` when `measured_mem_gb` is in GB (10⁹), `false` for GiB.
+    pub mem_in_gb: Option<bool>,
+    /// TP collectives overlapped with GEMMs.
+    pub tp_comm_overlap: Option<bool>,
+    /// torchtitan's asynchronous TP.
+    pub async_tp: Option<bool>,
+}
+
 /// One measured configuration as written in the CSV. `None` = empty cell.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MeasuredRow {
@@ -86,16 +197,16 @@ pub struct MeasuredRow {
     pub model: String,
     /// Transformer layers L.
     pub layers: Option<u32>,
-    /// Hidden size h.
-    pub hidden: u64,
+    /// Hidden size h (needed without a card).
+    pub hidden: Option<u64>,
     /// Attention heads a.
     pub heads: Option<u32>,
     /// Key/value heads.
     pub kv_heads: Option<u32>,
     /// FFN width.
     pub ffn: Option<u64>,
-    /// Vocabulary as written (`51200`, `~250000`).
-    pub vocab: String,
+    /// Vocabulary as written (`51200`, `~250000`; needed without a card).
+    pub vocab: Option<String>,
     /// Sequence length s.
     pub seq: u64,
     /// GPU description, e.g. `A100-SXM4-80GB (DGX A100, …)`.
@@ -132,6 +243,8 @@ pub struct MeasuredRow {
     pub measured_mem_gb: Option<f64>,
     /// How each value was obtained.
     pub notes: String,
+    /// The v2 columns.
+    pub run: RunColumns,
 }
 
 impl MeasuredRow {
@@ -141,10 +254,12 @@ impl MeasuredRow {
         Family::of(&self.id)
     }
 
-    /// Whether the notes say the run did not fit (`did not fit`, or
-    /// `OOM on`; a note such as "too close to OOM" is not an OOM).
+    /// Whether this run did not fit: the `oom` column where stated, else the
+    /// notes (`did not fit`, or `OOM on`; "too close to OOM" is not an OOM).
     pub fn out_of_memory(&self) -> bool {
-        self.notes.contains("did not fit") || self.notes.contains("OOM on")
+        self.run
+            .oom
+            .unwrap_or_else(|| self.notes.contains("did not fit") || self.notes.contains("OOM on"))
     }
 }
 
@@ -202,24 +317,70 @@ impl Cells<'_> {
     }
 }
 
-/// Parse a measurement CSV.
+impl Cells<'_> {
+    /// The cell of `col` as one of `values` (`(text, value)` pairs).
+    fn choice<T: Copy>(
+        &self,
+        col: &'static str,
+        values: &[(&str, T)],
+    ) -> Result<Option<T>, InputError> {
+        let v = self.text(col);
+        if v.is_empty() {
+            return Ok(None);
+        }
+        values
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(v))
+            .map(|(_, x)| Some(*x))
+            .ok_or_else(|| {
+                let names: Vec<&str> = values.iter().map(|(k, _)| *k).collect();
+                self.err(col, format!("`{v}` is not one of {}", names.join(", ")))
+            })
+    }
+
+    fn yes_no(&self, col: &'static str) -> Result<Option<bool>, InputError> {
+        self.choice(col, &[("yes", true), ("no", false)])
+    }
+}
+
+/// A measurement table as read: the rows that parse, and those that do
+/// not with the file, line, column and value that failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Table {
+    /// Rows that parsed.
+    pub rows: Vec<MeasuredRow>,
+    /// Rows that did not, with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Parse a measurement CSV (v1 or v2 columns), every row on its own: a row
+/// with an empty required cell, a malformed value or an id already used is
+/// skipped with its reason, and the other rows are read.
 ///
 /// # Errors
-/// [`InputError::Syntax`] for malformed CSV; [`InputError::Field`] naming
-/// the file, the column and the line for a missing column, an empty
-/// required cell (`id`, `hidden`, `seq`, `num_gpus`, `tp`, `pp`, `dp`,
-/// `gbs`, `gpu`, `vocab`) or a cell that is not a number.
-pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError> {
+/// [`InputError::Syntax`] for malformed CSV or a table without rows;
+/// [`InputError::Field`] naming a missing column of [`COLUMNS`].
+pub fn read_table(text: &str, file: &Path) -> Result<Table, InputError> {
+    let (rows, bad) = read_rows(text, file)?;
+    Ok(Table {
+        rows,
+        skipped: bad.into_iter().map(|(s, _)| s).collect(),
+    })
+}
+
+/// A row that did not parse: its [`Skipped`] line and the error.
+type BadRow = (Skipped, InputError);
+
+/// The rows that parse, and those that do not.
+fn read_rows(text: &str, file: &Path) -> Result<(Vec<MeasuredRow>, Vec<BadRow>), InputError> {
     let mut rdr = csv::ReaderBuilder::new()
         .flexible(false)
         .from_reader(text.as_bytes());
-    let headers = rdr
-        .headers()
-        .map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?
-        .clone();
+    let syntax = |e: csv::Error| InputError::Syntax {
+        file: file.to_path_buf(),
+        detail: e.to_string(),
+    };
+    let headers = rdr.headers().map_err(syntax)?.clone();
     let mut index = BTreeMap::new();
     for col in COLUMNS {
         match headers.iter().position(|h| h.trim() == col) {
@@ -238,13 +399,18 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
             }
         }
     }
+    for col in V2_COLUMNS {
+        if let Some(i) = headers.iter().position(|h| h.trim() == col) {
+            index.insert(col, i);
+        }
+    }
     let mut rows = Vec::new();
-    for (i, rec) in rdr.records().enumerate() {
-        let rec = rec.map_err(|e| InputError::Syntax {
-            file: file.to_path_buf(),
-            detail: e.to_string(),
-        })?;
-        let line = rec.position().map(|p| p.line() as usize).unwrap_or(i + 2);
+    let mut bad = Vec::new();
+    let mut first_line: BTreeMap<String, usize> = BTreeMap::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(syntax)?;
+        // The record's first line in the file (header = line 1).
+        let line = rec.position().map(|p| p.line() as usize).unwrap_or(0);
         let id = index
             .get("id")
             .and_then(|j| rec.get(*j))
@@ -258,82 +424,231 @@ pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError>
             rec: &rec,
             index: &index,
         };
-        if id.is_empty() {
-            return Err(c.err("id", "is empty but required".into()));
-        }
-        let text_req = |col: &'static str| -> Result<String, InputError> {
-            c.opt_text(col)
-                .ok_or_else(|| c.err(col, "is empty but required".into()))
+        let parsed = match first_line.get(&id) {
+            Some(first) if !id.is_empty() => Err(c.err(
+                "id",
+                format!("`{id}` is already the id of line {first}; ids must be unique"),
+            )),
+            _ => parse_row(&c),
         };
-        let frac = "a number";
-        let whole = "a whole number";
-        let row = MeasuredRow {
-            line,
-            id: id.clone(),
-            source: c.text("source").to_string(),
-            model: c.text("model").to_string(),
-            layers: c.opt("layers", whole)?,
-            hidden: c.req("hidden", whole)?,
-            heads: c.opt("heads", whole)?,
-            kv_heads: c.opt("kv_heads", whole)?,
-            ffn: c.opt("ffn", whole)?,
-            vocab: text_req("vocab")?,
-            seq: c.req("seq", whole)?,
-            gpu: text_req("gpu")?,
-            num_gpus: c.req("num_gpus", whole)?,
-            tp: c.req("tp", whole)?,
-            pp: c.req("pp", whole)?,
-            cp: c.opt("cp", whole)?,
-            ep: c.opt("ep", whole)?,
-            dp: c.req("dp", whole)?,
-            vpp: c.opt("vpp", whole)?,
-            mbs: c.opt("mbs", whole)?,
-            gbs: c.req("gbs", whole)?,
-            recompute: c.opt_text("recompute"),
-            sp: c.opt_text("sp"),
-            measured_tflops_per_gpu: c.opt("measured_tflops_per_gpu", frac)?,
-            measured_mfu: c.opt("measured_mfu", frac)?,
-            measured_step_s: c.opt("measured_step_s", frac)?,
-            measured_mem_gb: c.opt("measured_mem_gb", frac)?,
-            notes: c.text("notes").to_string(),
-        };
-        for (col, v) in [
-            ("measured_tflops_per_gpu", row.measured_tflops_per_gpu),
-            ("measured_mfu", row.measured_mfu),
-            ("measured_step_s", row.measured_step_s),
-            ("measured_mem_gb", row.measured_mem_gb),
-        ] {
-            if let Some(x) = v
-                && !(x.is_finite() && x > 0.0)
-            {
-                return Err(c.err(col, format!("must be a positive number, found {x}")));
+        match parsed {
+            Ok(row) => {
+                first_line.insert(id, line);
+                rows.push(row);
             }
+            Err(e) => bad.push((
+                Skipped {
+                    id: if id.is_empty() {
+                        format!("line {line}")
+                    } else {
+                        id
+                    },
+                    kind: skip_kind(&e),
+                    reason: e.to_string(),
+                },
+                e,
+            )),
         }
-        if let Some(m) = row.measured_mfu
-            && m > 1.0
-        {
-            return Err(c.err(
-                "measured_mfu",
-                format!("is a fraction of peak, at most 1, found {m}"),
-            ));
-        }
-        for (col, v) in [
-            ("layers", row.layers.map(|x: u32| x as u64)),
-            ("heads", row.heads.map(|x: u32| x as u64)),
-            ("kv_heads", row.kv_heads.map(|x: u32| x as u64)),
-            ("ffn", row.ffn),
-            ("cp", row.cp.map(|x: u32| x as u64)),
-            ("ep", row.ep.map(|x: u32| x as u64)),
-            ("vpp", row.vpp.map(|x: u32| x as u64)),
-            ("mbs", row.mbs.map(|x: u32| x as u64)),
-        ] {
-            if v == Some(0) {
-                return Err(c.err(col, "must be positive, found 0".into()));
-            }
-        }
-        rows.push(row);
     }
-    Ok(rows)
+    if rows.is_empty() && bad.is_empty() {
+        return Err(InputError::Syntax {
+            file: file.to_path_buf(),
+            detail: "no rows under the header".into(),
+        });
+    }
+    Ok((rows, bad))
+}
+
+/// The reason class of a row that did not parse: `field: problem` without
+/// the row's own numbers (`tp: empty`, `sp: malformed`).
+fn skip_kind(e: &InputError) -> String {
+    match e {
+        InputError::Field { field, problem, .. } => {
+            let what = if problem.contains("is empty but required") {
+                "empty"
+            } else if problem.contains("already the id") {
+                "duplicate id"
+            } else {
+                "malformed"
+            };
+            format!("{field}: {what}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Parse a measurement CSV, failing on the first row that does not parse
+/// (for `calibrate`, whose fit must not silently lose rows).
+///
+/// # Errors
+/// Those of [`read_table`], and [`InputError::Field`] for the first row
+/// that [`read_table`] would skip.
+pub fn read_csv(text: &str, file: &Path) -> Result<Vec<MeasuredRow>, InputError> {
+    let (rows, bad) = read_rows(text, file)?;
+    match bad.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(rows),
+    }
+}
+
+/// One row of the table.
+fn parse_row(c: &Cells) -> Result<MeasuredRow, InputError> {
+    let id = c.id.clone();
+    if id.is_empty() {
+        return Err(c.err("id", "is empty but required".into()));
+    }
+    let text_req = |col: &'static str| -> Result<String, InputError> {
+        c.opt_text(col)
+            .ok_or_else(|| c.err(col, "is empty but required".into()))
+    };
+    let frac = "a number";
+    let whole = "a whole number";
+    let run = RunColumns {
+        arch: c.choice(
+            "arch",
+            &[
+                ("gpt", Arch::Gpt),
+                ("llama", Arch::Llama),
+                ("nemotron", Arch::Nemotron),
+                ("mixtral", Arch::Moe),
+                ("deepseek-v3", Arch::Moe),
+                ("qwen3-moe", Arch::Moe),
+                ("gpt-oss", Arch::Moe),
+                ("palm", Arch::Unmodelled),
+                ("other", Arch::Unmodelled),
+            ],
+        )?,
+        card: c.opt_text("card"),
+        experts: c.opt("experts", whole)?,
+        topk: c.opt("topk", whole)?,
+        moe_ffn: c.opt("moe_ffn", whole)?,
+        shared_experts: c.opt("shared_experts", whole)?,
+        etp: c.opt("etp", whole)?,
+        precision: c.choice(
+            "precision",
+            &[
+                ("fp16", Precision::Fp16),
+                ("bf16", Precision::Bf16),
+                ("fp8", Precision::LowPrecision),
+                ("mxfp8", Precision::LowPrecision),
+                ("nvfp4", Precision::LowPrecision),
+            ],
+        )?,
+        fp8_recipe: c.opt_text("fp8_recipe"),
+        zero: c.choice("zero", &[("0", 0u8), ("1", 1), ("2", 2), ("3", 3)])?,
+        engine: c.opt_text("engine").map(|e| e.to_ascii_lowercase()),
+        gpu_type: c.opt_text("gpu_type").map(|g| g.to_ascii_lowercase()),
+        gpus_per_node: c.opt("gpus_per_node", whole)?,
+        scaleup_gpus: c.opt("scaleup_gpus", whole)?,
+        hardware_flops: c.choice("flops_convention", &[("hardware", true), ("model", false)])?,
+        oom: c.yes_no("oom")?,
+        mem_kind: c.choice(
+            "mem_kind",
+            &[
+                ("nvidia-smi", MemKind::NvidiaSmi),
+                ("torch-max-reserved", MemKind::TorchReserved),
+                ("torch-max-allocated", MemKind::TorchAllocated),
+                ("logged", MemKind::Logged),
+            ],
+        )?,
+        mem_in_gb: c.choice("mem_unit", &[("GB", true), ("GiB", false)])?,
+        tp_comm_overlap: c.yes_no("tp_comm_overlap")?,
+        async_tp: c.yes_no("async_tp")?,
+    };
+    let row = MeasuredRow {
+        line: c.line,
+        id: id.clone(),
+        source: c.text("source").to_string(),
+        model: c.text("model").to_string(),
+        layers: c.opt("layers", whole)?,
+        hidden: c.opt("hidden", whole)?,
+        heads: c.opt("heads", whole)?,
+        kv_heads: c.opt("kv_heads", whole)?,
+        ffn: c.opt("ffn", whole)?,
+        vocab: c.opt_text("vocab"),
+        seq: c.req("seq", whole)?,
+        gpu: text_req("gpu")?,
+        num_gpus: c.req("num_gpus", whole)?,
+        tp: c.req("tp", whole)?,
+        pp: c.req("pp", whole)?,
+        cp: c.opt("cp", whole)?,
+        ep: c.opt("ep", whole)?,
+        dp: c.req("dp", whole)?,
+        vpp: c.opt("vpp", whole)?,
+        mbs: c.opt("mbs", whole)?,
+        gbs: c.req("gbs", whole)?,
+        recompute: c.opt_text("recompute"),
+        sp: c.opt_text("sp"),
+        measured_tflops_per_gpu: c.opt("measured_tflops_per_gpu", frac)?,
+        measured_mfu: c.opt("measured_mfu", frac)?,
+        measured_step_s: c.opt("measured_step_s", frac)?,
+        measured_mem_gb: c.opt("measured_mem_gb", frac)?,
+        notes: c.text("notes").to_string(),
+        run,
+    };
+    if let Some(r) = row.recompute.as_deref()
+        && !["full", "selective", "none"].contains(&r)
+    {
+        return Err(c.err(
+            "recompute",
+            format!("`{r}` is not one of full, selective, none"),
+        ));
+    }
+    if let Some(v) = row.sp.as_deref()
+        && !["yes", "no"].contains(&v)
+    {
+        return Err(c.err("sp", format!("`{v}` is not one of yes, no")));
+    }
+    for (col, v) in [
+        ("measured_tflops_per_gpu", row.measured_tflops_per_gpu),
+        ("measured_mfu", row.measured_mfu),
+        ("measured_step_s", row.measured_step_s),
+        ("measured_mem_gb", row.measured_mem_gb),
+    ] {
+        if let Some(x) = v
+            && !(x.is_finite() && x > 0.0)
+        {
+            return Err(c.err(col, format!("must be a positive number, found {x}")));
+        }
+    }
+    if let Some(m) = row.measured_mfu
+        && m > 1.0
+    {
+        return Err(c.err(
+            "measured_mfu",
+            format!("is a fraction of peak, at most 1, found {m}"),
+        ));
+    }
+    for (col, v) in [
+        ("layers", row.layers.map(|x: u32| x as u64)),
+        ("heads", row.heads.map(|x: u32| x as u64)),
+        ("kv_heads", row.kv_heads.map(|x: u32| x as u64)),
+        ("ffn", row.ffn),
+        ("cp", row.cp.map(|x: u32| x as u64)),
+        ("ep", row.ep.map(|x: u32| x as u64)),
+        ("vpp", row.vpp.map(|x: u32| x as u64)),
+        ("mbs", row.mbs.map(|x: u32| x as u64)),
+        ("etp", row.run.etp.map(|x: u32| x as u64)),
+        ("experts", row.run.experts.map(|x: u32| x as u64)),
+        ("topk", row.run.topk.map(|x: u32| x as u64)),
+        (
+            "gpus_per_node",
+            row.run.gpus_per_node.map(|x: u32| x as u64),
+        ),
+        ("scaleup_gpus", row.run.scaleup_gpus.map(|x: u32| x as u64)),
+        ("tp", Some(row.tp as u64)),
+        ("pp", Some(row.pp as u64)),
+        ("dp", Some(row.dp as u64)),
+        ("num_gpus", Some(row.num_gpus)),
+        ("hidden", row.hidden),
+        ("seq", Some(row.seq)),
+        ("gbs", Some(row.gbs)),
+    ] {
+        if v == Some(0) {
+            return Err(c.err(col, "must be positive, found 0".into()));
+        }
+    }
+    Ok(row)
 }
 
 /// Source family of a row, from its id prefix. The family fixes the
@@ -387,6 +702,8 @@ pub enum FlopConvention {
     Korthikanti,
     /// Megatron `num_floating_point_operations` (model FLOPs, causal halved).
     Megatron,
+    /// Model FLOPs plus the recomputed forward (hardware FLOPs, HFU).
+    Hardware,
 }
 
 impl FlopConvention {
@@ -396,11 +713,12 @@ impl FlopConvention {
             FlopConvention::NarayananEq3 => "Narayanan Eq.3 (hardware, recompute counted)",
             FlopConvention::Korthikanti => "Korthikanti model FLOPs (72·B·s·L·h²·(1+s/6h+V/12Lh))",
             FlopConvention::Megatron => "Megatron num_floating_point_operations (model FLOPs)",
+            FlopConvention::Hardware => "model FLOPs + recomputed forward (hardware FLOPs)",
         }
     }
 
     /// FLOPs of one step under this convention.
-    pub fn flops(self, model: &Model, job: &Job, vocab_padded: f64) -> f64 {
+    pub fn flops(self, model: &Model, job: &Job, vocab_padded: f64, recompute: Recompute) -> f64 {
         let a = &model.architecture;
         let (l, h, b, s) = (
             a.layers as f64,
@@ -414,6 +732,10 @@ impl FlopConvention {
                 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + vocab_padded / (12.0 * l * h))
             }
             FlopConvention::Megatron => compute::model_flops_per_step(model, b, s),
+            FlopConvention::Hardware => {
+                compute::model_flops_per_step(model, b, s)
+                    + compute::recompute_flops_per_step(model, b, s, recompute, job.flash_attention)
+            }
         }
     }
 }
@@ -439,6 +761,10 @@ pub struct Case {
     pub convention: FlopConvention,
     /// Padded vocabulary used in the FLOP formulas.
     pub vocab_padded: f64,
+    /// What the measured memory figure is.
+    pub memory: MemKind,
+    /// The measured memory is in GB (10⁹ bytes), not GiB.
+    pub mem_in_gb: bool,
     /// Every assumption made for a cell the row left empty.
     pub assumptions: Vec<String>,
 }
@@ -457,8 +783,12 @@ impl Case {
 
     /// FLOPs of one step in the row's convention.
     pub fn flops(&self) -> f64 {
-        self.convention
-            .flops(&self.model, &self.job, self.vocab_padded)
+        self.convention.flops(
+            &self.model,
+            &self.job,
+            self.vocab_padded,
+            self.layout.recompute,
+        )
     }
 
     /// Measured step time, seconds, and whether it was derived from a
@@ -581,172 +911,224 @@ fn cluster_name(row: &MeasuredRow, gpu: &str, cat: &Catalog) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
+/// Why a row is not priced: a class for the summary and the sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unpriced {
+    /// The reason's class (`fp8 not modelled yet`, `gpu_type: no profile`).
+    pub kind: String,
+    /// The sentence, with the row's values.
+    pub reason: String,
+}
+
+impl Unpriced {
+    /// A reason of class `kind`.
+    pub fn new(kind: &str, reason: impl Into<String>) -> Unpriced {
+        Unpriced {
+            kind: kind.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Unpriced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A sentence as its own class, with quoted values and numbers blanked
+/// (`hidden 5 is not divisible by 3 heads` → `hidden N is not divisible by N heads`).
+impl From<String> for Unpriced {
+    fn from(reason: String) -> Unpriced {
+        let mut kind = String::new();
+        let mut quoted = false;
+        let mut last_digit = false;
+        for ch in reason.chars() {
+            if ch == '`' {
+                if !quoted {
+                    kind.push('…');
+                }
+                quoted = !quoted;
+                continue;
+            }
+            if quoted {
+                continue;
+            }
+            if ch.is_ascii_digit() || (last_digit && ch == '.') {
+                if !last_digit {
+                    kind.push('N');
+                }
+                last_digit = true;
+                continue;
+            }
+            last_digit = false;
+            kind.push(ch);
+        }
+        Unpriced { kind, reason }
+    }
+}
+
+impl From<&str> for Unpriced {
+    fn from(reason: &str) -> Unpriced {
+        Unpriced::from(reason.to_string())
+    }
+}
+
 /// Build the case of `row`, or say why it cannot be predicted.
 ///
+/// Every stated column is used: `card` (the project's model card),
+/// otherwise `arch` with the shape columns; `precision` (low-precision rows
+/// are not priced until FP8 is modelled, never as bf16); `zero`; `engine`;
+/// `gpu_type` (matched exactly), `gpus_per_node` and `scaleup_gpus`;
+/// `flops_convention`; `tp_comm_overlap` and `async_tp`; `oom`;
+/// `mem_kind` and `mem_unit`. What a row leaves empty is assumed, and the
+/// assumption is printed with the row.
+///
 /// # Errors
-/// A sentence naming what is missing or inconsistent (the row is then
-/// listed as skipped).
-pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Result<Case, String> {
+/// [`Unpriced`]: the class and a sentence naming what is missing or
+/// inconsistent (the row is then listed as skipped).
+pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Result<Case, Unpriced> {
     let fam = row.family();
+    let run = &row.run;
     let mut assume: Vec<String> = Vec::new();
     let notes = &row.notes;
 
+    // --- Precision: FP8 and narrower are not modelled yet; never priced as bf16.
+    if run.precision == Some(Precision::LowPrecision) {
+        return Err(Unpriced::new(
+            "fp8 not modelled yet",
+            "fp8 not modelled yet: FP8/MXFP8/NVFP4 GEMMs are not priced (issue 14), and a low-precision run is not priced as bf16",
+        ));
+    }
+    if run.arch == Some(Arch::Unmodelled) && run.card.is_none() {
+        return Err(Unpriced::new(
+            "arch: not modelled without a card",
+            "arch: this block family is not modelled without a model card",
+        ));
+    }
+
     // --- Hardware.
-    let gname = gpu_name(&row.gpu)
-        .ok_or_else(|| format!("GPU `{}` matches no shipped GPU profile", row.gpu))?;
-    let mut gpu = cat.gpu(gname).map_err(|e| e.to_string())?.clone();
-    let cname = cluster_name(row, gname, cat)
-        .ok_or_else(|| format!("no shipped cluster has {gname} GPUs"))?;
+    let (mut gpu, gname) = match &run.gpu_type {
+        Some(t) => {
+            let g = cat.gpu(t).map_err(|_| {
+                Unpriced::new(
+                    "gpu_type: no GPU profile",
+                    format!(
+                        "gpu_type `{t}` has no GPU profile (known: {})",
+                        cat.gpus
+                            .iter()
+                            .map(|g| g.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+            (g.clone(), g.name.clone())
+        }
+        None => {
+            let g = gpu_name(&row.gpu).ok_or_else(|| {
+                Unpriced::new(
+                    "gpu: no GPU profile",
+                    format!("GPU `{}` matches no shipped GPU profile", row.gpu),
+                )
+            })?;
+            assume.push(format!(
+                "gpu: {g} from the description `{}` (gpu_type not stated)",
+                row.gpu
+            ));
+            (
+                cat.gpu(g).map_err(|e| e.to_string())?.clone(),
+                g.to_string(),
+            )
+        }
+    };
+    let (cname, template) = cluster_name(row, &gname, cat)
+        .map(|c| (c, None))
+        .or_else(|| {
+            // No shipped cluster of this GPU: the links of the nearest
+            // generation's cluster (named in the assumption).
+            let stand_in = match gname.as_str() {
+                "h100-96g" | "gb200" | "b200" => Some("dgx-h100-6144"),
+                _ => None,
+            };
+            stand_in
+                .filter(|c| cat.cluster(c).is_ok())
+                .map(|c| (c.to_string(), Some(c)))
+        })
+        .ok_or_else(|| {
+            Unpriced::new(
+                "cluster: none for this GPU",
+                format!("no shipped cluster has {gname} GPUs"),
+            )
+        })?;
     let mut cluster = cat.cluster(&cname).map_err(|e| e.to_string())?.clone();
+    if let Some(t) = template {
+        assume.push(format!(
+            "links: those of the `{t}` profile (no shipped cluster has {gname} GPUs)"
+        ));
+        cluster.gpu = gname.clone();
+    }
+    if let Some(g) = run.gpus_per_node
+        && g != cluster.gpus_per_node
+    {
+        // One NIC per GPU as in the profile: NICs scale with the node.
+        let nics_per_gpu = cluster.inter_node.nics_per_node as f64 / cluster.gpus_per_node as f64;
+        cluster.inter_node.nics_per_node = ((nics_per_gpu * g as f64).round() as u32).max(1);
+        cluster.gpus_per_node = g;
+    }
+    cluster.scale_up_domain = match run.scaleup_gpus {
+        Some(d) => d,
+        None => cluster.scale_up_domain.min(cluster.gpus_per_node),
+    };
     cluster.nodes = (row.num_gpus.div_ceil(cluster.gpus_per_node as u64)).max(1) as u32;
     assume.push(format!(
-        "cluster: {} nodes of the `{}` profile ({} GPUs/node)",
-        cluster.nodes, cname, cluster.gpus_per_node
+        "cluster: {} nodes of {} GPUs (NVLink domain {}) with the `{}` profile's links",
+        cluster.nodes, cluster.gpus_per_node, cluster.scale_up_domain, cname
     ));
     if let Some(o) = overlay {
         if o.gpu != gpu.name {
-            return Err(format!(
-                "the overlay is for GPU `{}`, this row runs on `{}`",
-                o.gpu, gpu.name
+            return Err(Unpriced::new(
+                "overlay: other GPU",
+                format!(
+                    "the overlay is for GPU `{}`, this row runs on `{}`",
+                    o.gpu, gpu.name
+                ),
             ));
         }
         o.apply_gpu(&mut gpu);
         o.apply_cluster(&mut cluster);
     }
 
-    // --- Architecture.
-    let h = row.hidden;
-    if h == 0 || row.seq == 0 || row.gbs == 0 || row.num_gpus == 0 {
-        return Err("hidden, seq, gbs and num_gpus must be positive".into());
-    }
-    let heads = match row.heads {
-        Some(a) => a,
-        None => match number_after(notes, "NHEADS=") {
-            Some(a) => {
-                assume.push(format!("heads: {a} (notes: NHEADS={a})"));
-                a as u32
-            }
-            None => return Err("heads not stated".into()),
-        },
+    // --- Model.
+    let (mut model, vocab) = match &run.card {
+        Some(card) => card_model(row, card, cat, &mut assume)?,
+        None => column_model(row, fam, &mut assume)?,
     };
-    if heads == 0 || !h.is_multiple_of(heads as u64) {
-        return Err(format!("hidden {h} is not divisible by {heads} heads"));
-    }
-    let kv_heads = row.kv_heads.unwrap_or_else(|| {
-        assume.push(format!("kv_heads: {heads} (multi-head attention)"));
-        heads
-    });
-    let ffn = row.ffn.unwrap_or_else(|| {
-        assume.push(format!("ffn: 4h = {} (GPT)", 4 * h));
-        4 * h
-    });
-    let vocab: u64 = match row.vocab.trim_start_matches('~').parse::<u64>() {
-        Ok(v) if row.vocab.starts_with('~') && fam == Family::Bloom => {
-            // BLOOM's tokenizer has 250,680 entries, padded to 250,880
-            // (bigscience/bloom config.json vocab_size).
-            assume.push(format!(
-                "vocab: 250880 for `{}` (BLOOM tokenizer padded, bigscience/bloom config.json)",
-                row.vocab
-            ));
-            let _ = v;
-            250_880
-        }
-        Ok(v) => {
-            if row.vocab.starts_with('~') {
-                assume.push(format!("vocab: {v} for `{}`", row.vocab));
-            }
-            v
-        }
-        Err(_) => return Err(format!("vocab `{}` is not a number", row.vocab)),
-    };
-    // Family conventions (architecture).
-    let (position, dropout, bias) = match fam {
-        // BLOOM: ALiBi, no dropout in the tr11 recipe (bigscience tr11-176B-ml).
-        Family::Bloom => (PositionEmbedding::Alibi, false, true),
-        // GPT in Megatron-LM: learned positions, dropout 0.1, biases (defaults).
-        _ => (PositionEmbedding::Learned, true, true),
-    };
-    let arch = Architecture {
-        layers: row.layers.unwrap_or(1),
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim: None,
-        ffn,
-        gated_mlp: false,
-        vocab,
-        tied_embeddings: true,
-        norm: Norm::Layernorm,
-        position_embedding: position,
-        max_seq: row.seq,
-        linear_bias: bias,
-        dropout,
-        rope_theta: None,
-    };
-    if heads % kv_heads.max(1) != 0 {
-        return Err(format!(
-            "{heads} heads are not a multiple of {kv_heads} kv heads"
-        ));
-    }
-    let mut model = Model {
-        name: row.id.clone(),
-        aliases: vec![],
-        source: row.source.clone(),
-        known_params: 1.0,
-        known_active_params: None,
-        architecture: arch,
-        moe: None,
-        mla: None,
-        defaults: JobDefaults {
-            seq_len: row.seq,
-            global_batch: row.gbs,
-        },
-    };
-    let stated = number_after(notes, "Size col='")
-        .map(|b| b as f64 * 1e9)
-        .or_else(|| size_in(&row.model));
-    match row.layers {
-        Some(_) => {
-            // Tied or untied: whichever matches the stated size.
-            if let Some(p) = stated {
-                let tied = model.total_params();
-                model.architecture.tied_embeddings = false;
-                let untied = model.total_params();
-                let use_untied = (untied - p).abs() < (tied - p).abs();
-                model.architecture.tied_embeddings = !use_untied;
-                assume.push(format!(
-                    "embeddings {}: {:.2}B params tied vs {:.2}B untied against the stated {:.1}B",
-                    if use_untied { "untied" } else { "tied" },
-                    tied / 1e9,
-                    untied / 1e9,
-                    p / 1e9
-                ));
-            } else {
-                assume.push("embeddings tied (Megatron default)".into());
-            }
-        }
-        None => {
-            let p = stated.ok_or("layers not stated and no size to derive them from")?;
-            // P = L·(per-layer params) + embedding, tied.
-            model.architecture.layers = 1;
-            let one = model.dense_layer_params();
-            let rest = model.total_params() - one;
-            let l = ((p - rest) / one).round().max(1.0) as u32;
-            model.architecture.layers = l;
-            assume.push(format!(
-                "layers: {l} from the stated size {:.0}B (tied embeddings, (P − V·h)/params per layer rounded)",
-                p / 1e9
-            ));
-        }
-    }
     model.known_params = model.total_params();
+    model.defaults = JobDefaults {
+        seq_len: row.seq,
+        global_batch: row.gbs,
+    };
     let layers = model.architecture.layers;
 
     // --- Job.
     let mut job = Job::new(row.gbs, row.seq);
     let has = |flag: &str| notes.contains(flag);
-    match fam {
-        Family::Nar21 | Family::Kor22 => {
+    let engine = run.engine.as_deref();
+    match (fam, engine) {
+        (_, Some("deepspeed")) => {
+            // DeepSpeed ZeRO (Narayanan et al. 2021 Table 2's baseline):
+            // fp16 weights and gradients plus the fp32 gradient partition
+            // (2 + 6 + 12), communication overlapped with compute
+            // (`overlap_comm`), no flash attention (2021).
+            job.recipe = Recipe::DEEPSPEED;
+            job.recipe_name = RecipeName::Deepspeed;
+            job.flash_attention = false;
+            job.tp_comm_overlap = false;
+            job.async_tp_backward = false;
+            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention".into());
+        }
+        (Family::Nar21 | Family::Kor22, _) => {
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after
             // backward (no overlap), no distributed optimizer, fused softmax
             // instead of flash attention (FlashAttention appeared May 2022).
@@ -765,7 +1147,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 job.async_tp_backward
             ));
         }
-        Family::Bloom => {
+        (Family::Bloom, _) => {
             // Megatron-DeepSpeed: ZeRO-1 over DP, fp16 (2+2 bytes + 12/D) or,
             // from 02-28, the BF16Optimizer that adds fp32 gradient
             // accumulation (+4 bytes per parameter, unsharded).
@@ -787,33 +1169,67 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 if bf16opt { "2+2+4 (BF16Optimizer)" } else { "2+2 (fp16)" }
             ));
         }
-        Family::Meg24 | Family::Other => {
+        (_, Some("megatron-deepspeed")) => {
+            // Megatron-DeepSpeed of 2021–22 (MT-NLG): as the BLOOM rows,
+            // fp16 with ZeRO-1, no flash attention, no DP overlap.
+            job.recipe = Recipe::ADAM_16B;
+            job.recipe_name = RecipeName::Adam16b;
+            job.flash_attention = false;
+            job.overlap_grad_reduce = false;
+            job.overlap_param_gather = false;
+            job.tp_comm_overlap = false;
+            job.async_tp_backward = false;
+            assume.push("software: Megatron-DeepSpeed — 2+2+12/D bytes per parameter (ZeRO-1), no flash attention, no DP overlap".into());
+        }
+        (_, Some(e @ ("torchtitan" | "kempnerforge"))) => {
+            // PyTorch FSDP2 [ref:zhao-2023]: bf16 compute, fp32 sharded
+            // parameters, gradients and Adam state, gradients reduced in
+            // fp32; prefetching overlaps the gathers, flash attention (SDPA).
+            job.overlap_grad_reduce = true;
+            job.overlap_param_gather = true;
+            job.flash_attention = true;
+            assume.push(format!(
+                "software: {e} (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention, overlapped gathers and reductions"
+            ));
+        }
+        _ => {
             job.overlap_grad_reduce = has("--overlap-grad-reduce") || fam == Family::Other;
             job.overlap_param_gather = has("--overlap-param-gather") || fam == Family::Other;
             job.tp_comm_overlap = has("--tp-comm-overlap");
             job.flash_attention = !has("no flash");
             assume.push(format!(
-                "software: Megatron-Core — bf16 with fp32 main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}, tp-comm-overlap {}",
-                job.overlap_grad_reduce, job.overlap_param_gather, job.tp_comm_overlap
+                "software: Megatron-Core{} — bf16 with fp32 main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
+                engine.map(|e| format!(" ({e})")).unwrap_or_default(),
+                job.overlap_grad_reduce, job.overlap_param_gather
             ));
         }
+    }
+    match (run.tp_comm_overlap, run.async_tp) {
+        (Some(on), _) => job.tp_comm_overlap = on,
+        (None, Some(true)) => {
+            job.tp_comm_overlap = true;
+            assume.push("async TP: priced as TP communication overlapped with the GEMMs (--tp-comm-overlap)".into());
+        }
+        _ => {}
     }
 
     // --- Layout.
     let cp = row.cp.unwrap_or(1);
     let ep = row.ep.unwrap_or(1);
-    if ep != 1 {
-        return Err("expert parallelism: the dense validation path does not model MoE rows".into());
-    }
-    if [row.tp, row.pp, row.dp, cp].contains(&0) {
-        return Err("tp, pp, dp and cp must be at least 1".into());
+    let etp = run.etp.unwrap_or(1);
+    if (ep > 1 || etp > 1) && model.moe.is_none() {
+        return Err(Unpriced::new(
+            "ep: dense model",
+            format!("ep {ep} / etp {etp} on a dense model (no card or MoE columns)"),
+        ));
     }
     let world = row.dp as u64 * row.tp as u64 * row.pp as u64 * cp as u64;
     if world != row.num_gpus {
         return Err(format!(
             "dp·tp·pp·cp = {world} differs from num_gpus {}",
             row.num_gpus
-        ));
+        )
+        .into());
     }
     let vpp = row.vpp.unwrap_or_else(|| {
         if row.pp > 1 {
@@ -828,21 +1244,17 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let recompute = match row.recompute.as_deref() {
         Some("full") => Recompute::Full,
         Some("selective") => Recompute::Selective,
-        Some("none") => Recompute::None,
-        None => {
-            assume.push("recompute: none (not stated; Megatron default)".into());
+        _ => {
+            if row.recompute.is_none() {
+                assume.push("recompute: none (not stated; Megatron default)".into());
+            }
             Recompute::None
-        }
-        Some(other) => {
-            return Err(format!(
-                "recompute `{other}` is not full, selective or none"
-            ));
         }
     };
     let sp = match row.sp.as_deref() {
         Some("yes") => true,
         Some("no") => false,
-        None => {
+        _ => {
             // --tp-comm-overlap requires sequence parallelism (Megatron).
             let on = row.tp > 1 && job.tp_comm_overlap;
             assume.push(format!(
@@ -856,25 +1268,30 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             ));
             on
         }
-        Some(other) => return Err(format!("sp `{other}` is not yes or no")),
     };
-    let zero = match fam {
-        Family::Nar21 | Family::Kor22 => 0,
-        Family::Bloom => 1,
-        _ => {
-            if has("--use-distributed-optimizer")
-                || job.overlap_param_gather
-                || fam == Family::Other
-            {
-                1
-            } else {
-                0
+    let zero = match run.zero {
+        Some(z) => z,
+        None => {
+            let z = match (fam, engine) {
+                (Family::Nar21 | Family::Kor22, _) => 0,
+                (Family::Bloom, _) | (_, Some("megatron-deepspeed")) => 1,
+                _ => {
+                    if has("--use-distributed-optimizer")
+                        || job.overlap_param_gather
+                        || fam == Family::Other
+                    {
+                        1
+                    } else {
+                        0
+                    }
+                }
+            };
+            if run != &RunColumns::default() {
+                assume.push(format!("zero: {z} (not stated)"));
             }
+            z
         }
     };
-    if mbs == 0 || vpp == 0 {
-        return Err("mbs and vpp must be at least 1".into());
-    }
     if !row.gbs.is_multiple_of(row.dp as u64 * mbs as u64) {
         assume.push(format!(
             "gbs {} is not a multiple of dp·mbs = {}: m rounded down to {}",
@@ -908,7 +1325,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     };
     if !layers.is_multiple_of(row.pp * vpp) && split.is_none() {
         assume.push(format!(
-            "{layers} layers over {} stages: uneven, the first stages take one more",
+            "split: {layers} layers over {} stages, uneven (the first stages take one more)",
             row.pp * vpp
         ));
     }
@@ -919,18 +1336,36 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         zero,
         sp,
         split,
+        ep,
+        etp,
         ..Layout::dense(row.dp, row.tp, row.pp, cp)
     };
-    let convention = if fam == Family::Nar21 || notes.contains("Eq.3") || fam == Family::Bloom {
-        FlopConvention::NarayananEq3
-    } else if fam == Family::Kor22 {
-        FlopConvention::Korthikanti
-    } else {
-        FlopConvention::Megatron
+    let convention = match (fam, run.hardware_flops) {
+        (Family::Kor22, _) => FlopConvention::Korthikanti,
+        (Family::Nar21 | Family::Bloom, _) => FlopConvention::NarayananEq3,
+        _ if notes.contains("Eq.3") => FlopConvention::NarayananEq3,
+        (_, Some(true)) => FlopConvention::Hardware,
+        _ => FlopConvention::Megatron,
     };
     if convention == FlopConvention::NarayananEq3 && recompute != Recompute::Full {
         return Err("Eq. 3 TFLOP/s assume full recompute, but the row says otherwise".into());
     }
+    let memory = match (run.mem_kind, row.measured_mem_gb) {
+        (Some(k), _) => k,
+        (None, Some(_)) => {
+            assume.push("memory: read as nvidia-smi (mem_kind not stated)".into());
+            MemKind::NvidiaSmi
+        }
+        (None, None) => MemKind::NvidiaSmi,
+    };
+    let mem_in_gb = match (run.mem_in_gb, row.measured_mem_gb) {
+        (Some(g), _) => g,
+        (None, Some(_)) => {
+            assume.push("memory unit: GiB (mem_unit not stated; nvidia-smi MiB / 1024)".into());
+            false
+        }
+        (None, None) => false,
+    };
     let vocab_padded = crate::cost::layer::padded_vocab(vocab, row.tp) as f64;
     Ok(Case {
         row: row.clone(),
@@ -942,8 +1377,282 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         layout,
         convention,
         vocab_padded,
+        memory,
+        mem_in_gb,
         assumptions: assume,
     })
+}
+
+/// The project's model card `card`, with the row's sequence length, and
+/// its vocabulary. Shape columns that disagree with the card are named in
+/// an assumption (the card is the model the row ran).
+fn card_model(
+    row: &MeasuredRow,
+    card: &str,
+    cat: &Catalog,
+    assume: &mut Vec<String>,
+) -> Result<(Model, u64), Unpriced> {
+    let mut model = cat
+        .model(card)
+        .map_err(|_| {
+            Unpriced::new(
+                "card: unknown",
+                format!("card `{card}` is not a model card of this project"),
+            )
+        })?
+        .clone();
+    let a = &model.architecture;
+    let mut differs = Vec::new();
+    for (col, stated, card_value) in [
+        ("layers", row.layers.map(u64::from), a.layers as u64),
+        ("hidden", row.hidden, a.hidden),
+        ("heads", row.heads.map(u64::from), a.heads as u64),
+        ("kv_heads", row.kv_heads.map(u64::from), a.kv_heads as u64),
+        ("ffn", row.ffn, a.ffn),
+    ] {
+        if let Some(v) = stated
+            && v != card_value
+        {
+            differs.push(format!("{col} {v} (card {card_value})"));
+        }
+    }
+    assume.push(if differs.is_empty() {
+        format!("model: card `{}`", model.name)
+    } else {
+        format!(
+            "model: card `{}`; the row's {} differ, the card is used",
+            model.name,
+            differs.join(", ")
+        )
+    });
+    if let (Some(moe), Some(e)) = (&model.moe, row.run.experts)
+        && moe.experts != e
+    {
+        return Err(format!(
+            "experts {e} but card `{card}` has {} routed experts",
+            moe.experts
+        )
+        .into());
+    }
+    model.architecture.max_seq = model.architecture.max_seq.max(row.seq);
+    let vocab = model.architecture.vocab;
+    Ok((model, vocab))
+}
+
+/// The model a row's shape and `arch` columns describe.
+fn column_model(
+    row: &MeasuredRow,
+    fam: Family,
+    assume: &mut Vec<String>,
+) -> Result<(Model, u64), Unpriced> {
+    let notes = &row.notes;
+    let run = &row.run;
+    let h = row.hidden.ok_or_else(|| {
+        Unpriced::new("hidden: empty", "hidden is empty and the row names no card")
+    })?;
+    let vocab_text = row
+        .vocab
+        .as_deref()
+        .ok_or_else(|| Unpriced::new("vocab: empty", "vocab is empty and the row names no card"))?;
+    let heads = match row.heads {
+        Some(a) => a,
+        None => match number_after(notes, "NHEADS=") {
+            Some(a) => {
+                assume.push(format!("heads: {a} (notes: NHEADS={a})"));
+                a as u32
+            }
+            None => return Err(Unpriced::new("heads: empty", "heads not stated")),
+        },
+    };
+    if heads == 0 || !h.is_multiple_of(heads as u64) {
+        return Err(format!("hidden {h} is not divisible by {heads} heads").into());
+    }
+    let kv_heads = row.kv_heads.unwrap_or_else(|| {
+        assume.push(format!("kv_heads: {heads} (multi-head attention)"));
+        heads
+    });
+    let arch = run.arch.unwrap_or(Arch::Gpt);
+    let family_is_gpt = arch == Arch::Gpt;
+    let ffn = row.ffn.unwrap_or_else(|| {
+        assume.push(format!("ffn: 4h = {} (GPT)", 4 * h));
+        4 * h
+    });
+    let vocab: u64 = match vocab_text.trim_start_matches('~').parse::<u64>() {
+        Ok(_) if vocab_text.starts_with('~') && fam == Family::Bloom => {
+            // BLOOM's tokenizer has 250,680 entries, padded to 250,880
+            // (bigscience/bloom config.json vocab_size).
+            assume.push(format!(
+                "vocab: 250880 for `{vocab_text}` (BLOOM tokenizer padded, bigscience/bloom config.json)"
+            ));
+            250_880
+        }
+        Ok(v) => {
+            if vocab_text.starts_with('~') {
+                assume.push(format!("vocab: {v} for `{vocab_text}`"));
+            }
+            v
+        }
+        Err(_) => return Err(format!("vocab `{vocab_text}` is not a number").into()),
+    };
+    // Block family: GPT rows keep the family conventions of their source;
+    // Llama and Nemotron blocks have RoPE, no biases and no dropout.
+    let (position, dropout, bias, gated, norm, tied) = match (arch, fam) {
+        // BLOOM: ALiBi, no dropout in the tr11 recipe (bigscience tr11-176B-ml).
+        (Arch::Gpt, Family::Bloom) => (
+            PositionEmbedding::Alibi,
+            false,
+            true,
+            false,
+            Norm::Layernorm,
+            true,
+        ),
+        // GPT in Megatron-LM: learned positions, dropout 0.1, biases (defaults).
+        (Arch::Gpt, _) => (
+            PositionEmbedding::Learned,
+            true,
+            true,
+            false,
+            Norm::Layernorm,
+            true,
+        ),
+        (Arch::Nemotron, _) => (
+            PositionEmbedding::Rope,
+            false,
+            false,
+            false,
+            Norm::Layernorm,
+            false,
+        ),
+        // Llama and the MoE families without a card.
+        _ => (
+            PositionEmbedding::Rope,
+            false,
+            false,
+            true,
+            Norm::Rmsnorm,
+            false,
+        ),
+    };
+    if !family_is_gpt {
+        assume.push(format!(
+            "block: {} MLP, {:?} norm, RoPE, no biases, no dropout, untied embeddings (arch {:?})",
+            if gated { "gated (SwiGLU)" } else { "2-matrix" },
+            norm,
+            arch
+        ));
+    }
+    let architecture = Architecture {
+        layers: row.layers.unwrap_or(1),
+        hidden: h,
+        heads,
+        kv_heads,
+        head_dim: None,
+        ffn,
+        gated_mlp: gated,
+        vocab,
+        tied_embeddings: tied,
+        norm,
+        position_embedding: position,
+        max_seq: row.seq,
+        linear_bias: bias,
+        dropout,
+        rope_theta: None,
+    };
+    if heads % kv_heads.max(1) != 0 {
+        return Err(format!("{heads} heads are not a multiple of {kv_heads} kv heads").into());
+    }
+    let moe = if arch == Arch::Moe {
+        match (run.experts, run.topk, run.moe_ffn) {
+            (Some(experts), Some(top_k), Some(expert_ffn)) => {
+                assume.push(format!(
+                    "moe: {experts} experts, top-{top_k}, expert FFN {expert_ffn}, {} shared, every layer MoE (no card)",
+                    run.shared_experts.unwrap_or(0)
+                ));
+                Some(crate::spec::model::MoeSpec {
+                    experts,
+                    top_k,
+                    expert_ffn,
+                    shared_experts: run.shared_experts.unwrap_or(0),
+                    shared_expert_ffn: None,
+                    first_k_dense: 0,
+                })
+            }
+            _ => {
+                return Err(Unpriced::new(
+                    "moe: no card and no experts/topk/moe_ffn",
+                    "a mixture-of-experts row needs a card or the experts, topk and moe_ffn columns",
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    let mut model = Model {
+        name: row.id.clone(),
+        aliases: vec![],
+        source: row.source.clone(),
+        known_params: 1.0,
+        known_active_params: None,
+        architecture,
+        moe,
+        mla: None,
+        defaults: JobDefaults {
+            seq_len: row.seq,
+            global_batch: row.gbs,
+        },
+    };
+    let stated = number_after(notes, "Size col='")
+        .map(|b| b as f64 * 1e9)
+        .or_else(|| size_in(&row.model));
+    match row.layers {
+        Some(_) => {
+            // GPT rows: tied or untied, whichever matches the stated size
+            // (Megatron's GPT ties by default, some recipes untie). Llama,
+            // Nemotron and MoE blocks untie, and a size rounded in the
+            // model's name ("70B") cannot tell them apart.
+            if let Some(p) = stated.filter(|_| family_is_gpt) {
+                model.architecture.tied_embeddings = true;
+                let tied_p = model.total_params();
+                model.architecture.tied_embeddings = false;
+                let untied = model.total_params();
+                let use_untied = (untied - p).abs() < (tied_p - p).abs();
+                model.architecture.tied_embeddings = !use_untied;
+                assume.push(format!(
+                    "embeddings {}: {:.2}B params tied vs {:.2}B untied against the stated {:.1}B",
+                    if use_untied { "untied" } else { "tied" },
+                    tied_p / 1e9,
+                    untied / 1e9,
+                    p / 1e9
+                ));
+            } else {
+                assume.push(format!(
+                    "embeddings {} ({} default)",
+                    if tied { "tied" } else { "untied" },
+                    if tied { "Megatron" } else { "Llama" }
+                ));
+            }
+        }
+        None => {
+            let p = stated.ok_or_else(|| {
+                Unpriced::new(
+                    "layers: empty",
+                    "layers not stated and no size to derive them from",
+                )
+            })?;
+            // P = L·(per-layer params) + embedding.
+            model.architecture.layers = 1;
+            let one = model.dense_layer_params();
+            let rest = model.total_params() - one;
+            let l = ((p - rest) / one).round().max(1.0) as u32;
+            model.architecture.layers = l;
+            assume.push(format!(
+                "layers: {l} from the stated size {:.0}B ({} embeddings, (P − V·h)/params per layer rounded)",
+                p / 1e9,
+                if tied { "tied" } else { "untied" }
+            ));
+        }
+    }
+    Ok((model, vocab))
 }
 
 /// Measured against predicted, with the signed relative error
@@ -1008,6 +1717,112 @@ pub struct RowResult {
     pub memory: cost::MemoryBreakdown,
     /// Assumptions made for this row.
     pub assumptions: Vec<String>,
+    /// The regime the row belongs to.
+    pub regime: Regime,
+    /// Predicted over measured throughput, minus 1 (TFLOP/s where measured,
+    /// else the inverse step time): positive = the model is optimistic.
+    pub speed_error: Option<f64>,
+}
+
+/// The regime of a priced row: what a training lead plans by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Regime {
+    /// GPU profile.
+    pub gpu: String,
+    /// GEMM precision (`bf16`, `fp16`).
+    pub precision: &'static str,
+    /// ZeRO / FSDP stage.
+    pub zero: u8,
+    /// Context parallel in use (C > 1).
+    pub context_parallel: bool,
+    /// Mixture of experts.
+    pub moe: bool,
+    /// Training software (`engine` column, or the source family's).
+    pub engine: String,
+    /// GPUs: `≤64`, `65–512`, `513–4096`, `>4096`.
+    pub scale: &'static str,
+}
+
+impl Regime {
+    /// The regime of `case`.
+    pub fn of(case: &Case) -> Regime {
+        let n = case.row.num_gpus;
+        Regime {
+            gpu: case.gpu.name.clone(),
+            precision: match case.row.run.precision {
+                Some(Precision::Fp16) => "fp16",
+                Some(Precision::Bf16) => "bf16",
+                Some(Precision::LowPrecision) => "fp8",
+                None => match case.family {
+                    Family::Nar21 | Family::Kor22 => "fp16",
+                    _ => "bf16",
+                },
+            },
+            zero: case.layout.zero,
+            context_parallel: case.layout.cp > 1,
+            moe: case.model.moe.is_some(),
+            engine: case.row.run.engine.clone().unwrap_or_else(|| {
+                match case.family {
+                    Family::Bloom => "megatron-deepspeed",
+                    _ => "megatron",
+                }
+                .to_string()
+            }),
+            scale: match n {
+                0..=64 => "≤64",
+                65..=512 => "65–512",
+                513..=4096 => "513–4096",
+                _ => ">4096",
+            },
+        }
+    }
+
+    /// `(dimension, value)` pairs the summary groups by.
+    pub fn keys(&self) -> [(&'static str, String); 7] {
+        [
+            ("gpu", self.gpu.clone()),
+            ("precision", self.precision.to_string()),
+            ("zero", self.zero.to_string()),
+            ("cp>1", self.context_parallel.to_string()),
+            ("moe", self.moe.to_string()),
+            ("engine", self.engine.clone()),
+            ("scale", self.scale.to_string()),
+        ]
+    }
+}
+
+/// Throughput errors of one regime value (`zero = 3`, `gpu = h200`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegimeLine {
+    /// Dimension (`gpu`, `precision`, `zero`, `cp>1`, `moe`, `engine`, `scale`).
+    pub dimension: &'static str,
+    /// Its value.
+    pub value: String,
+    /// Rows with a throughput comparison.
+    pub count: usize,
+    /// Median |error|.
+    pub median_abs: f64,
+    /// 90th percentile of |error| (nearest rank).
+    pub p90_abs: f64,
+    /// Largest |error|.
+    pub max_abs: f64,
+    /// Rows the model predicts faster than measured.
+    pub optimistic: usize,
+}
+
+/// How many rows were read, predicted, skipped (per reason) and assumed
+/// (per assumption).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Counts {
+    /// Rows in the table (parsed or not).
+    pub rows: usize,
+    /// Rows predicted.
+    pub predicted: usize,
+    /// Rows skipped, per reason class.
+    pub skipped: Vec<(String, usize)>,
+    /// Predicted rows that needed an assumption, per assumption (the text
+    /// before its first colon).
+    pub assumed: Vec<(String, usize)>,
 }
 
 /// A row that could not be predicted.
@@ -1015,7 +1830,9 @@ pub struct RowResult {
 pub struct Skipped {
     /// Row id.
     pub id: String,
-    /// Why.
+    /// The reason's class, for the summary (`tp: empty`, `fp8 not modelled yet`).
+    pub kind: String,
+    /// Why, with the file, line, field and value where they apply.
     pub reason: String,
 }
 
@@ -1062,6 +1879,10 @@ pub struct ValidationReport {
     pub fit: Vec<FitLine>,
     /// Rows not predicted, with reasons.
     pub skipped: Vec<Skipped>,
+    /// Rows predicted, skipped and assumed.
+    pub counts: Counts,
+    /// Throughput errors per regime.
+    pub regimes: Vec<RegimeLine>,
     /// Conventions used for the comparison.
     pub conventions: Vec<String>,
 }
@@ -1149,7 +1970,7 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
         if (implied / tf - 1.0).abs() > CONSISTENCY {
             step = None;
             assumptions.push(format!(
-                "measured step {t} s implies {implied:.1} TFLOP/s, not the measured {tf}: step time not compared"
+                "step: the measured {t} s implies {implied:.1} TFLOP/s, not the measured {tf}; step time not compared"
             ));
         }
     }
@@ -1159,7 +1980,18 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
         case.gpu.memory_gib,
         case.gpu.reserve_gib,
     );
-    let memory = case.row.measured_mem_gb.map(|m| Metric::new(m, smi, false));
+    // The predicted figure of the kind the row measured: the allocated peak
+    // for `torch.cuda.max_memory_allocated()`, the nvidia-smi model for the
+    // reserved pool, nvidia-smi itself and framework logs.
+    let predicted_mem = match case.memory {
+        MemKind::TorchAllocated => e.peak_bytes / GIB,
+        MemKind::NvidiaSmi | MemKind::TorchReserved | MemKind::Logged => smi,
+    };
+    let unit = if case.mem_in_gb { 1e9 / GIB } else { 1.0 };
+    let memory = case
+        .row
+        .measured_mem_gb
+        .map(|m| Metric::new(m * unit, predicted_mem, false));
     let throughput_error = if case.measured_tflops().is_some() {
         tflops.map(|m| m.error)
     } else {
@@ -1182,15 +2014,34 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
         time: e.time,
         memory: e.memory,
         assumptions,
+        regime: Regime::of(case),
+        speed_error: if case.measured_tflops().is_some() {
+            tflops.map(|m| m.error)
+        } else {
+            step.map(|m| m.measured / m.predicted - 1.0)
+        },
     };
     (r, e)
 }
 
 /// Validate every row of `rows`.
 pub fn validate(rows: &[MeasuredRow], cat: &Catalog, overlay: OverlayRef) -> ValidationReport {
+    validate_table(
+        &Table {
+            rows: rows.to_vec(),
+            skipped: Vec::new(),
+        },
+        cat,
+        overlay,
+    )
+}
+
+/// Validate every row of `table`; the rows that did not parse are listed
+/// as skipped with their reasons, first.
+pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> ValidationReport {
     let mut results = Vec::new();
-    let mut skipped = Vec::new();
-    for row in rows {
+    let mut skipped = table.skipped.clone();
+    for row in &table.rows {
         match build_case(row, cat, overlay) {
             Ok(case) => {
                 let (r, _) = compare(&case);
@@ -1201,34 +2052,107 @@ pub fn validate(rows: &[MeasuredRow], cat: &Catalog, overlay: OverlayRef) -> Val
                 {
                     skipped.push(Skipped {
                         id: row.id.clone(),
+                        kind: "nothing measured".into(),
                         reason: "nothing measured (no TFLOP/s, MFU, step time or memory, not out of memory)".into(),
                     });
                     continue;
                 }
                 results.push(r);
             }
-            Err(reason) => skipped.push(Skipped {
+            Err(u) => skipped.push(Skipped {
                 id: row.id.clone(),
-                reason,
+                kind: u.kind,
+                reason: u.reason,
             }),
         }
     }
     let summary = summarize(&results);
     let fit = fit_lines(&results);
+    let counts = Counts {
+        rows: table.rows.len() + table.skipped.len(),
+        predicted: results.len(),
+        skipped: tally(skipped.iter().map(|s| s.kind.clone())),
+        assumed: tally(results.iter().flat_map(|r| {
+            let mut classes: Vec<String> = r
+                .assumptions
+                .iter()
+                .map(|a| a.split(':').next().unwrap_or(a).trim().to_string())
+                .collect();
+            classes.sort();
+            classes.dedup();
+            classes
+        })),
+    };
+    let regimes = regime_lines(&results);
     ValidationReport {
         rows: results,
         summary,
         fit,
         skipped,
+        counts,
+        regimes,
         conventions: vec![
             "error = predicted / measured − 1".into(),
             "throughput: TFLOP/s per GPU in the row's FLOP convention where the row measured TFLOP/s or MFU, else step time".into(),
-            "TFLOP/s conventions: NAR21 and BLOOMPQ Narayanan Eq. 3 (recompute counted); KOR22 Korthikanti model FLOPs; others Megatron num_floating_point_operations".into(),
-            "memory: measured nvidia-smi GB read as GiB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib, except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
+            "TFLOP/s conventions: NAR21 and BLOOMPQ Narayanan Eq. 3 (recompute counted); KOR22 Korthikanti model FLOPs; flops_convention = hardware: model FLOPs + recomputed forward; others Megatron num_floating_point_operations".into(),
+            "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged and torch-max-reserved figures; torch-max-allocated is compared with the allocated peak), except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
             "fit: allocated ≤ memory − reserve (as search); BLOOMPQ: predicted nvidia-smi ≤ device memory".into(),
             "derived (*): the measured figure is computed from another measured one through the FLOP convention".into(),
+            "regimes: speed error = predicted / measured throughput − 1; optimistic = predicted faster than measured".into(),
         ],
     }
+}
+
+/// How often each value of `items` occurs, most frequent first.
+fn tally(items: impl Iterator<Item = String>) -> Vec<(String, usize)> {
+    let mut m: BTreeMap<String, usize> = BTreeMap::new();
+    for x in items {
+        *m.entry(x).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Nearest-rank percentile `q` (0–1) of `xs`.
+fn percentile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Speed errors of `rows` per regime dimension and value.
+pub fn regime_lines(rows: &[RowResult]) -> Vec<RegimeLine> {
+    let mut groups: BTreeMap<(&'static str, String), Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        if let Some(e) = r.speed_error {
+            for key in r.regime.keys() {
+                groups.entry(key).or_default().push(e);
+            }
+        }
+    }
+    let order = ["gpu", "precision", "zero", "cp>1", "moe", "engine", "scale"];
+    let mut out: Vec<RegimeLine> = groups
+        .into_iter()
+        .map(|((dimension, value), errs)| {
+            let abs: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+            RegimeLine {
+                dimension,
+                value,
+                count: errs.len(),
+                median_abs: median(&abs),
+                p90_abs: percentile(&abs, 0.9),
+                max_abs: abs.iter().copied().fold(0.0, f64::max),
+                optimistic: errs.iter().filter(|e| **e > 0.0).count(),
+            }
+        })
+        .collect();
+    out.sort_by_key(|l| order.iter().position(|d| *d == l.dimension));
+    out
 }
 
 fn stats(metric: &'static str, source: String, errs: &[(String, f64)]) -> Option<SummaryLine> {
@@ -1392,6 +2316,45 @@ pub fn write_table(w: &mut dyn std::io::Write, r: &ValidationReport) -> std::io:
                 f.oom_predicted_not_fit
             )?;
         }
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "By regime (throughput: speed error = predicted / measured − 1; optimistic = predicted faster):"
+    )?;
+    writeln!(
+        w,
+        "  {:<10} {:<20} {:>5} {:>9} {:>9} {:>9} {:>11}",
+        "dimension", "value", "rows", "median", "p90", "max", "optimistic"
+    )?;
+    for g in &r.regimes {
+        writeln!(
+            w,
+            "  {:<10} {:<20} {:>5} {:>8.1}% {:>8.1}% {:>8.1}% {:>7} of {}",
+            g.dimension,
+            g.value,
+            g.count,
+            100.0 * g.median_abs,
+            100.0 * g.p90_abs,
+            100.0 * g.max_abs,
+            g.optimistic,
+            g.count
+        )?;
+    }
+    writeln!(w)?;
+    let c = &r.counts;
+    writeln!(
+        w,
+        "Rows: {} in the table, {} predicted, {} skipped.",
+        c.rows,
+        c.predicted,
+        c.rows - c.predicted
+    )?;
+    for (kind, n) in &c.skipped {
+        writeln!(w, "  skipped {n:>3}: {kind}")?;
+    }
+    for (kind, n) in &c.assumed {
+        writeln!(w, "  assumed {n:>3}: {kind}")?;
     }
     if !r.skipped.is_empty() {
         writeln!(w)?;
