@@ -955,8 +955,12 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
                     match p.rank {
                         Some(rank) => writeln!(
                             out,
-                            "  {:<12} published layout ranks {rank} of {} valid; best {} ({:.0} vs {:.0} tokens/s)",
+                            "  {:<12} published layout{} ranks {rank} of {} valid; best {} ({:.0} vs {:.0} tokens/s)",
                             p.id,
+                            p.split
+                                .as_ref()
+                                .map(|s| format!(" (re-split {s:?} by the ILP)"))
+                                .unwrap_or_default(),
                             p.valid,
                             p.best.as_ref().map(|b| b.0.as_str()).unwrap_or("-"),
                             p.best.as_ref().map(|b| b.1).unwrap_or(0.0),

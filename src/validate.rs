@@ -2391,6 +2391,9 @@ pub struct PlanCheck {
     pub published_tokens_per_s: f64,
     /// The layout ranked first and its tokens/s.
     pub best: Option<(String, f64)>,
+    /// The stage split the ILP chose when the uniform one was rejected
+    /// (layers per stage), as the search would.
+    pub split: Option<Vec<u32>>,
 }
 
 /// Search the row's model, GPU count and global batch (micro-batch fixed
@@ -2399,7 +2402,27 @@ pub fn plan_check(case: &Case) -> PlanCheck {
     use crate::search::{self, Filter, Space};
     let pr = case.problem();
     let policy = crate::rules::Policy::default();
-    let (set, eval) = search::judge(&pr, &policy, &case.layout);
+    let (mut set, mut eval) = search::judge(&pr, &policy, &case.layout);
+    // As the search does: a layout rejected only because its layers do not
+    // split evenly over p·v, or only for memory, is re-split by the ILP
+    // before it is rejected (Llama 3 405B ran 126 layers over 16 stages).
+    let mut split = None;
+    let only = |r: crate::rules::Rule| set.len() == 1 && set.contains(r);
+    if case.layout.split.is_none()
+        && case.layout.pp > 1
+        && (only(crate::rules::Rule::LayersPp) || only(crate::rules::Rule::Memory))
+        && let Ok(s) = crate::split::solve(&pr, &case.layout)
+    {
+        let l = Layout {
+            split: Some(s.layers.clone()),
+            ..case.layout.clone()
+        };
+        let (set2, eval2) = search::judge(&pr, &policy, &l);
+        if set2.is_empty() {
+            (set, eval) = (set2, eval2);
+            split = Some(s.layers);
+        }
+    }
     let space = Space {
         filter: Filter {
             micro_batch: Some(case.layout.micro_batch),
@@ -2423,5 +2446,6 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             .top
             .first()
             .map(|c| (c.layout.short(), c.eval.tokens_per_s)),
+        split,
     }
 }

@@ -305,3 +305,25 @@ fn parameter_counts_follow_the_card_or_the_block_family() {
         .count();
     assert_eq!((with_card, expected), (39, 39));
 }
+
+/// `validate --plan` re-splits a published layout whose layers do not
+/// divide over its stages before rejecting it, as the search does:
+/// BLOOMPQ-007 (79 layers derived from its 200B size, p = 4) runs with an
+/// ILP split of 79 layers whose stages differ by at most one layer.
+#[test]
+fn plan_check_re_splits_layers_that_do_not_divide() {
+    let cat = Catalog::shipped().unwrap();
+    let t = table(V2);
+    let row = t.rows.iter().find(|r| r.id == "BLOOMPQ-007").unwrap();
+    let case = validate::build_case(row, &cat, None).unwrap();
+    assert_eq!(case.model.architecture.layers % case.layout.pp, 3);
+    let p = validate::plan_check(&case);
+    let split = p.split.expect("re-split by the ILP");
+    assert_eq!(split.iter().sum::<u32>(), 79);
+    assert_eq!(split.len(), 4);
+    assert!(
+        split.iter().max().unwrap() - split.iter().min().unwrap() <= 1,
+        "{split:?}"
+    );
+    assert!(p.rejected_by.is_empty() && p.rank.is_some());
+}
