@@ -1741,6 +1741,8 @@ pub struct Regime {
     pub engine: String,
     /// GPUs: `≤64`, `65–512`, `513–4096`, `>4096`.
     pub scale: &'static str,
+    /// Source family: the row id up to its first `-` (`NAR21`, `TT`, `KF`).
+    pub source: String,
 }
 
 impl Regime {
@@ -1774,12 +1776,20 @@ impl Regime {
                 513..=4096 => "513–4096",
                 _ => ">4096",
             },
+            source: case
+                .row
+                .id
+                .split('-')
+                .next()
+                .unwrap_or("")
+                .to_ascii_uppercase(),
         }
     }
 
     /// `(dimension, value)` pairs the summary groups by.
-    pub fn keys(&self) -> [(&'static str, String); 7] {
+    pub fn keys(&self) -> [(&'static str, String); 8] {
         [
+            ("source", self.source.clone()),
             ("gpu", self.gpu.clone()),
             ("precision", self.precision.to_string()),
             ("zero", self.zero.to_string()),
@@ -1794,7 +1804,8 @@ impl Regime {
 /// Throughput errors of one regime value (`zero = 3`, `gpu = h200`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RegimeLine {
-    /// Dimension (`gpu`, `precision`, `zero`, `cp>1`, `moe`, `engine`, `scale`).
+    /// Dimension (`source`, `gpu`, `precision`, `zero`, `cp>1`, `moe`,
+    /// `engine`, `scale`).
     pub dimension: &'static str,
     /// Its value.
     pub value: String,
@@ -2135,7 +2146,16 @@ pub fn regime_lines(rows: &[RowResult]) -> Vec<RegimeLine> {
             }
         }
     }
-    let order = ["gpu", "precision", "zero", "cp>1", "moe", "engine", "scale"];
+    let order = [
+        "source",
+        "gpu",
+        "precision",
+        "zero",
+        "cp>1",
+        "moe",
+        "engine",
+        "scale",
+    ];
     let mut out: Vec<RegimeLine> = groups
         .into_iter()
         .map(|((dimension, value), errs)| {
