@@ -1575,6 +1575,8 @@ fn column_model(
                     shared_experts: run.shared_experts.unwrap_or(0),
                     shared_expert_ffn: None,
                     first_k_dense: 0,
+                    load_balancing: None,
+                    aux_loss_coeff: None,
                 })
             }
             _ => {

@@ -359,3 +359,84 @@ fn cli_refuses_an_invalid_layout_and_writes_nothing() {
     assert!(!res.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// MoE scripts balance the router as the model card says, field by field
+/// (Megatron's `--moe-aux-loss-coeff` defaults to 0.0, which would switch
+/// an `aux_loss` router's balancing off); a card that states neither gets
+/// `none` with a note, never an unbalanced `aux_loss`.
+#[test]
+fn moe_scripts_carry_the_cards_load_balancing() {
+    for (name, cluster) in [
+        ("mixtral-8x7b", "dgx64"),
+        ("qwen3-30b-a3b", "dgx64"),
+        ("deepseek-v3", "h800-2048"),
+    ] {
+        let s = Setup::new(name, cluster, None);
+        let moe = s.model.moe.clone().unwrap();
+        let best = s.best().expect("a valid layout");
+        let script = s
+            .bundle(&best)
+            .file(generate::MEGATRON_SCRIPT)
+            .unwrap()
+            .to_string();
+        let kind = moe.load_balancing.unwrap();
+        let coeff = moe.aux_loss_coeff.unwrap();
+        assert!(
+            script.contains(&format!("--moe-router-load-balancing-type {kind}\n")),
+            "{name}: {kind}"
+        );
+        assert!(
+            script.contains(&format!("--moe-aux-loss-coeff {coeff}   #")),
+            "{name}: {coeff}"
+        );
+    }
+    // A card without the coefficient: `none`, with the reason.
+    let mut s = Setup::new("mixtral-8x7b", "dgx64", None);
+    s.model.moe.as_mut().unwrap().aux_loss_coeff = None;
+    let best = s.best().unwrap();
+    let script = s
+        .bundle(&best)
+        .file(generate::MEGATRON_SCRIPT)
+        .unwrap()
+        .to_string();
+    assert!(
+        script.contains("--moe-router-load-balancing-type none   # the model card states no"),
+        "{script}"
+    );
+    assert!(!script.contains("--moe-aux-loss-coeff"));
+    // DeepSeek-V3: sequence-wise loss at 1e-4 (its report, §4.2).
+    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let moe = s.model.moe.as_ref().unwrap();
+    assert_eq!(
+        (moe.load_balancing.as_deref(), moe.aux_loss_coeff),
+        (Some("seq_aux_loss"), Some(1e-4))
+    );
+}
+
+/// The SLURM script's head-node lookup survives `set -o pipefail` on large
+/// allocations: a stand-in `scontrol` prints 200,000 host names and the
+/// script's own line takes the first, 20 times out of 20 (with `head -n 1`
+/// the writer could die of SIGPIPE, exit 141).
+#[test]
+fn slurm_head_node_lookup_cannot_die_of_sigpipe() {
+    let s = Setup::new("70b", "dgx64", None);
+    let best = s.best().unwrap();
+    let b = s.bundle(&best);
+    let sbatch = b.file(generate::SLURM_SCRIPT).unwrap();
+    let line = sbatch
+        .lines()
+        .find(|l| l.starts_with("MASTER_ADDR="))
+        .expect("a MASTER_ADDR line");
+    let script = format!(
+        "set -euo pipefail\nscontrol() {{ for i in $(seq 1 200000); do echo node$i; done; }}\nSLURM_JOB_NODELIST=x\n{line}\necho \"$MASTER_ADDR\"\n"
+    );
+    for _ in 0..20 {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "exit {:?}", out.status.code());
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "node1");
+    }
+}

@@ -161,12 +161,15 @@ fn check_plan(v: &Value, l: &Layout, moe: bool) {
             "{name}: every rank in exactly one group"
         );
     }
-    // Embedding groups: the first and last stage of each pipeline group.
+    // Embedding groups as `pretrain_gpt.py`'s `get_embedding_ranks`: the
+    // first stage of each pipeline group, and the last too when the
+    // embeddings are tied (untie_embeddings_and_output_weights unset).
+    let tied = v["model"]["tied_embeddings"].as_bool().unwrap();
     let pps = groups(v, "pp");
     let emb = groups(v, "embedding");
     assert_eq!(emb.len(), pps.len());
     for (e, g) in emb.iter().zip(&pps) {
-        let want: Vec<u64> = if g.len() > 1 {
+        let want: Vec<u64> = if g.len() > 1 && tied {
             vec![g[0], g[g.len() - 1]]
         } else {
             vec![g[0]]
@@ -190,6 +193,14 @@ fn megatron_worked_example() {
     assert_eq!(&groups(&v, "dp")[..2], &[vec![0, 4], vec![1, 5]]);
     assert_eq!(&groups(&v, "pp")[..2], &[vec![0, 8], vec![1, 9]]);
     assert_eq!(groups(&v, "dp_cp")[0], vec![0, 2, 4, 6]);
+    // Llama 3 unties its embeddings: `get_embedding_ranks` of
+    // pretrain_gpt.py keeps only the first stage, [0] and [1].
+    assert_eq!(&groups(&v, "embedding")[..2], &[vec![0], vec![1]]);
+    check_plan(&v, &l, false);
+    // GPT-3 ties them: first and last stage, [0, 8] and [1, 9].
+    let s = Setup::new("gpt3-175b", "dgx64", Some(16));
+    let v = plan_json(&s, &l);
+    assert_eq!(&groups(&v, "embedding")[..2], &[vec![0, 8], vec![1, 9]]);
     check_plan(&v, &l, false);
     // Expert grid of the same example (ETP=1, EP=4, EDP=2, PP=2):
     // ep [0,1,2,3],[4,5,6,7]; expert-dp [0,4]; pp unchanged.

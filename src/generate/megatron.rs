@@ -404,7 +404,24 @@ pub fn megatron(plan: &Plan) -> Megatron {
         if cc.is_some_and(|c| c >= 80) {
             moe_args.push(flag("--moe-grouped-gemm"));
         }
-        moe_args.push(val("--moe-router-load-balancing-type", "aux_loss"));
+        // Load balancing from the card; without a coefficient Megatron's
+        // 0.0 would leave an "aux_loss" router unbalanced, so say so.
+        match (x.load_balancing.as_deref(), x.aux_loss_coeff) {
+            (Some(kind), Some(c)) => {
+                moe_args.push(val("--moe-router-load-balancing-type", kind));
+                moe_args.push(val("--moe-aux-loss-coeff", c).note("from the model card"));
+            }
+            (Some("none"), None) => {
+                moe_args.push(val("--moe-router-load-balancing-type", "none"));
+            }
+            _ => {
+                moe_args.push(
+                    val("--moe-router-load-balancing-type", "none").note(
+                        "the model card states no load-balancing loss and coefficient; set both to balance the router",
+                    ),
+                );
+            }
+        }
     }
 
     // Training schedule.

@@ -268,8 +268,10 @@ pub struct Groups {
     pub dp_cp: Vec<Vec<u64>>,
     /// Pipeline groups (p ranks each, stage order).
     pub pp: Vec<Vec<u64>>,
-    /// Embedding groups: first and last stage of each pipeline group (the
-    /// tied-embedding gradient all-reduce; one rank when p = 1).
+    /// Embedding groups as `pretrain_gpt.py`'s `get_embedding_ranks` builds
+    /// them ([`embedding_ranks`]): the first stage of each pipeline group,
+    /// and the last too when the embeddings are tied (their gradient
+    /// all-reduce).
     pub embedding: Vec<Vec<u64>>,
     /// Expert-parallel groups (E ranks each); `null` for dense models.
     pub ep: Option<Vec<Vec<u64>>>,
@@ -546,6 +548,19 @@ fn span(groups: &[Vec<u64>], ppn: u64, domain: u64) -> SpanInfo {
     }
 }
 
+/// The embedding group of pipeline group `pp_ranks`, as Megatron-LM's
+/// `pretrain_gpt.py` `get_embedding_ranks` builds it
+/// ([ref:megatron-parallel-state]): the first stage, plus the last when the
+/// input embedding and output layer are tied and p > 1 (no multi-token
+/// prediction stages in meshplan's cards).
+pub fn embedding_ranks(pp_ranks: &[u64], tied: bool) -> Vec<u64> {
+    let mut e = vec![pp_ranks[0]];
+    if tied && pp_ranks.len() > 1 {
+        e.push(pp_ranks[pp_ranks.len() - 1]);
+    }
+    e
+}
+
 impl CheckpointPredicted {
     /// The plan file's view of [`checkpoint::plan`]: its sizes, write time
     /// and Daly interval, the interval in whole steps (at least 1) and the
@@ -631,13 +646,7 @@ impl Plan {
             dp_cp: groups_of(&dense, &[Axis::Dp, Axis::Cp]),
             embedding: pp_groups
                 .iter()
-                .map(|g| {
-                    let mut e = vec![g[0]];
-                    if g.len() > 1 {
-                        e.push(g[g.len() - 1]);
-                    }
-                    e
-                })
+                .map(|g| embedding_ranks(g, a.tied_embeddings))
                 .collect(),
             pp: pp_groups,
             ep: expert.as_ref().map(|e| groups_of(e, &[Axis::Ep])),

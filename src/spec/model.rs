@@ -53,6 +53,17 @@ pub struct MoeSpec {
     /// The first k layers are dense (DeepSeek-V3: 3).
     #[serde(default)]
     pub first_k_dense: u32,
+    /// Router load balancing as Megatron-LM names it
+    /// (`--moe-router-load-balancing-type`): `aux_loss` (GShard/Switch,
+    /// per micro-batch), `seq_aux_loss` (per sequence, DeepSeek-V2/V3) or
+    /// `none`. Not priced; written into the launch files.
+    #[serde(default)]
+    pub load_balancing: Option<String>,
+    /// Coefficient of the load-balancing loss (`--moe-aux-loss-coeff`;
+    /// Megatron's default 0.0 switches the loss off). Not priced; written
+    /// into the launch files.
+    #[serde(default)]
+    pub aux_loss_coeff: Option<f64>,
 }
 
 /// Multi-head latent attention block (`[mla]`, DeepSeek-V2/V3).
@@ -210,6 +221,23 @@ impl Model {
                 return err(
                     "moe",
                     "experts, top_k and expert_ffn must be positive".into(),
+                );
+            }
+            const BALANCING: [&str; 4] = ["aux_loss", "seq_aux_loss", "global_aux_loss", "none"];
+            if let Some(b) = &m.load_balancing
+                && !BALANCING.contains(&b.as_str())
+            {
+                return err(
+                    "moe.load_balancing",
+                    format!("`{b}` is not one of {}", BALANCING.join(", ")),
+                );
+            }
+            if let Some(c) = m.aux_loss_coeff
+                && !(c.is_finite() && c >= 0.0)
+            {
+                return err(
+                    "moe.aux_loss_coeff",
+                    format!("must be a non-negative number, found {c}"),
                 );
             }
             if m.top_k > m.experts {
