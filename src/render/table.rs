@@ -455,16 +455,6 @@ fn tokens_text(t: f64) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn split_runs_fold() {
-        assert_eq!(super::split_text(&Some(vec![7, 8, 8, 8, 7])), "7/8×3/7");
-        assert_eq!(super::split_text(&Some(vec![1, 2, 2, 1])), "1/2/2/1");
-        assert_eq!(super::split_text(&None), "uniform");
-    }
-}
-
 /// The note of [`crate::gpu_count::fewer_gpus`].
 fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Result<()> {
     let (a, b) = (&f.requested, &f.better);
@@ -494,4 +484,14 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
         probed.join(", ")
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_runs_fold() {
+        assert_eq!(super::split_text(&Some(vec![7, 8, 8, 8, 7])), "7/8×3/7");
+        assert_eq!(super::split_text(&Some(vec![1, 2, 2, 1])), "1/2/2/1");
+        assert_eq!(super::split_text(&None), "uniform");
+    }
 }
