@@ -272,7 +272,8 @@ pub enum Axis {
 pub struct GroupSpan {
     /// Ranks in the group.
     pub size: u32,
-    /// Ranks of the group inside one fast (NVLink) domain.
+    /// Ranks of the group inside one fast (NVLink) domain; the fewest of
+    /// its domains holds when they differ (a group split 2 + 1 has 1).
     pub per_domain: u32,
     /// Fast domains (nodes) the group spans.
     pub domains: u32,
@@ -316,7 +317,8 @@ impl GroupSpan {
     /// nodes has `per_domain` 1: that node's single rank carries the whole
     /// shard over its NIC). Both bound every group's hierarchical collective
     /// time from above ([`crate::cost::comm`] is increasing in `domains` and
-    /// decreasing in `per_domain`), and both are met by some group; for
+    /// decreasing in `per_domain`), and each is met by some group (not
+    /// always the same one: the bound is then a little pessimistic); for
     /// groups that all sit alike (sizes that divide or are multiples of the
     /// domain) it is the span of each group.
     ///
