@@ -575,6 +575,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
     let mut report = SearchReport::new(&pr, &space.policy, &result);
+    report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
     search_extras(
         &pr,
         &space,

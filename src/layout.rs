@@ -272,7 +272,8 @@ pub enum Axis {
 pub struct GroupSpan {
     /// Ranks in the group.
     pub size: u32,
-    /// Ranks of the group inside one fast (NVLink) domain.
+    /// Ranks of the group inside one fast (NVLink) domain; the fewest of
+    /// its domains holds when they differ (a group split 2 + 1 has 1).
     pub per_domain: u32,
     /// Fast domains (nodes) the group spans.
     pub domains: u32,
@@ -286,49 +287,160 @@ impl GroupSpan {
         domains: 1,
     };
 
-    /// The span of a group of `size` ranks whose consecutive members are
-    /// `stride` global ranks apart, with `domain` GPUs per fast domain and
-    /// domains aligned to multiples of `domain` ranks.
-    ///
-    /// Ranks are `base + i·stride`; for the group starting at rank 0 the
-    /// domain of member i is `⌊i·stride / domain⌋`. Every group of an axis
-    /// has the same shape when sizes are products of the mesh factors, so the
-    /// first group stands for all.
+    /// The span of the group of `size` ranks `0, stride, 2·stride, …` on
+    /// domains of `domain` GPUs aligned to multiples of `domain` ranks: the
+    /// first group of an axis. Other groups of the same axis can sit
+    /// differently when the sizes are not powers of two (T = 3 on 8-GPU
+    /// nodes); [`GroupSpan::worst`] prices the worst of them.
     pub fn of(size: u32, stride: u64, domain: u32) -> GroupSpan {
+        let (g, s) = (domain.max(1) as u64, stride.max(1));
+        if size <= 1 || s >= g {
+            return GroupSpan::worst(size, stride, 1, domain);
+        }
+        let (k, d) = progression_shape(0, s, size as u64, g);
+        GroupSpan {
+            size,
+            per_domain: k as u32,
+            domains: d as u32,
+        }
+    }
+
+    /// The worst group of one axis of a mixed-radix rank grid
+    /// ([ref:megatron-parallel-state]): the axis has `size` members `stride`
+    /// ranks apart (stride = product of the faster axes' sizes) and `outer`
+    /// = world / (stride·size) slower combinations, so its groups are
+    /// `b + i·stride` (i < size) for every base `b = a + h·stride·size`,
+    /// a < stride, h < outer.
+    ///
+    /// Returns the most domains any group spans and the fewest of a group's
+    /// ranks that share one of its domains (a group split 2 + 1 over two
+    /// nodes has `per_domain` 1: that node's single rank carries the whole
+    /// shard over its NIC). Both bound every group's hierarchical collective
+    /// time from above ([`crate::cost::comm`] is increasing in `domains` and
+    /// decreasing in `per_domain`), and each is met by some group (not
+    /// always the same one: the bound is then a little pessimistic); for
+    /// groups that all sit alike (sizes that divide or are multiples of the
+    /// domain) it is the span of each group.
+    ///
+    /// Computed from residues, not by listing ranks: a group's shape depends
+    /// only on `o = b mod domain`; with `stride < domain` the members fill
+    /// the range `o … o + (size−1)·stride` with gaps below a domain, so the
+    /// group spans `⌊(o + (size−1)·stride)/domain⌋ + 1` domains, and the
+    /// count in each inner domain repeats with period `stride / gcd`.
+    pub fn worst(size: u32, stride: u64, outer: u64, domain: u32) -> GroupSpan {
         if size <= 1 {
             return GroupSpan::SINGLE;
         }
-        let domain = domain.max(1) as u64;
-        if stride >= domain {
-            // Every member in a different domain.
+        let g = domain.max(1) as u64;
+        let s = stride.max(1);
+        let n = size as u64;
+        if s >= g {
+            // Consecutive members at least a domain apart: one per domain.
             return GroupSpan {
                 size,
                 per_domain: 1,
                 domains: size,
             };
         }
-        let span = stride * size as u64;
-        if span <= domain {
+        // s < g from here. Powers of two (the common case) without
+        // divisions: the two uniform cases below.
+        if s.is_power_of_two() && g.is_power_of_two() && n.is_power_of_two() {
+            let sn = s * n;
+            return if sn >= g {
+                GroupSpan {
+                    size,
+                    per_domain: (g >> s.trailing_zeros()) as u32,
+                    domains: (sn >> g.trailing_zeros()) as u32,
+                }
+            } else {
+                GroupSpan {
+                    size,
+                    per_domain: size,
+                    domains: 1,
+                }
+            };
+        }
+        if g % s == 0 && (s * n) % g == 0 {
+            // Every base has o < s: each group fills s·n/g whole domains
+            // with g/s members each.
+            return GroupSpan {
+                size,
+                per_domain: (g / s) as u32,
+                domains: ((s * n) / g) as u32,
+            };
+        }
+        if g % (s * n) == 0 {
+            // o + (n−1)·s ≤ g − s·n + s − 1 + (n−1)·s < g: one domain.
             return GroupSpan {
                 size,
                 per_domain: size,
                 domains: 1,
             };
         }
-        // Members fill a domain `domain/stride` at a time.
-        let per = (domain / stride).max(1) as u32;
-        let per = per.min(size);
-        GroupSpan {
+        // General case: the residues o of the bases, `(a + h·q) mod g` for
+        // a < s and h < min(outer, cycle of h·q mod g), q = s·n mod g.
+        let q = (s * n) % g;
+        let cycle = if q == 0 { 1 } else { g / gcd(q, g) };
+        let hs = outer.max(1).min(cycle);
+        let mut seen = vec![false; g as usize];
+        let mut worst = GroupSpan {
             size,
-            per_domain: per,
-            domains: size.div_ceil(per),
+            per_domain: size,
+            domains: 1,
+        };
+        for h in 0..hs {
+            let r = (h * q) % g;
+            for a in 0..s {
+                let o = (r + a) % g;
+                if std::mem::replace(&mut seen[o as usize], true) {
+                    continue;
+                }
+                let (k, d) = progression_shape(o, s, n, g);
+                worst.domains = worst.domains.max(d as u32);
+                worst.per_domain = worst.per_domain.min(k as u32);
+            }
         }
+        worst
     }
-
     /// Whether the group crosses a fast-domain boundary.
     pub fn crosses_domains(&self) -> bool {
         self.domains > 1
     }
+}
+
+/// Greatest common divisor.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Members `o + i·s` (i < n, `s < g`, `o < g`) on domains `[j·g, (j+1)·g)`:
+/// (fewest members in one of the domains they touch, domains touched).
+fn progression_shape(o: u64, s: u64, n: u64, g: u64) -> (u64, u64) {
+    let last = o + (n - 1) * s;
+    let d = last / g + 1;
+    if d == 1 {
+        return (n, 1);
+    }
+    // Members below position x: ⌈(x − o)/s⌉ clamped to [0, n].
+    let below = |x: u64| {
+        if x <= o {
+            0
+        } else {
+            (x - o).div_ceil(s).min(n)
+        }
+    };
+    let count = |j: u64| below((j + 1) * g) - below(j * g);
+    let mut k = count(0).min(count(d - 1));
+    // Inner domains: the first member's offset in domain j is periodic in j
+    // with period s / gcd(g, s), so one period holds every inner count.
+    let period = s / gcd(g % s, s).max(1);
+    for j in 1..(d - 1).min(1 + period) {
+        k = k.min(count(j));
+    }
+    (k, d)
 }
 
 /// Sizes and strides of every axis for one layout, and the span of each
@@ -394,42 +506,124 @@ pub fn dense_strides(l: &Layout) -> (u64, u64, u64, u64) {
 
 impl Placement {
     /// Place `layout` on domains of `domain` GPUs (the cluster's NVLink
-    /// domain; Megatron places consecutive ranks on one node).
+    /// domain; Megatron places consecutive ranks on one node). Each axis is
+    /// priced by its worst group ([`GroupSpan::worst`]): the slowest group
+    /// of an axis decides the step.
     pub fn new(l: &Layout, domain: u32) -> Placement {
+        let world = l.world().max(1);
         let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
-        // dp-cp: CP members are s_cp apart, DP members s_dp apart. In both
-        // orders CP is inside DP, so the group is CP·D ranks: when CP and DP
-        // are adjacent (tp-cp-ep-dp-pp: s_dp = s_cp·C) the union is a
-        // strided block of stride s_cp.
+        // Outer combinations world / (stride·size) only matter off the
+        // power-of-two fast path; `worst` clamps them to a residue cycle.
+        let axis = |size: u32, stride: u64| {
+            let outer = if size <= 1 || stride >= domain as u64 {
+                1
+            } else {
+                world / (stride * size as u64)
+            };
+            GroupSpan::worst(size, stride, outer, domain)
+        };
+        // dp-cp: CP members are s_cp apart, DP members s_dp apart. With
+        // tp-cp-ep-dp-pp (s_dp = s_cp·C) the union is one progression of
+        // stride s_cp; with tp-cp-ep-pp-dp it is a CP block repeated every
+        // s_dp = T·C·p ranks.
         let dp_cp = if l.cp == 1 {
-            GroupSpan::of(l.dp, s_dp, domain)
+            axis(l.dp, s_dp)
+        } else if l.dp == 1 {
+            axis(l.cp, s_cp)
         } else if s_dp == s_cp * l.cp as u64 {
-            GroupSpan::of(l.cp * l.dp, s_cp, domain)
+            axis(l.cp * l.dp, s_cp)
         } else {
-            // CP block, then DP blocks far apart.
-            let cp = GroupSpan::of(l.cp, s_cp, domain);
-            let dp = GroupSpan::of(l.dp, s_dp, domain);
-            GroupSpan {
-                size: l.cp * l.dp,
-                per_domain: cp.per_domain * if dp.domains == 1 { l.dp } else { 1 },
-                domains: cp.domains * dp.domains,
-            }
+            blocks_worst(l.cp, s_cp, l.dp, s_dp, l.pp, domain)
         };
         // Expert grid: TP×CP×DP re-sliced as ETP×EP×EDP, ETP fastest
         // ([ref:megatron-parallel-state]): each axis is an arithmetic
         // progression of ranks.
         let (e_tp, e_ep, e_dp, _) = expert_strides(l);
         Placement {
-            tp: GroupSpan::of(l.tp, s_tp, domain),
-            cp: GroupSpan::of(l.cp, s_cp, domain),
-            dp: GroupSpan::of(l.dp, s_dp, domain),
+            tp: axis(l.tp, s_tp),
+            cp: axis(l.cp, s_cp),
+            dp: axis(l.dp, s_dp),
             dp_cp,
-            pp: GroupSpan::of(l.pp, s_pp, domain),
-            ep: GroupSpan::of(l.ep, e_ep, domain),
-            etp: GroupSpan::of(l.etp, e_tp, domain),
-            edp: GroupSpan::of(l.edp(), e_dp, domain),
+            pp: axis(l.pp, s_pp),
+            ep: axis(l.ep.max(1), e_ep),
+            etp: axis(l.etp.max(1), e_tp),
+            edp: axis(l.edp().max(1), e_dp),
         }
     }
+}
+
+/// Worst dp-cp group under `tp-cp-ep-pp-dp` (C, D, p > 1): a CP block of
+/// `c` ranks `s_c` = T apart, repeated `d` times every `s_d` = T·C·p ranks;
+/// bases `a + k·T·C`, a < T, k < p.
+///
+/// When `s_d` is a multiple of the domain every block sits at the same
+/// offset in its own domains (a block's last rank is below the next
+/// block's domain, see the bound in the code), so the group spans `d` times
+/// the CP block's domains with the CP block's share. Otherwise (T·C·p not a
+/// multiple of the domain: rare) the blocks are walked domain by domain for
+/// each distinct base residue, `d` blocks each.
+fn blocks_worst(c: u32, s_c: u64, d: u32, s_d: u64, p: u32, domain: u32) -> GroupSpan {
+    let g = domain.max(1) as u64;
+    let size = c * d;
+    let t = s_c;
+    let cp = GroupSpan::worst(c, s_c, p as u64 * d as u64, domain);
+    if s_d % g == 0 {
+        // Base offsets o ≤ T−1 + (p−1)·T·C, so a block's last rank
+        // o + (C−1)·T ≤ T·C·p − 1 < s_d: blocks never share a domain.
+        return GroupSpan {
+            size,
+            per_domain: cp.per_domain,
+            domains: cp.domains * d,
+        };
+    }
+    let mut worst = GroupSpan {
+        size,
+        per_domain: size,
+        domains: 1,
+    };
+    let mut seen = vec![false; g as usize];
+    for k in 0..p as u64 {
+        for a in 0..t {
+            let o = (a + k * t * c as u64) % g;
+            if std::mem::replace(&mut seen[o as usize], true) {
+                continue;
+            }
+            // Walk the blocks in rank order, domain by domain (a block's
+            // count in a domain from its progression, not rank by rank).
+            let (mut cur, mut in_cur, mut doms, mut fewest) = (u64::MAX, 0u64, 0u64, u64::MAX);
+            for j in 0..d as u64 {
+                let start = o + j * s_d;
+                let end = start + (c as u64 - 1) * t;
+                // Members of this block below position x.
+                let below = |x: u64| {
+                    if x <= start {
+                        0
+                    } else {
+                        (x - start).div_ceil(t).min(c as u64)
+                    }
+                };
+                for dom in start / g..=end / g {
+                    let here = below((dom + 1) * g) - below(dom * g);
+                    if here == 0 {
+                        continue;
+                    }
+                    if dom != cur {
+                        if cur != u64::MAX {
+                            fewest = fewest.min(in_cur);
+                        }
+                        cur = dom;
+                        in_cur = 0;
+                        doms += 1;
+                    }
+                    in_cur += here;
+                }
+            }
+            fewest = fewest.min(in_cur);
+            worst.domains = worst.domains.max(doms as u32);
+            worst.per_domain = worst.per_domain.min(fewest as u32);
+        }
+    }
+    worst
 }
 
 /// Coordinates of a global rank in the dense grid.
@@ -733,6 +927,167 @@ mod tests {
             }
         }
         assert!(checked > 300, "{checked}");
+    }
+
+    /// The worst span over `groups`: most domains of any group, fewest
+    /// ranks a group keeps in one of its domains (what
+    /// [`GroupSpan::worst`] promises), by counting ranks.
+    fn worst_of(groups: &[Vec<u64>], domain: u64) -> GroupSpan {
+        let mut w = GroupSpan {
+            size: groups[0].len() as u32,
+            per_domain: u32::MAX,
+            domains: 0,
+        };
+        for g in groups {
+            let mut per: std::collections::BTreeMap<u64, u32> = Default::default();
+            for r in g {
+                *per.entry(r / domain).or_default() += 1;
+            }
+            w.domains = w.domains.max(per.len() as u32);
+            w.per_domain = w.per_domain.min(*per.values().min().unwrap());
+        }
+        w
+    }
+
+    #[test]
+    fn placement_is_the_worst_group_on_awkward_sizes() {
+        // Oracle: list every group of every axis (independent generator)
+        // and take the worst; sizes that are not powers of two, so groups
+        // of one axis sit differently; both orders; several domains.
+        let mut checked = 0;
+        let mut uneven = 0;
+        for &(dp, tp, pp, cp) in &[
+            (8, 3, 1, 1),
+            (4, 3, 2, 1),
+            (2, 3, 2, 3),
+            (5, 1, 3, 2),
+            (3, 2, 2, 3),
+            (6, 1, 2, 2),
+            (2, 5, 3, 1),
+            (7, 3, 1, 2),
+            (4, 1, 2, 3),
+            (3, 6, 2, 1),
+        ] {
+            for order in RankOrder::ALL {
+                let tcd = tp * cp * dp;
+                for etp in [1, 2, 3] {
+                    for ep in [1, 2, 3, 4, 5, 6] {
+                        if tcd % (etp * ep) != 0 || etp > tp || tp % etp != 0 {
+                            continue;
+                        }
+                        if order == RankOrder::TpCpEpPpDp && pp > 1 && etp * ep != tp * cp {
+                            continue;
+                        }
+                        let mut l = layout(dp, tp, pp, cp, order);
+                        l.ep = ep;
+                        l.etp = etp;
+                        let (dense, i_dp, i_pp) = match order {
+                            RankOrder::TpCpEpDpPp => (vec![tp, cp, 1, dp, pp], 3, 4),
+                            RankOrder::TpCpEpPpDp => (vec![tp, cp, 1, pp, dp], 4, 3),
+                        };
+                        let expert = expert_sizes(&l);
+                        for domain in [2u32, 4, 6, 8] {
+                            let pl = Placement::new(&l, domain);
+                            let d = domain as u64;
+                            let cases = [
+                                ("tp", pl.tp, generator_groups(&dense, &[0])),
+                                ("cp", pl.cp, generator_groups(&dense, &[1])),
+                                ("dp", pl.dp, generator_groups(&dense, &[i_dp])),
+                                ("dp_cp", pl.dp_cp, generator_groups(&dense, &[1, i_dp])),
+                                ("pp", pl.pp, generator_groups(&dense, &[i_pp])),
+                                ("etp", pl.etp, generator_groups(&expert, &[0])),
+                                ("ep", pl.ep, generator_groups(&expert, &[2])),
+                                ("edp", pl.edp, generator_groups(&expert, &[i_dp])),
+                            ];
+                            for (name, span, groups) in cases {
+                                let want = worst_of(&groups, d);
+                                assert_eq!(
+                                    span,
+                                    want,
+                                    "{name} of {} on domain {domain}",
+                                    l.short()
+                                );
+                                if groups
+                                    .iter()
+                                    .any(|g| span_of(g, d) != span_of(&groups[0], d))
+                                {
+                                    uneven += 1;
+                                }
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+        // The oracle really sees groups of one axis that sit differently.
+        assert!(uneven > 50, "{uneven}");
+    }
+
+    #[test]
+    fn straddling_groups_priced_on_the_network() {
+        // T = 3 on 8-GPU nodes, D = 8, 24 GPUs: TP groups {0,1,2} {3,4,5}
+        // {6,7,8} {9,10,11} … Group {6,7,8} has ranks 6, 7 on node 0 and
+        // rank 8 on node 1; {21,22,23} fits node 2; of the 8 groups, those
+        // starting at 6 and 15 straddle (2 of 8). The first group {0,1,2}
+        // fits one node, so the old first-group rule priced every TP group
+        // on NVLink; the worst group spans 2 nodes and keeps 1 rank on one.
+        let l = layout(8, 3, 1, 1, RankOrder::TpCpEpDpPp);
+        assert_eq!(
+            GroupSpan::of(3, 1, 8),
+            GroupSpan {
+                size: 3,
+                per_domain: 3,
+                domains: 1
+            }
+        );
+        let pl = Placement::new(&l, 8);
+        assert_eq!(
+            pl.tp,
+            GroupSpan {
+                size: 3,
+                per_domain: 1,
+                domains: 2
+            }
+        );
+        // CP = 3 after T = 2 (stride 2), D = 4, 24 GPUs, 8-GPU nodes: CP
+        // groups {a + 2i + 6h}: base 6 → {6, 8, 10} straddles nodes 0/1
+        // (1 rank on node 0); base 7 → {7, 9, 11}, same.
+        let l = layout(4, 2, 1, 3, RankOrder::TpCpEpDpPp);
+        let pl = Placement::new(&l, 8);
+        assert_eq!(
+            pl.cp,
+            GroupSpan {
+                size: 3,
+                per_domain: 1,
+                domains: 2
+            }
+        );
+        // EP = 3 (ETP 1) on a dense T = 1, D = 12 grid: EP groups {0,1,2},
+        // {3,4,5}, {6,7,8}, … like the TP case: {6,7,8} straddles.
+        let mut l = layout(12, 1, 1, 1, RankOrder::TpCpEpDpPp);
+        l.ep = 3;
+        let pl = Placement::new(&l, 8);
+        assert_eq!(
+            pl.ep,
+            GroupSpan {
+                size: 3,
+                per_domain: 1,
+                domains: 2
+            }
+        );
+        // EDP = 4 after E = 3 (stride 3): {0,3,6,9} spans nodes 0 and 1
+        // (3 + 1); {2,5,8,11} spans 0 and 1 (2 + 2); worst: 2 domains,
+        // 1 rank on one of them.
+        assert_eq!(
+            pl.edp,
+            GroupSpan {
+                size: 4,
+                per_domain: 1,
+                domains: 2
+            }
+        );
     }
 
     #[test]

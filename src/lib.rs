@@ -44,6 +44,7 @@ pub mod cost;
 pub mod error;
 pub mod explain;
 pub mod generate;
+pub mod gpu_count;
 pub mod layout;
 pub mod names;
 pub mod plot;

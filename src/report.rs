@@ -144,6 +144,11 @@ pub struct SearchReport {
     /// Answer to `--why-not`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why_not: Option<WhyNot>,
+    /// A nearby smaller GPU count that does better
+    /// ([`crate::gpu_count::fewer_gpus`]); absent when none was found or
+    /// none was probed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fewer_gpus: Option<crate::gpu_count::FewerGpus>,
 }
 
 impl SearchReport {
@@ -183,6 +188,7 @@ impl SearchReport {
             checkpoint: None,
             time_to_train: None,
             why_not: None,
+            fewer_gpus: None,
         }
     }
 }

@@ -59,8 +59,6 @@ pub enum Rule {
     Experts,
     /// TP > 1 with EP > 1 needs sequence parallelism (Megatron parallelism guide).
     EpNeedsSp,
-    /// ZeRO-3 (FSDP) with pipeline parallelism [D2].
-    Zero3Pp,
     /// A user bound (`--max-tp`, fixed values) excludes it.
     Policy,
     /// Peak memory of the worst rank exceeds usable memory.
@@ -69,7 +67,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in check order.
-    pub const ALL: [Rule; 18] = [
+    pub const ALL: [Rule; 17] = [
         Rule::MeshSize,
         Rule::TpDomain,
         Rule::HeadsTp,
@@ -85,7 +83,6 @@ impl Rule {
         Rule::MaxSeq,
         Rule::Experts,
         Rule::EpNeedsSp,
-        Rule::Zero3Pp,
         Rule::Policy,
         Rule::Memory,
     ];
@@ -347,7 +344,7 @@ const INTERLEAVE_REMEDY: &str =
     "use v = 1, or a global batch / micro-batch giving m a multiple of p";
 
 /// Every rule, in check order ([`Rule::ALL`]), each condition once.
-const RULES: [RuleDef; 18] = [
+const RULES: [RuleDef; 17] = [
     RuleDef {
         rule: Rule::MeshSize,
         code: "mesh-size",
@@ -677,20 +674,6 @@ const RULES: [RuleDef; 18] = [
                 )
             },
             remedy: |_| "turn SP on".into(),
-        }],
-    },
-    RuleDef {
-        rule: Rule::Zero3Pp,
-        code: "zero3-pp",
-        clauses: &[Clause {
-            broken: |x| x.l.zero >= 3 && x.l.pp > 1,
-            message: |x| {
-                format!(
-                    "ZeRO-3 (FSDP) with p = {} pipeline stages is not supported by Megatron's FSDP2 path",
-                    x.l.pp
-                )
-            },
-            remedy: |_| "use ZeRO-1 with pipeline parallelism, or p = 1".into(),
         }],
     },
     RuleDef {

@@ -10,7 +10,7 @@
 //! (2) every Megatron argument check that applies to these flags holds,
 //! implemented here from the conditions listed in `docs/references.md`
 //! ("Rule codes": W1, W3, W4, B1, B3, B4, T1–T7, T9, T11, C1, E1, E2, E4,
-//! P1–P16, R1–R3, D1, D3, D5, D8, D12), and so do the renderer rules of
+//! P1–P16, R1–R3, D1–D3, D5, D8, D12), and so do the renderer rules of
 //! [ref:megatron-arguments] (no dead or ignored flags);
 //! (3) the layer ranges Megatron would build from the flags equal the
 //! plan file's stages, and the sizes equal the plan's mesh.
@@ -571,7 +571,7 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
             );
         }
     }
-    // D1, D3, D5, D8.
+    // D1, D2, D3, D5, D8.
     if f.has("--overlap-param-gather") {
         check(
             do_ || fsdp,
@@ -600,6 +600,22 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
         f.str("--ckpt-format") != Some("fsdp_dtensor") || fsdp,
         "D8: fsdp_dtensor without Megatron-FSDP",
     );
+    // D2: only torch FSDP2 refuses pipeline parallelism; Megatron-FSDP
+    // (any sharding strategy) has no such check.
+    if f.has("--use-torch-fsdp2") {
+        check(
+            f.int("--pipeline-model-parallel-size").unwrap_or(1) == 1,
+            "D2: --use-torch-fsdp2 with pipeline parallelism",
+        );
+        check(!do_, "D2: --use-torch-fsdp2 with the distributed optimizer");
+    }
+    // D3: optim_grads_params refuses the cross-replica weight hash check.
+    if f.str("--data-parallel-sharding-strategy") == Some("optim_grads_params") {
+        check(
+            !f.has("--check-weight-hash-across-dp-replicas-interval"),
+            "D3: optim_grads_params with the weight hash check",
+        );
+    }
     check(!(f.has("--fp16") && f.has("--bf16")), "D5: fp16 and bf16");
     (bad, d)
 }
@@ -771,6 +787,21 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
             "70b T8 p2 ZeRO-2".into(),
             &s70,
             with(base.clone(), |l| l.zero = 2),
+        ),
+        (
+            // Megatron-FSDP optim_grads_params with a pipeline (the rule
+            // that refused ZeRO-3 with p > 1 was torch FSDP2's, D2).
+            "70b T8 p2 ZeRO-3".into(),
+            &s70,
+            with(base.clone(), |l| l.zero = 3),
+        ),
+        (
+            "70b T2 C2 p2 v2 ZeRO-3".into(),
+            &s70,
+            with(Layout::dense(8, 2, 2, 2), |l| {
+                l.zero = 3;
+                l.vpp = 2;
+            }),
         ),
         (
             "70b T8 p2 full recompute, tp-pp-dp".into(),
@@ -1006,6 +1037,32 @@ fn oracle_catches_broken_commands() {
         "D3",
     );
     expect(set(&good, "--ckpt-format", &["fsdp_dtensor"]), &env, "D8");
+    // A ZeRO-3 script with p = 2 passes; the same under torch FSDP2 is D2.
+    let z3 = Flags::parse(
+        &common::launch(
+            &s.bundle(&with(l.clone(), |l| {
+                l.zero = 3;
+                l.vpp = 1;
+            })),
+            0,
+        )
+        .megatron,
+    )
+    .unwrap();
+    let fsdp_env = Env {
+        max_connections: None,
+        ..env
+    };
+    assert_eq!(megatron_rules(&z3, &fsdp_env).0, Vec::<String>::new());
+    assert_eq!(
+        z3.str("--data-parallel-sharding-strategy"),
+        Some("optim_grads_params")
+    );
+    expect(
+        set(&del(&z3, "--use-megatron-fsdp"), "--use-torch-fsdp2", &[]),
+        &fsdp_env,
+        "D2",
+    );
     expect(
         set(&good, "--expert-model-parallel-size", &["8"]),
         &env,

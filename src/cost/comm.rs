@@ -165,4 +165,22 @@ mod tests {
         let t = all_to_all(s, GroupSpan::of(8, 1, 8), &dgx_a100());
         assert!((t - 7.0 / 8.0 * s / 300e9).abs() < 1e-12);
     }
+    #[test]
+    fn straddling_tp_group_is_priced_on_the_nics() {
+        // T = 3, D = 8 on 8-GPU nodes: TP group {6, 7, 8} keeps ranks 6, 7
+        // on node 0 and rank 8 alone on node 1, so the worst TP group is
+        // (per_domain 1, domains 2). All-reduce of S = 1 GB:
+        //   worst group: 2·[ring(1) + (2−1)/2 · S/1 / 25 GB/s] = 2·0.02 s
+        //   = 0.04 s (rank 8's NIC carries the whole shard);
+        //   first group {0, 1, 2} on NVLink: 2·(3−1)/3 · S / 300 GB/s
+        //   = 4.44 ms, what every group was priced at before.
+        use crate::layout::{Layout, Placement};
+        let l = Layout::dense(8, 3, 1, 1);
+        let pl = Placement::new(&l, 8);
+        let s = 1e9;
+        let t = all_reduce(s, pl.tp, &dgx_a100());
+        assert!((t - 0.04).abs() < 1e-12, "{t}");
+        let first = all_reduce(s, GroupSpan::of(3, 1, 8), &dgx_a100());
+        assert!((first - 4.0 / 3.0 * 1e9 / 300e9).abs() < 1e-12, "{first}");
+    }
 }

@@ -9,11 +9,15 @@
 //!   backward and the backward of the earlier stages still draining, except
 //!   the last bucket; with `overlap_param_gather` the gather hides under the
 //!   next forward, except the first bucket ([`exposed_after_overlap`]).
-//! - ZeRO 2: gradients reduce-scattered every micro-batch under its backward;
-//!   the updated parameters gathered once per step.
+//! - ZeRO 2: gradients reduce-scattered every micro-batch under its backward
+//!   (exposed whole without `overlap_grad_reduce`); the updated parameters
+//!   gathered once per step, under the next forward with
+//!   `overlap_param_gather` except the first bucket, as at ZeRO 1.
 //! - ZeRO 3 / FSDP: parameters gathered for forward and again for backward
 //!   and gradients reduce-scattered, every micro-batch, each hidden under
-//!   that micro-batch's forward or backward.
+//!   that micro-batch's forward or backward when its overlap switch is on
+//!   (`overlap_param_gather` for the gathers, `overlap_grad_reduce` for the
+//!   reduce-scatter) and exposed whole when it is off.
 //!
 //! ZeRO [ref:rajbhandari-2020] §5 gives the volumes: ZeRO 0–2 move 2Ψ per
 //! step, ZeRO 3 3Ψ; expert parameters reduce over the expert-DP group.
@@ -214,22 +218,49 @@ pub fn data_parallel(
         2 => {
             let rs = gradient_reduction(v, zero, pl, links);
             let ag = parameter_gather(v, pl, links);
-            out.per_micro_batch.grad = Term::overlapped(exposed_beyond(rs, w.backward), rs);
-            // ZeRO-2 gathers the updated parameters once per step.
-            out.per_step.gather = Term::serial(ag);
+            // The reduce-scatter hides under the micro-batch's backward only
+            // with `--overlap-grad-reduce`; otherwise it runs after it.
+            let rs_exposed = if overlap.grad_reduce {
+                exposed_beyond(rs, w.backward)
+            } else {
+                rs
+            };
+            out.per_micro_batch.grad = Term::overlapped(rs_exposed, rs);
+            // ZeRO-2 gathers the updated parameters once per step; with
+            // `--overlap-param-gather` Megatron-FSDP issues it bucket by
+            // bucket ahead of the next forward ([ref:megatron-fsdp]
+            // `start_param_sync`), like the distributed optimizer's.
+            let ag_exposed = if overlap.param_gather {
+                exposed_after_overlap(ag, w.forward, share)
+            } else {
+                ag
+            };
+            out.per_step.gather = Term::overlapped(ag_exposed, ag);
         }
         _ => {
             let rs = gradient_reduction(v, zero, pl, links);
             let ag = parameter_gather(v, pl, links);
-            // Forward: the gather under the forward. Backward: the gather
-            // again and the reduce-scatter under the backward; what shows is
-            // shared between them in proportion to their times.
-            let fwd = exposed_beyond(ag, w.forward);
-            let bwd = exposed_beyond(ag + rs, w.backward);
-            let gather_share = if ag + rs > 0.0 { ag / (ag + rs) } else { 0.0 };
+            // Forward: the gather under the forward (`--overlap-param-gather`
+            // prefetches it) or before it. Backward: the gather again and
+            // the reduce-scatter; those overlapped share the backward
+            // window, what shows is split in proportion to their times;
+            // those not overlapped are exposed whole.
+            let ag_hid = if overlap.param_gather { ag } else { 0.0 };
+            let rs_hid = if overlap.grad_reduce { rs } else { 0.0 };
+            let fwd = if overlap.param_gather {
+                exposed_beyond(ag, w.forward)
+            } else {
+                ag
+            };
+            let bwd = exposed_beyond(ag_hid + rs_hid, w.backward);
+            let gather_share = if ag_hid + rs_hid > 0.0 {
+                ag_hid / (ag_hid + rs_hid)
+            } else {
+                0.0
+            };
             out.per_micro_batch = DpTerms {
-                grad: Term::overlapped(bwd * (1.0 - gather_share), rs),
-                gather: Term::overlapped(fwd + bwd * gather_share, 2.0 * ag),
+                grad: Term::overlapped(bwd * (1.0 - gather_share) + (rs - rs_hid), rs),
+                gather: Term::overlapped(fwd + bwd * gather_share + (ag - ag_hid), 2.0 * ag),
             };
         }
     }
@@ -263,5 +294,76 @@ mod tests {
     fn adam_step() {
         // 1e9 parameters × 34 B at 2e12 B/s = 17 ms.
         assert!((optimizer_step_time(1e9, 2e12) - 0.017).abs() < 1e-15);
+    }
+    /// DP = 8 inside one 8-GPU node on a 1 GB/s link with no latency, so
+    /// collective times are round: reduce-scatter of 8 GB = 7/8 · 8 = 7 s,
+    /// all-gather of 4 GB = 7/8 · 4 = 3.5 s. Windows: forward 2 s,
+    /// backward 8 s. 400M parameters, bucket 40M: one bucket is 10 %.
+    fn zero_case(zero: u8, grad_reduce: bool, param_gather: bool) -> DataParallel {
+        let links = Links {
+            intra_bw: 1e9,
+            inter_bw: 1e9,
+            intra_lat: 0.0,
+            inter_lat: 0.0,
+        };
+        let l = crate::layout::Layout::dense(8, 1, 1, 1);
+        let pl = Placement::new(&l, 8);
+        let v = DpVolumes {
+            grads: 8e9,
+            expert_grads: 0.0,
+            params: 4e9,
+            expert_params: 0.0,
+        };
+        let w = Windows {
+            forward: 2.0,
+            backward: 8.0,
+            drain: 0.0,
+        };
+        let overlap = Overlap {
+            grad_reduce,
+            param_gather,
+        };
+        data_parallel(&v, zero, 8, 400e6, w, overlap, &pl, &links)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn zero2_reads_the_overlap_switches() {
+        // Overlapped: the 7 s reduce-scatter hides under the 8 s backward;
+        // the 3.5 s gather under the 2 s forward leaves max(1.5, 0.35).
+        let on = zero_case(2, true, true);
+        assert!(close(on.per_micro_batch.grad.total, 7.0));
+        assert!(close(on.per_micro_batch.grad.exposed, 0.0));
+        assert!(close(on.per_step.gather.total, 3.5));
+        assert!(close(on.per_step.gather.exposed, 1.5));
+        // --no-overlap-grad-reduce (which also drops the param overlap):
+        // both exposed whole.
+        let off = zero_case(2, false, false);
+        assert!(close(off.per_micro_batch.grad.exposed, 7.0));
+        assert!(close(off.per_step.gather.exposed, 3.5));
+    }
+
+    #[test]
+    fn zero3_reads_the_overlap_switches() {
+        // Both on: forward max(0, 3.5 − 2) = 1.5; backward gather 3.5 and
+        // reduce-scatter 7 share 8 s: max(0, 10.5 − 8) = 2.5, a third to
+        // the gather. Gather 1.5 + 2.5/3, grad 2.5·2/3; sum 4.
+        let on = zero_case(3, true, true);
+        assert!(close(on.per_micro_batch.gather.total, 7.0));
+        assert!(close(on.per_micro_batch.gather.exposed, 1.5 + 2.5 / 3.0));
+        assert!(close(on.per_micro_batch.grad.exposed, 2.5 * 2.0 / 3.0));
+        // Gradient overlap only: both gathers (3.5 + 3.5) exposed, the
+        // reduce-scatter alone under the backward: max(0, 7 − 8) = 0.
+        let grad_only = zero_case(3, true, false);
+        assert!(close(grad_only.per_micro_batch.gather.exposed, 7.0));
+        assert!(close(grad_only.per_micro_batch.grad.exposed, 0.0));
+        // Neither: 7 s of gathers and 7 s of reduce-scatter exposed.
+        let off = zero_case(3, false, false);
+        assert!(close(off.per_micro_batch.gather.exposed, 7.0));
+        assert!(close(off.per_micro_batch.grad.exposed, 7.0));
+        assert!(close(off.per_micro_batch.grad.total, 7.0));
     }
 }

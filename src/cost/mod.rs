@@ -292,7 +292,7 @@ fn rank_data_parallel(
     };
     let overlap = data_parallel::Overlap {
         grad_reduce: pr.job.overlap_grad_reduce,
-        param_gather: pr.job.overlap_param_gather,
+        param_gather: pr.job.param_gather_overlapped(),
     };
     let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
     let mut dp =

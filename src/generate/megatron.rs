@@ -554,7 +554,18 @@ pub fn megatron(plan: &Plan) -> Megatron {
             plan.sharding.group_size
         ))),
         z => {
-            ddp.push(flag("--use-megatron-fsdp").note(format!("ZeRO-{z} via Megatron-FSDP")));
+            let mut note = format!("ZeRO-{z} via Megatron-FSDP");
+            if !job.overlap_grad_reduce {
+                // Megatron-FSDP turns the gradient overlap (and at ZeRO-3
+                // the parameter overlap) on itself when gradients are
+                // sharded ([ref:megatron-fsdp]); this plan priced them
+                // exposed, as asked, so it is an upper bound on the step.
+                note.push_str(
+                    "; it overlaps its collectives whatever the flags say, so the step \
+                     (priced with them exposed, --no-overlap-grad-reduce) should come out shorter",
+                );
+            }
+            ddp.push(flag("--use-megatron-fsdp").note(note));
             ddp.push(val(
                 "--data-parallel-sharding-strategy",
                 if z == 2 {
@@ -567,6 +578,8 @@ pub fn megatron(plan: &Plan) -> Megatron {
     }
     if job.overlap_grad_reduce {
         ddp.push(flag("--overlap-grad-reduce"));
+        // The plan's overlap_param_gather is what was priced
+        // (`Job::param_gather_overlapped`: only with the gradient overlap).
         if job.overlap_param_gather && plan.sharding.zero >= 1 {
             ddp.push(flag("--overlap-param-gather"));
         }

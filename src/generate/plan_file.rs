@@ -171,7 +171,8 @@ pub struct JobInfo {
     pub flash_attention: bool,
     /// DP gradient reduction overlapped with backward.
     pub overlap_grad_reduce: bool,
-    /// Parameter all-gather overlapped with forward.
+    /// Parameter all-gather overlapped with forward (only with the
+    /// gradient overlap, as Megatron requires).
     pub overlap_param_gather: bool,
     /// TP communication overlapped with GEMMs (effective only with SP).
     pub tp_comm_overlap: bool,
@@ -782,7 +783,7 @@ impl Plan {
                 },
                 flash_attention: pr.job.flash_attention,
                 overlap_grad_reduce: pr.job.overlap_grad_reduce,
-                overlap_param_gather: pr.job.overlap_param_gather,
+                overlap_param_gather: pr.job.param_gather_overlapped(),
                 tp_comm_overlap: pr.job.tp_comm_overlap,
             },
             mesh: MeshInfo {

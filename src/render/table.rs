@@ -210,6 +210,9 @@ impl Exporter for Table {
         if let Some(t) = &r.time_to_train {
             super::extras::time_to_train(w, t, "#1")?;
         }
+        if let Some(f) = &r.fewer_gpus {
+            fewer_gpus(w, f)?;
+        }
         if let Some(q) = &r.why_not {
             super::extras::why_not(w, q)?;
         }
@@ -450,6 +453,37 @@ fn tokens_text(t: f64) -> String {
     } else {
         format!("{t:.0}")
     }
+}
+
+/// The note of [`crate::gpu_count::fewer_gpus`].
+fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Result<()> {
+    let (a, b) = (&f.requested, &f.better);
+    let probed: Vec<String> = f.probed.iter().map(|c| c.to_string()).collect();
+    let total = if a.layout.is_some() {
+        format!("{:.2}× in total", f.total_ratio)
+    } else {
+        "no valid layout on all of them".into()
+    };
+    writeln!(
+        w,
+        "Note: fewer GPUs do better. {} of {} GPUs ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%) with {}; all {} ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%): {:.2}× per GPU, {}. Probed {} (search --gpus N).",
+        b.gpus,
+        a.gpus,
+        b.factors,
+        b.tokens_per_s,
+        b.tokens_per_s_per_gpu,
+        b.mfu * 100.0,
+        b.layout.as_deref().unwrap_or("-"),
+        a.gpus,
+        a.factors,
+        a.tokens_per_s,
+        a.tokens_per_s_per_gpu,
+        a.mfu * 100.0,
+        f.per_gpu_ratio,
+        total,
+        probed.join(", ")
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

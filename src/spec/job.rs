@@ -158,6 +158,14 @@ pub struct Job {
 }
 
 impl Job {
+    /// Whether the parameter all-gather runs overlapped: Megatron accepts
+    /// `--overlap-param-gather` only together with `--overlap-grad-reduce`
+    /// (D1, [ref:megatron-arguments]), so without the gradient overlap the
+    /// gather is priced exposed and `generate` leaves both flags out.
+    pub fn param_gather_overlapped(&self) -> bool {
+        self.overlap_param_gather && self.overlap_grad_reduce
+    }
+
     /// A job with Megatron's defaults for everything but batch and sequence.
     pub fn new(global_batch: u64, seq_len: u64) -> Job {
         Job {
