@@ -88,13 +88,13 @@ struct JobArgs {
     #[arg(long)]
     cluster: String,
     /// Plan for N GPUs of the cluster (default: all of them).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     gpus: Option<u64>,
     /// Global batch B in sequences (default: the model card's).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     global_batch: Option<u64>,
     /// Sequence length s in tokens (default: the model card's).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     seq_len: Option<u64>,
     /// Precision recipe: `megatron` (bf16 weights, fp32 main grads, fp32
     /// master and Adam: 2 + 4 + 12 bytes per parameter), `adam-16b` (bf16
@@ -142,14 +142,14 @@ struct SearchArgs {
     /// How many of the best layouts to print (at least 1).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     top: u64,
-    /// Largest T to try.
-    #[arg(long)]
+    /// Largest T to try (at least 1).
+    #[arg(long, value_parser = parse_size)]
     max_tp: Option<u32>,
-    /// Largest p to try.
-    #[arg(long)]
+    /// Largest p to try (at least 1).
+    #[arg(long, value_parser = parse_size)]
     max_pp: Option<u32>,
-    /// Largest C to try.
-    #[arg(long)]
+    /// Largest C to try (at least 1; `--no-cp` is C = 1).
+    #[arg(long, value_parser = parse_size)]
     max_cp: Option<u32>,
     /// Do not try context parallelism (C = 1).
     #[arg(long)]
@@ -157,8 +157,8 @@ struct SearchArgs {
     /// Only this context-parallel K/V exchange (default: try both).
     #[arg(long, value_parser = NamedParser::<CpComm>::new())]
     cp_comm: Option<CpComm>,
-    /// Largest micro-batch to try.
-    #[arg(long, default_value_t = 16)]
+    /// Largest micro-batch to try (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_micro_batch: u32,
     /// Try T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
@@ -316,6 +316,48 @@ impl LayoutArgs {
     }
 }
 
+/// A count (GPUs, sequences, tokens): an integer of at least 0; a negative
+/// one gets its own sentence.
+fn parse_count(value: &str) -> std::result::Result<u64, String> {
+    let v = value.trim();
+    let shown = crate::limits::echo(v);
+    if v.starts_with('-') && v[1..].parse::<u64>().is_ok() {
+        return Err(format!("`{shown}` is negative; give a positive integer"));
+    }
+    // Zero parses: the job's checks say why it cannot run.
+    match v.parse::<u64>() {
+        Ok(x) => Ok(x),
+        Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("`{shown}` does not fit in 64 bits"))
+        }
+        Err(_) => Err(format!("`{shown}` is not an integer")),
+    }
+}
+
+/// The command line as clap parses it, with negative numbers taken as
+/// values (so `--pp -8` is told it is negative, not that `-8` is an
+/// unknown flag).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommands(|sc| {
+        sc.mut_args(|a| {
+            if a.get_num_args().is_none_or(|n| n.takes_values()) && !a.is_positional() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        })
+    })
+}
+
+/// Parse the process's arguments with [`command`]; exits with clap's
+/// message and status 2 on a usage error.
+pub fn parse_args() -> Cli {
+    use clap::FromArgMatches;
+    let m = command().get_matches();
+    Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+}
+
 /// Appends the layout grammar's default to the help of each layout flag.
 fn show_layout_default(a: clap::Arg) -> clap::Arg {
     let id = a.get_id().as_str().to_string();
@@ -424,6 +466,14 @@ impl Setup {
     }
 }
 
+/// `l` if its sizes are within [`crate::limits`] for `model`, else the
+/// limit's sentence.
+fn check_layout(l: Layout, model: &Model) -> Result<Layout> {
+    crate::limits::check_layout(&l, model.architecture.layers)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(l)
+}
+
 /// What `explain` and `generate` plan, resolved once from their flags: the
 /// model, GPU, cluster and job, the rules' policy, and the layout the flags
 /// give (`None` when no layout flag is given).
@@ -437,7 +487,8 @@ impl PlanRequest {
     fn new(job: &JobArgs, layout: &LayoutArgs, allow_tp_across_nodes: bool) -> Result<PlanRequest> {
         let setup = setup(job)?;
         let layout = if layout.any() {
-            Some(layout.layout(setup.world, setup.job.global_batch)?)
+            let l = layout.layout(setup.world, setup.job.global_batch)?;
+            Some(check_layout(l, &setup.model)?)
         } else {
             None
         };
@@ -516,6 +567,14 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         }
         _ => model.defaults.global_batch,
     };
+    if seq_len > model.architecture.max_seq {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: --seq-len {seq_len} exceeds {}'s architecture.max_seq {} (the longest context it was built for); pricing it anyway",
+            model.name,
+            model.architecture.max_seq
+        );
+    }
     let mut job = Job::new(global_batch, seq_len);
     job.recipe_name = a.recipe;
     job.recipe = a.recipe.recipe();
@@ -819,7 +878,9 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         })?;
         let input = crate::generate::PlanInput::parse(&text, file, a.rank.unwrap_or(1))?;
         input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
-        return Ok(input.layout);
+        return crate::limits::check_layout(&input.layout, s.model.architecture.layers)
+            .map(|()| input.layout)
+            .map_err(|e| InputError::field(file, "layout", e).into());
     }
     if let Some(l) = &req.layout {
         return Ok(l.clone());

@@ -45,6 +45,7 @@ pub mod error;
 pub mod explain;
 pub mod generate;
 pub mod layout;
+pub mod limits;
 pub mod names;
 pub mod plot;
 pub mod render;

@@ -358,7 +358,9 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
     let b_total = pr.job.global_batch;
     let layers = pr.model.architecture.layers;
     let per_replica = b_total / mesh.dp as u64;
-    let mut bs: Vec<u32> = (0..)
+    // Powers of two up to the bound; 32 of them at most, so an absurd
+    // --max-micro-batch costs nothing (a wrapping shift looped forever).
+    let mut bs: Vec<u32> = (0..32)
         .map(|i| 1u32 << i)
         .take_while(|b| *b <= space.max_micro_batch)
         .filter(|b| per_replica == 0 || per_replica % *b as u64 == 0 || *b == 1)

@@ -250,6 +250,30 @@ impl Cluster {
                 return Err(InputError::field(file, field, "must be positive, found 0"));
             }
         }
+        let total = self.nodes as u64 * self.gpus_per_node as u64;
+        if total > crate::limits::MAX_GPUS {
+            return Err(InputError::field(
+                file,
+                "nodes",
+                format!(
+                    "{} nodes × {} GPUs = {total} GPUs exceed meshplan's limit of {} (see src/limits.rs)",
+                    self.nodes,
+                    self.gpus_per_node,
+                    crate::limits::MAX_GPUS
+                ),
+            ));
+        }
+        if self.scale_up_domain as u64 > crate::limits::MAX_GPUS {
+            return Err(InputError::field(
+                file,
+                "scale_up_domain",
+                format!(
+                    "{} exceeds meshplan's limit of {} (see src/limits.rs)",
+                    self.scale_up_domain,
+                    crate::limits::MAX_GPUS
+                ),
+            ));
+        }
         if self.scale_up_domain % self.gpus_per_node != 0
             && self.gpus_per_node % self.scale_up_domain != 0
         {
