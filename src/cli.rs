@@ -1044,7 +1044,7 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let text = toml::to_string_pretty(&fit.overlay)?;
     let header = "# meshplan profile overlay (written by `meshplan calibrate`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
-    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Io {
+    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Write {
         file: a.out.clone(),
         source,
     })?;

@@ -144,6 +144,9 @@ pub struct SearchReport {
     /// Answer to `--why-not`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why_not: Option<WhyNot>,
+    /// Why no layout was enumerated at all, when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub empty_reason: Option<String>,
 }
 
 impl SearchReport {
@@ -183,6 +186,7 @@ impl SearchReport {
             checkpoint: None,
             time_to_train: None,
             why_not: None,
+            empty_reason: r.empty_reason.clone(),
         }
     }
 }

@@ -169,6 +169,88 @@ pub struct SearchResult {
     pub rejections: Vec<Rejections>,
     /// Counters.
     pub stats: Stats,
+    /// Why no layout at all was enumerated ([`why_empty`]), when none was.
+    pub empty_reason: Option<String>,
+}
+
+/// Why the fixed values and bounds of `space` leave no mesh of `pr.world`
+/// GPUs to enumerate: the first fixed value that cannot be met, in one
+/// sentence.
+pub fn why_empty(pr: &Problem, space: &Space) -> String {
+    let f = &space.filter;
+    let n = pr.world;
+    let layers = pr.model.architecture.layers;
+    for (key, v) in [("dp", f.dp), ("tp", f.tp), ("pp", f.pp), ("cp", f.cp)] {
+        if let Some(v) = v
+            && n % v as u64 != 0
+        {
+            return format!("{key}={v} does not divide the {n} GPUs");
+        }
+    }
+    let fixed: u64 = [f.dp, f.tp, f.pp, f.cp]
+        .iter()
+        .map(|x| x.unwrap_or(1) as u64)
+        .product();
+    if n % fixed != 0 {
+        return format!("the fixed sizes multiply to {fixed}, which does not divide the {n} GPUs");
+    }
+    if let Some(c) = f.cp
+        && c > space.max_cp
+    {
+        return if space.max_cp == 1 {
+            format!("cp={c} contradicts --no-cp (C = 1)")
+        } else {
+            format!("cp={c} exceeds --max-cp {}", space.max_cp)
+        };
+    }
+    if let Some(t) = f.tp
+        && t > pr.cluster.fast_domain()
+        && !space.policy.allow_tp_across_domains
+    {
+        return format!(
+            "tp={t} spans more than one {}-GPU NVLink domain; add --allow-tp-across-nodes to try it",
+            pr.cluster.fast_domain()
+        );
+    }
+    if let Some(p) = f.pp
+        && p > layers
+    {
+        return format!("pp={p} exceeds the model's {layers} layers");
+    }
+    match &pr.model.moe {
+        None => {
+            if let Some(e) = f.ep.filter(|&e| e != 1) {
+                return format!(
+                    "ep={e}: {} is a dense model (no experts), so E is 1",
+                    pr.model.name
+                );
+            }
+            if let Some(e) = f.etp.filter(|&e| e != 1) {
+                return format!(
+                    "etp={e}: {} is a dense model (no experts), so ETP is 1",
+                    pr.model.name
+                );
+            }
+        }
+        Some(m) => {
+            if let Some(e) = f.ep
+                && m.experts % e != 0
+            {
+                return format!("ep={e} does not divide the {} experts", m.experts);
+            }
+            if let Some(e) = f.etp
+                && m.expert_ffn % e as u64 != 0
+            {
+                return format!(
+                    "etp={e} does not divide the expert FFN width {}",
+                    m.expert_ffn
+                );
+            }
+        }
+    }
+    format!(
+        "no D·T·p·C (with E·ETP for MoE) of the {n} GPUs matches the fixed values and bounds together"
+    )
 }
 
 fn divisors(n: u64) -> Vec<u32> {
@@ -876,6 +958,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         all: acc.all,
         rejections,
         stats,
+        empty_reason: (stats.considered == 0).then(|| why_empty(pr, space)),
     }
 }
 

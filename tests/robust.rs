@@ -375,3 +375,144 @@ fn cluster_sizes_up_to_the_limit_plan() {
         "field `nodes`: 1048577 nodes × 8 GPUs = 8388616 GPUs exceed meshplan's limit of 1048576",
     );
 }
+
+/// `meshplan … | head -1`: the reader goes away after one line; every
+/// format exits 0 without a word (JSON and CSV said "error: Broken pipe").
+#[test]
+fn closed_pipe_is_quiet_for_every_format() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    for format in ["table", "json", "csv"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_meshplan"))
+            .args(with("search", &JOB, &["--top", "3000", "--format", format]))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{format}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{format}");
+    }
+}
+
+/// An empty search says which fixed value cannot be met (it said "every
+/// mesh size must divide the GPU count" for all of these).
+#[test]
+fn empty_search_names_its_reason() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--fix", "ep=3"],
+            "No layout of 64 GPUs matches the fixed values and bounds: ep=3: llama3-70b is a dense model (no experts), so E is 1.",
+        ),
+        (
+            &["--no-cp", "--fix", "cp=4"],
+            "No layout of 64 GPUs matches the fixed values and bounds: cp=4 contradicts --no-cp (C = 1).",
+        ),
+        (
+            &["--fix", "tp=3"],
+            "No layout of 64 GPUs matches the fixed values and bounds: tp=3 does not divide the 64 GPUs.",
+        ),
+        (
+            // 8·8·2 = 128 does not divide 64.
+            &["--fix", "tp=8,cp=8,pp=2"],
+            "No layout of 64 GPUs matches the fixed values and bounds: the fixed sizes multiply to 128, which does not divide the 64 GPUs.",
+        ),
+    ];
+    for (extra, line) in cases {
+        let o = run_v(&with("search", &JOB, extra));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().any(|l| l == line), "{extra:?}: {out}");
+    }
+    let o = run(&[
+        "search",
+        "--model",
+        "mixtral",
+        "--cluster",
+        "dgx64",
+        "--fix",
+        "ep=3",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("bounds: ep=3 does not divide the 8 experts."),
+        "{out}"
+    );
+}
+
+/// T = 128 on 64 GPUs cannot be built even across domains: no promise of
+/// a layout "below", the broken rules instead.
+#[test]
+fn why_not_without_any_layout_says_why() {
+    let o = run_v(&with("search", &JOB, &["--why-not", "tp=128,pp=1"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("below"), "{out}");
+    assert!(
+        out.contains("no layout matching `tp=128,pp=1` can be built for 64 GPUs: [mesh-size] D·T·p·C = 1·128·1·1 = 128 but the job has 64 GPUs"),
+        "{out}"
+    );
+}
+
+#[test]
+fn calibrate_into_a_missing_folder_says_so() {
+    let dir = temp_dir("robust-cal");
+    let out = dir.join("missing/overlay.toml");
+    let csv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/published-dev.csv");
+    let o = run(&[
+        "calibrate",
+        csv.to_str().unwrap(),
+        "--gpu",
+        "a100-80g",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    fails(
+        &o,
+        1,
+        &format!(
+            "{}: cannot write the file (folder {} does not exist)",
+            out.display(),
+            dir.join("missing").display()
+        ),
+    );
+    assert!(!stderr(&o).contains("cannot read"), "{}", stderr(&o));
+}
+
+#[test]
+fn typos_get_did_you_mean_and_long_names_are_cut() {
+    let o = run(&["search", "--model", "lama3-70b", "--cluster", "dgx64"]);
+    fails(
+        &o,
+        1,
+        "error: unknown model `lama3-70b`; did you mean `llama3-70b`? known models:",
+    );
+    let o = run(&["search", "--model", "70b", "--cluster", "dgx46"]);
+    fails(
+        &o,
+        1,
+        "error: unknown cluster `dgx46`; did you mean `dgx64`? known clusters:",
+    );
+    let o = run(&["search", "--model", "70b", "--cluster", "zzzzzzzz"]);
+    fails(
+        &o,
+        1,
+        "error: unknown cluster `zzzzzzzz`; known clusters: dgx-a100-3072,",
+    );
+    let long = "q".repeat(100_000);
+    let o = run(&["search", "--model", &long, "--cluster", "dgx64"]);
+    fails(
+        &o,
+        1,
+        &format!(
+            "error: unknown model `{}… (100000 characters)`;",
+            "q".repeat(64)
+        ),
+    );
+    assert!(stderr(&o).len() < 1_000, "{}", stderr(&o).len());
+}

@@ -176,8 +176,11 @@ impl Exporter for Table {
         if r.rows.is_empty() && r.stats.considered == 0 {
             writeln!(
                 w,
-                "No layout of {} GPUs matches the fixed values and bounds (--fix, --max-tp, --max-pp, --max-cp): every mesh size must divide the GPU count.",
-                r.context.gpus
+                "No layout of {} GPUs matches the fixed values and bounds: {}.",
+                r.context.gpus,
+                r.empty_reason
+                    .as_deref()
+                    .unwrap_or("every mesh size must divide the GPU count")
             )?;
         } else if r.rows.is_empty() {
             writeln!(
