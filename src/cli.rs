@@ -649,11 +649,14 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         let st = &result.stats;
         let _ = writeln!(
             std::io::stderr(),
-            "stats: considered {} layouts, pruned {}, priced {}, valid {}; search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
+            "stats: considered {} layouts = priced {} + pruned {} + rejected unpriced {}; valid {} ({} distinct, {} rank-order twins); search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
             st.considered,
-            st.pruned,
             st.evaluated,
+            st.pruned,
+            st.unpriced,
             st.valid,
+            st.valid - st.twins,
+            st.twins,
             st.seconds * 1e3,
             st.evaluated as f64 / st.seconds.max(1e-9),
             rayon::current_num_threads()
@@ -895,10 +898,12 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     match result.top.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
         None => bail!(
-            "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
-            result.top.len(),
+            "--rank {k}: the search ranks only {} distinct valid layout(s) for {} on {} GPUs ({} valid, {} of them rank-order twins listed once)",
+            result.stats.valid - result.stats.twins,
             s.model.name,
-            s.world
+            s.world,
+            result.stats.valid,
+            result.stats.twins
         ),
     }
 }

@@ -25,7 +25,7 @@
 //! counts are for the uniform split, less the layouts a split rescued.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
@@ -134,17 +134,28 @@ pub struct Rejections {
     pub near_miss: Option<Candidate>,
 }
 
-/// Counters of one search.
+/// Counters of one search. They add up: `considered = pruned + evaluated
+/// + unpriced`, and `valid − twins` distinct valid layouts can be listed
+/// (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// Layouts enumerated.
     pub considered: u64,
-    /// Layouts dropped by exact bounds without pricing.
+    /// Layouts dropped by exact memory bounds without pricing (the one of
+    /// each pruned mesh and ZeRO stage priced for its near-miss numbers
+    /// counts as priced, not pruned).
     pub pruned: u64,
     /// Layouts priced by the cost model.
     pub evaluated: u64,
+    /// Layouts rejected without pricing because they break two or more
+    /// structural rules.
+    pub unpriced: u64,
     /// Layouts that pass every rule.
     pub valid: u64,
+    /// Valid layouts that differ from another valid one only in the rank
+    /// order, with the same predicted tokens/s and peak memory: listed once
+    /// (the first order), counted here and in `valid`.
+    pub twins: u64,
     /// Stage-split programs solved (distinct split problems).
     pub splits_solved: u64,
     /// Layouts whose uneven split beat the uniform one or rescued a
@@ -275,6 +286,33 @@ struct Mesh {
     etp: u32,
 }
 
+/// What makes two valid layouts twins: every choice but the rank order
+/// and the split, and the predicted tokens/s and peak memory (bits).
+type TwinKey = (
+    [u32; 8],
+    &'static str,
+    u8,
+    bool,
+    &'static str,
+    Option<Vec<u32>>,
+    u64,
+    u64,
+);
+
+fn twin_key(c: &Candidate) -> TwinKey {
+    let l = &c.layout;
+    (
+        [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
+        l.recompute.as_str(),
+        l.zero,
+        l.sp,
+        l.cp_comm.as_str(),
+        l.split.clone(),
+        c.eval.tokens_per_s.to_bits(),
+        c.eval.peak_bytes.to_bits(),
+    )
+}
+
 /// A layout rejected only for `rule` under the uniform split, with an
 /// upper bound on its tokens/s under any split.
 #[derive(Debug, Clone)]
@@ -352,7 +390,9 @@ impl Acc {
         self.stats.considered += o.stats.considered;
         self.stats.pruned += o.stats.pruned;
         self.stats.evaluated += o.stats.evaluated;
+        self.stats.unpriced += o.stats.unpriced;
         self.stats.valid += o.stats.valid;
+        self.stats.twins += o.stats.twins;
         self
     }
 }
@@ -767,6 +807,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         }
     };
     let mut next = 0;
+    let mut rescued: HashSet<TwinKey> = HashSet::new();
     while next < pending.len() && splitter.solved < MAX_SPLIT_SOLVES {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
         let t = threshold(acc);
@@ -791,6 +832,15 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                 continue;
             };
             acc.stats.valid += 1;
+            if !rescued.insert(twin_key(&c2)) {
+                acc.stats.twins += 1;
+                let i = p.rule as usize;
+                acc.counts[i] = acc.counts[i].saturating_sub(1);
+                if space.keep_all {
+                    acc.all.push(c2);
+                }
+                continue;
+            }
             let i = p.rule as usize;
             acc.counts[i] = acc.counts[i].saturating_sub(1);
             if acc.near[i]
@@ -810,7 +860,9 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
-    // first (they stay counted as valid).
+    // first (they stay counted as valid, and as twins). The fast pass and
+    // the rescue above already fold twins of the same split; this catches
+    // those an uneven split made equal.
     let mut kept: Vec<Candidate> = Vec::with_capacity(acc.top.len());
     for c in acc.top.drain(..) {
         let twin = kept.iter().any(|x| {
@@ -821,7 +873,9 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                     ..c.layout.clone()
                 } == x.layout
         });
-        if !twin {
+        if twin {
+            acc.stats.twins += 1;
+        } else {
             kept.push(c);
         }
     }
@@ -863,11 +917,13 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             // One layout of each pruned (mesh, ZeRO stage) is still priced,
             // so a memory rejection can name its near-miss with numbers.
             let mut sampled = [false; 4];
+            // Valid layouts of this mesh by everything but the rank order
+            // and by their predictions: a second one is a twin.
+            let mut seen: HashSet<TwinKey> = HashSet::new();
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
                 if overflow[l.zero as usize] {
-                    acc.stats.pruned += 1;
                     let z = l.zero as usize;
                     if structural.is_empty() && l.recompute == Recompute::Full && !sampled[z] {
                         sampled[z] = true;
@@ -876,6 +932,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         acc.reject(Rule::Memory, Some(Candidate { layout: l, eval }));
                         return;
                     }
+                    acc.stats.pruned += 1;
                     let mut s = structural;
                     s.insert(Rule::Memory);
                     acc.reject(s.first().unwrap_or(Rule::Memory), None);
@@ -884,6 +941,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 // Price layouts that are valid or break exactly one
                 // structural rule (near-miss candidates).
                 if structural.len() > 1 {
+                    acc.stats.unpriced += 1;
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
                     return;
                 }
@@ -920,6 +978,13 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 match (structural.first(), fits) {
                     (None, true) => {
                         acc.stats.valid += 1;
+                        if !seen.insert(twin_key(&cand)) {
+                            acc.stats.twins += 1;
+                            if space.keep_all {
+                                acc.all.push(cand);
+                            }
+                            return;
+                        }
                         acc.push_valid(cand, k2, space.keep_all);
                     }
                     (None, false) => acc.reject(Rule::Memory, Some(cand)),

@@ -143,15 +143,7 @@ impl Exporter for Table {
             "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
             r.context.flop_convention, r.context.peak_tflops
         )?;
-        writeln!(
-            w,
-            "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
-            r.stats.considered,
-            r.stats.valid,
-            r.stats.evaluated,
-            r.stats.pruned,
-            r.stats.seconds * 1e3
-        )?;
+        writeln!(w, "{}", counters_line(&r.stats))?;
         if r.stats.splits_solved > 0 {
             writeln!(
                 w,
@@ -453,6 +445,37 @@ fn tokens_text(t: f64) -> String {
     } else {
         format!("{t:.0}")
     }
+}
+
+/// The footer's counters: what was considered, split into priced, pruned
+/// and rejected unpriced (they add up), and the valid layouts with their
+/// rank-order twins (listed once).
+pub fn counters_line(st: &crate::search::Stats) -> String {
+    let unpriced = if st.unpriced > 0 {
+        format!(
+            " + {} rejected unpriced (two or more rules broken)",
+            st.unpriced
+        )
+    } else {
+        String::new()
+    };
+    let twins = if st.twins > 0 {
+        format!(
+            " ({} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
+            st.valid - st.twins,
+            st.twins
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}; {} valid{twins} ({:.0} ms).",
+        st.considered,
+        st.evaluated,
+        st.pruned,
+        st.valid,
+        st.seconds * 1e3
+    )
 }
 
 #[cfg(test)]
