@@ -551,6 +551,8 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         .into());
     }
     let seq_len = a.seq_len.unwrap_or(model.defaults.seq_len);
+    // Notes wait until the job is known to be possible.
+    let mut notes = Vec::new();
     let global_batch = match (a.global_batch, a.seq_len) {
         (Some(b), _) => b,
         // A new sequence length alone keeps the card's tokens per step, as
@@ -558,22 +560,20 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         (None, Some(s)) if s > 0 && s != model.defaults.seq_len => {
             let tokens = model.defaults.global_batch * model.defaults.seq_len;
             let b = (tokens as f64 / s as f64).round().max(1.0) as u64;
-            let _ = writeln!(
-                std::io::stderr(),
+            notes.push(format!(
                 "note: --seq-len {s} without --global-batch keeps the model card's {:.1}M tokens per step: global batch {b} sequences",
                 tokens as f64 / 1e6
-            );
+            ));
             b
         }
         _ => model.defaults.global_batch,
     };
     if seq_len > model.architecture.max_seq {
-        let _ = writeln!(
-            std::io::stderr(),
+        notes.push(format!(
             "warning: --seq-len {seq_len} exceeds {}'s architecture.max_seq {} (the longest context it was built for); pricing it anyway",
             model.name,
             model.architecture.max_seq
-        );
+        ));
     }
     let mut job = Job::new(global_batch, seq_len);
     job.recipe_name = a.recipe;
@@ -584,6 +584,9 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.moe_imbalance = a.moe_imbalance;
     job.moe_capacity_factor = a.moe_capacity_factor;
     job.check()?;
+    for n in notes {
+        let _ = writeln!(std::io::stderr(), "{n}");
+    }
     Ok(Setup {
         model,
         gpu,
