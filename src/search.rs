@@ -792,7 +792,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             }
             None => c,
         };
-        acc.push_valid(chosen, 2 * k, false);
+        acc.push_valid(chosen, k.saturating_mul(2), false);
     }
     // (b) Layouts only the split rejects, best bound first, a few at a
     // time while the bound beats the K-th best.
@@ -853,7 +853,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                 acc.all.push(c2.clone());
             }
             acc.stats.resplit += 1;
-            acc.push_valid(c2, 2 * k, false);
+            acc.push_valid(c2, k.saturating_mul(2), false);
         }
     }
     let t = threshold(acc);
@@ -896,7 +896,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let done = AtomicU64::new(0);
     let k = space.top_k.max(1);
     // Keep 2K through the fast pass: re-splitting may reorder them.
-    let k2 = 2 * k;
+    let k2 = k.saturating_mul(2);
     let acc = meshes
         .par_iter()
         .fold(Acc::default, |mut acc, &mesh| {

@@ -547,6 +547,26 @@ fn counters_add_up_in_every_output() {
     assert_eq!((n("valid"), n("twins")), (6644, 1352));
     assert_eq!(v["rows"].as_array().unwrap().len(), 5292);
 
+    // --top 2^63: 2·K wrapped to 0 and listed nothing.
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "9223372036854775808",
+        "--format",
+        "csv",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        csv::Reader::from_reader(o.stdout.as_slice())
+            .records()
+            .count(),
+        5292
+    );
+
     let o = run_v(&with("search", &JOB, &[]));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
