@@ -575,6 +575,14 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             model.architecture.max_seq
         ));
     }
+    if let Some(c) = a.moe_capacity_factor
+        && c < 1.0
+        && model.moe.is_some()
+    {
+        notes.push(format!(
+            "warning: --moe-capacity-factor {c} is below 1: every expert drops tokens even with perfectly balanced routing"
+        ));
+    }
     let mut job = Job::new(global_batch, seq_len);
     job.recipe_name = a.recipe;
     job.recipe = a.recipe.recipe();

@@ -50,6 +50,15 @@ pub const MAX_GLOBAL_BATCH: u64 = 1 << 24;
 /// millions).
 pub const MAX_TOKENS_PER_STEP: u64 = 1 << 40;
 
+/// A `--tokens` budget: 10¹⁸ tokens (the largest published pre-training
+/// runs use a few times 10¹³).
+pub const MAX_TOKEN_BUDGET: f64 = 1e18;
+
+/// `--moe-imbalance`, the busiest expert rank's load over the mean: at most
+/// 1024 (measured imbalances of trained routers are below 2; beyond the
+/// number of expert ranks no routing can reach).
+pub const MAX_MOE_IMBALANCE: f64 = 1024.0;
+
 /// Names echoed in messages are cut to this many characters.
 pub const MAX_NAME_ECHO: usize = 64;
 

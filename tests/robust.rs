@@ -634,3 +634,29 @@ fn counters_add_up_on_moe() {
         n("valid") - n("twins")
     );
 }
+
+/// A 10^300 imbalance priced NaN tokens/s; a 10^30-token budget printed
+/// 4 × 10^20 days; a capacity factor below 1 drops tokens silently.
+#[test]
+fn absurd_moe_load_and_token_budget() {
+    let mixtral = ["--model", "mixtral", "--cluster", "dgx64", "--top", "1"];
+    let o = run_v(&with("search", &mixtral, &["--moe-imbalance", "1e300"]));
+    fails(
+        &o,
+        1,
+        "error: impossible job: --moe-imbalance 1e300 exceeds meshplan's limit of 1024 (see src/limits.rs)",
+    );
+    let o = run_v(&with("search", &JOB, &["--top", "1", "--tokens", "1e30"]));
+    fails(
+        &o,
+        1,
+        "error: --tokens: `1e30`: too large a number of tokens; meshplan's limit is 1e18 (see src/limits.rs)",
+    );
+    let o = run_v(&with("search", &mixtral, &["--moe-capacity-factor", "0.5"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: --moe-capacity-factor 0.5 is below 1: every expert drops tokens even with perfectly balanced routing"),
+        "{}",
+        stderr(&o)
+    );
+}

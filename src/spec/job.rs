@@ -202,6 +202,13 @@ impl Job {
             MAX_TOKENS_PER_STEP,
         )
         .map_err(InputError::Job)?;
+        if self.moe_imbalance > crate::limits::MAX_MOE_IMBALANCE {
+            return Err(InputError::Job(format!(
+                "--moe-imbalance {:e} exceeds meshplan's limit of {} (see src/limits.rs)",
+                self.moe_imbalance,
+                crate::limits::MAX_MOE_IMBALANCE
+            )));
+        }
         if !(self.moe_imbalance.is_finite() && self.moe_imbalance >= 1.0) {
             return Err(InputError::Job(format!(
                 "--moe-imbalance must be at least 1.0 (1.0 = balanced), found {}",
