@@ -59,6 +59,11 @@ pub const MAX_TOKEN_BUDGET: f64 = 1e18;
 /// number of expert ranks no routing can reach).
 pub const MAX_MOE_IMBALANCE: f64 = 1024.0;
 
+/// Every number of a GPU or cluster profile (GiB, GB/s, Gbit/s, TFLOP/s,
+/// µs, hours): at most 10⁹, a thousand times beyond any real part, so
+/// no profile prices a step at 10³⁰⁰ seconds.
+pub const MAX_PROFILE_VALUE: f64 = 1e9;
+
 /// Names echoed in messages are cut to this many characters.
 pub const MAX_NAME_ECHO: usize = 64;
 

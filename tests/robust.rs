@@ -660,3 +660,30 @@ fn absurd_moe_load_and_token_budget() {
         stderr(&o)
     );
 }
+
+/// A GPU profile with 10^300 GiB of memory is refused naming the field.
+#[test]
+fn absurd_profile_numbers_are_refused() {
+    let dir = temp_dir("robust-gpu");
+    std::fs::create_dir_all(dir.join("gpus")).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/gpus/a100-80g.toml"),
+    )
+    .unwrap()
+    .replace("memory_gib = 80.0", "memory_gib = 1e300");
+    std::fs::write(dir.join("gpus/a100-80g.toml"), text).unwrap();
+    let o = run(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--hardware-dir",
+        dir.to_str().unwrap(),
+    ]);
+    fails(
+        &o,
+        1,
+        "gpus/a100-80g.toml: field `memory_gib`: 1e300 exceeds meshplan's limit of 1e9 (see src/limits.rs)",
+    );
+}

@@ -145,7 +145,24 @@ fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
     Ok(())
 }
 
+/// `v` beyond [`crate::limits::MAX_PROFILE_VALUE`] is refused naming the
+/// field and the limit.
+fn check_bounded(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if v > crate::limits::MAX_PROFILE_VALUE {
+        return Err(InputError::field(
+            file,
+            field,
+            format!(
+                "{v:e} exceeds meshplan's limit of {:e} (see src/limits.rs)",
+                crate::limits::MAX_PROFILE_VALUE
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    check_bounded(file, field, v)?;
     if !(v.is_finite() && v > 0.0) {
         return Err(InputError::field(
             file,
@@ -157,6 +174,7 @@ fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
 }
 
 fn check_non_negative(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    check_bounded(file, field, v)?;
     if !(v.is_finite() && v >= 0.0) {
         return Err(InputError::field(
             file,
