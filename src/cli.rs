@@ -140,7 +140,7 @@ struct SearchArgs {
     #[command(flatten)]
     job: JobArgs,
     /// How many of the best layouts to print (at least 1).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = parse_positive)]
     top: u64,
     /// Largest T to try (at least 1).
     #[arg(long, value_parser = parse_size)]
@@ -261,7 +261,7 @@ struct LayoutArgs {
     order: Option<RankOrder>,
     /// Explicit layers per pipeline chunk in model order (p·v entries),
     /// e.g. `19,21,21,19`.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_layer_count)]
     split: Option<Vec<u32>>,
 }
 
@@ -332,6 +332,28 @@ fn parse_count(value: &str) -> std::result::Result<u64, String> {
         }
         Err(_) => Err(format!("`{shown}` is not an integer")),
     }
+}
+
+/// A count of at least 1 (`--top`, `--rank`).
+fn parse_positive(value: &str) -> std::result::Result<u64, String> {
+    match parse_count(value)? {
+        0 => Err("`0` is not a positive integer".into()),
+        x => Ok(x),
+    }
+}
+
+/// One entry of `--split`: a layer count (0 parses; the split rule says
+/// why a stage cannot be empty).
+fn parse_layer_count(value: &str) -> std::result::Result<u32, String> {
+    let v = value.trim();
+    let shown = crate::limits::echo(v);
+    if v.starts_with('-') && v[1..].parse::<u64>().is_ok() {
+        return Err(format!(
+            "`{shown}` is negative; a split lists the layers of each stage"
+        ));
+    }
+    v.parse::<u32>()
+        .map_err(|_| format!("`{shown}` is not a layer count"))
 }
 
 /// The command line as clap parses it, with negative numbers taken as
@@ -425,7 +447,7 @@ struct GenerateArgs {
     #[arg(long, default_value = "plan")]
     out: PathBuf,
     /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
-    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = parse_positive)]
     rank: Option<u64>,
     /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
     #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]

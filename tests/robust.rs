@@ -299,6 +299,18 @@ fn zero_and_negative_bounds_are_refused() {
         2,
         "error: invalid value '-8' for '--pp <PP>': `-8` is negative; sizes are positive integers",
     );
+    let o = run_v(&with("explain", &JOB, &["--split", "-1,2"]));
+    fails(
+        &o,
+        2,
+        "error: invalid value '-1' for '--split <SPLIT>': `-1` is negative; a split lists the layers of each stage",
+    );
+    let o = run_v(&with("search", &JOB, &["--top", "-1"]));
+    fails(
+        &o,
+        2,
+        "error: invalid value '-1' for '--top <TOP>': `-1` is negative; give a positive integer",
+    );
     let o = run_v(&with("search", &JOB, &["--gpus", "-8"]));
     fails(
         &o,
