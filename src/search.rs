@@ -153,8 +153,9 @@ pub struct Stats {
     /// Layouts that pass every rule.
     pub valid: u64,
     /// Valid layouts that differ from another valid one only in the rank
-    /// order, with the same predicted tokens/s and peak memory: listed once
-    /// (the first order), counted here and in `valid`.
+    /// order, with the same predicted tokens/s and peak memory under the
+    /// same split: listed once (the first order), counted here and in
+    /// `valid`.
     pub twins: u64,
     /// Stage-split programs solved (distinct split problems).
     pub splits_solved: u64,
@@ -834,12 +835,6 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             acc.stats.valid += 1;
             if !rescued.insert(twin_key(&c2)) {
                 acc.stats.twins += 1;
-                let i = p.rule as usize;
-                acc.counts[i] = acc.counts[i].saturating_sub(1);
-                if space.keep_all {
-                    acc.all.push(c2);
-                }
-                continue;
             }
             let i = p.rule as usize;
             acc.counts[i] = acc.counts[i].saturating_sub(1);
@@ -860,9 +855,8 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
-    // first (they stay counted as valid, and as twins). The fast pass and
-    // the rescue above already fold twins of the same split; this catches
-    // those an uneven split made equal.
+    // first (they stay counted as valid; the fast pass and the rescue above
+    // counted them as twins).
     let mut kept: Vec<Candidate> = Vec::with_capacity(acc.top.len());
     for c in acc.top.drain(..) {
         let twin = kept.iter().any(|x| {
@@ -873,9 +867,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                     ..c.layout.clone()
                 } == x.layout
         });
-        if twin {
-            acc.stats.twins += 1;
-        } else {
+        if !twin {
             kept.push(c);
         }
     }
@@ -978,12 +970,11 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 match (structural.first(), fits) {
                     (None, true) => {
                         acc.stats.valid += 1;
+                        // Counted here, folded after the re-split (a twin
+                        // still takes its place among the best 2K, so the
+                        // split budget goes where it went before).
                         if !seen.insert(twin_key(&cand)) {
                             acc.stats.twins += 1;
-                            if space.keep_all {
-                                acc.all.push(cand);
-                            }
-                            return;
                         }
                         acc.push_valid(cand, k2, space.keep_all);
                     }
