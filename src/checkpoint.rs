@@ -248,6 +248,7 @@ pub fn time_to_train(
 /// A sentence naming the text when it is not a positive finite number.
 pub fn parse_tokens(text: &str) -> Result<f64, String> {
     let t = text.trim();
+    let text = &crate::limits::echo(t);
     let (num, scale) = match t.chars().last() {
         Some(c) if c.is_ascii_alphabetic() && !t.ends_with(['e', 'E']) => {
             let scale = match c.to_ascii_uppercase() {
@@ -270,8 +271,11 @@ pub fn parse_tokens(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("`{text}`: not a number of tokens; write e.g. 15T, 300B or 2e12"))?;
     let v = v * scale;
-    if !v.is_finite() {
-        return Err(format!("`{text}`: too large a number of tokens"));
+    if !v.is_finite() || v > crate::limits::MAX_TOKEN_BUDGET {
+        return Err(format!(
+            "`{text}`: too large a number of tokens; meshplan's limit is {:e} (see src/limits.rs)",
+            crate::limits::MAX_TOKEN_BUDGET
+        ));
     }
     if v < 1.0 {
         return Err(format!(

@@ -88,13 +88,13 @@ struct JobArgs {
     #[arg(long)]
     cluster: String,
     /// Plan for N GPUs of the cluster (default: all of them).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     gpus: Option<u64>,
     /// Global batch B in sequences (default: the model card's).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     global_batch: Option<u64>,
     /// Sequence length s in tokens (default: the model card's).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     seq_len: Option<u64>,
     /// Precision recipe: `megatron` (bf16 weights, fp32 main grads, fp32
     /// master and Adam: 2 + 4 + 12 bytes per parameter), `adam-16b` (bf16
@@ -140,16 +140,16 @@ struct SearchArgs {
     #[command(flatten)]
     job: JobArgs,
     /// How many of the best layouts to print (at least 1).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = parse_positive)]
     top: u64,
-    /// Largest T to try.
-    #[arg(long)]
+    /// Largest T to try (at least 1).
+    #[arg(long, value_parser = parse_size)]
     max_tp: Option<u32>,
-    /// Largest p to try.
-    #[arg(long)]
+    /// Largest p to try (at least 1).
+    #[arg(long, value_parser = parse_size)]
     max_pp: Option<u32>,
-    /// Largest C to try.
-    #[arg(long)]
+    /// Largest C to try (at least 1; `--no-cp` is C = 1).
+    #[arg(long, value_parser = parse_size)]
     max_cp: Option<u32>,
     /// Do not try context parallelism (C = 1).
     #[arg(long)]
@@ -157,8 +157,8 @@ struct SearchArgs {
     /// Only this context-parallel K/V exchange (default: try both).
     #[arg(long, value_parser = NamedParser::<CpComm>::new())]
     cp_comm: Option<CpComm>,
-    /// Largest micro-batch to try.
-    #[arg(long, default_value_t = 16)]
+    /// Largest micro-batch to try (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_micro_batch: u32,
     /// Try T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
@@ -261,7 +261,7 @@ struct LayoutArgs {
     order: Option<RankOrder>,
     /// Explicit layers per pipeline chunk in model order (p·v entries),
     /// e.g. `19,21,21,19`.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_layer_count)]
     split: Option<Vec<u32>>,
 }
 
@@ -314,6 +314,70 @@ impl LayoutArgs {
         layout.split = self.split.clone();
         Ok(layout)
     }
+}
+
+/// A count (GPUs, sequences, tokens): an integer of at least 0; a negative
+/// one gets its own sentence.
+fn parse_count(value: &str) -> std::result::Result<u64, String> {
+    let v = value.trim();
+    let shown = crate::limits::echo(v);
+    if v.starts_with('-') && v[1..].parse::<u64>().is_ok() {
+        return Err(format!("`{shown}` is negative; give a positive integer"));
+    }
+    // Zero parses: the job's checks say why it cannot run.
+    match v.parse::<u64>() {
+        Ok(x) => Ok(x),
+        Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("`{shown}` does not fit in 64 bits"))
+        }
+        Err(_) => Err(format!("`{shown}` is not an integer")),
+    }
+}
+
+/// A count of at least 1 (`--top`, `--rank`).
+fn parse_positive(value: &str) -> std::result::Result<u64, String> {
+    match parse_count(value)? {
+        0 => Err("`0` is not a positive integer".into()),
+        x => Ok(x),
+    }
+}
+
+/// One entry of `--split`: a layer count (0 parses; the split rule says
+/// why a stage cannot be empty).
+fn parse_layer_count(value: &str) -> std::result::Result<u32, String> {
+    let v = value.trim();
+    let shown = crate::limits::echo(v);
+    if v.starts_with('-') && v[1..].parse::<u64>().is_ok() {
+        return Err(format!(
+            "`{shown}` is negative; a split lists the layers of each stage"
+        ));
+    }
+    v.parse::<u32>()
+        .map_err(|_| format!("`{shown}` is not a layer count"))
+}
+
+/// The command line as clap parses it, with negative numbers taken as
+/// values (so `--pp -8` is told it is negative, not that `-8` is an
+/// unknown flag).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommands(|sc| {
+        sc.mut_args(|a| {
+            if a.get_num_args().is_none_or(|n| n.takes_values()) && !a.is_positional() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        })
+    })
+}
+
+/// Parse the process's arguments with [`command`]; exits with clap's
+/// message and status 2 on a usage error.
+pub fn parse_args() -> Cli {
+    use clap::FromArgMatches;
+    let m = command().get_matches();
+    Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
 }
 
 /// Appends the layout grammar's default to the help of each layout flag.
@@ -383,7 +447,7 @@ struct GenerateArgs {
     #[arg(long, default_value = "plan")]
     out: PathBuf,
     /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
-    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = parse_positive)]
     rank: Option<u64>,
     /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
     #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]
@@ -424,6 +488,14 @@ impl Setup {
     }
 }
 
+/// `l` if its sizes are within [`crate::limits`] for `model`, else the
+/// limit's sentence.
+fn check_layout(l: Layout, model: &Model) -> Result<Layout> {
+    crate::limits::check_layout(&l, model.architecture.layers)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(l)
+}
+
 /// What `explain` and `generate` plan, resolved once from their flags: the
 /// model, GPU, cluster and job, the rules' policy, and the layout the flags
 /// give (`None` when no layout flag is given).
@@ -437,7 +509,8 @@ impl PlanRequest {
     fn new(job: &JobArgs, layout: &LayoutArgs, allow_tp_across_nodes: bool) -> Result<PlanRequest> {
         let setup = setup(job)?;
         let layout = if layout.any() {
-            Some(layout.layout(setup.world, setup.job.global_batch)?)
+            let l = layout.layout(setup.world, setup.job.global_batch)?;
+            Some(check_layout(l, &setup.model)?)
         } else {
             None
         };
@@ -500,6 +573,8 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         .into());
     }
     let seq_len = a.seq_len.unwrap_or(model.defaults.seq_len);
+    // Notes wait until the job is known to be possible.
+    let mut notes = Vec::new();
     let global_batch = match (a.global_batch, a.seq_len) {
         (Some(b), _) => b,
         // A new sequence length alone keeps the card's tokens per step, as
@@ -507,15 +582,29 @@ fn setup(a: &JobArgs) -> Result<Setup> {
         (None, Some(s)) if s > 0 && s != model.defaults.seq_len => {
             let tokens = model.defaults.global_batch * model.defaults.seq_len;
             let b = (tokens as f64 / s as f64).round().max(1.0) as u64;
-            let _ = writeln!(
-                std::io::stderr(),
+            notes.push(format!(
                 "note: --seq-len {s} without --global-batch keeps the model card's {:.1}M tokens per step: global batch {b} sequences",
                 tokens as f64 / 1e6
-            );
+            ));
             b
         }
         _ => model.defaults.global_batch,
     };
+    if seq_len > model.architecture.max_seq {
+        notes.push(format!(
+            "warning: --seq-len {seq_len} exceeds {}'s architecture.max_seq {} (the longest context it was built for); pricing it anyway",
+            model.name,
+            model.architecture.max_seq
+        ));
+    }
+    if let Some(c) = a.moe_capacity_factor
+        && c < 1.0
+        && model.moe.is_some()
+    {
+        notes.push(format!(
+            "warning: --moe-capacity-factor {c} is below 1: every expert drops tokens even with perfectly balanced routing"
+        ));
+    }
     let mut job = Job::new(global_batch, seq_len);
     job.recipe_name = a.recipe;
     job.recipe = a.recipe.recipe();
@@ -525,6 +614,9 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.moe_imbalance = a.moe_imbalance;
     job.moe_capacity_factor = a.moe_capacity_factor;
     job.check()?;
+    for n in notes {
+        let _ = writeln!(std::io::stderr(), "{n}");
+    }
     Ok(Setup {
         model,
         gpu,
@@ -591,11 +683,14 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         let st = &result.stats;
         let _ = writeln!(
             std::io::stderr(),
-            "stats: considered {} layouts, pruned {}, priced {}, valid {}; search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
+            "stats: considered {} layouts = priced {} + pruned {} + rejected unpriced {}; valid {} ({} distinct, {} rank-order twins); search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
             st.considered,
-            st.pruned,
             st.evaluated,
+            st.pruned,
+            st.unpriced,
             st.valid,
+            st.valid - st.twins,
+            st.twins,
             st.seconds * 1e3,
             st.evaluated as f64 / st.seconds.max(1e-9),
             rayon::current_num_threads()
@@ -820,7 +915,9 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         })?;
         let input = crate::generate::PlanInput::parse(&text, file, a.rank.unwrap_or(1))?;
         input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
-        return Ok(input.layout);
+        return crate::limits::check_layout(&input.layout, s.model.architecture.layers)
+            .map(|()| input.layout)
+            .map_err(|e| InputError::field(file, "layout", e).into());
     }
     if let Some(l) = &req.layout {
         return Ok(l.clone());
@@ -835,10 +932,12 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     match result.top.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
         None => bail!(
-            "--rank {k}: the search found only {} valid layout(s) for {} on {} GPUs",
-            result.top.len(),
+            "--rank {k}: the search ranks only {} distinct valid layout(s) for {} on {} GPUs ({} valid, {} of them rank-order twins listed once)",
+            result.stats.valid - result.stats.twins,
             s.model.name,
-            s.world
+            s.world,
+            result.stats.valid,
+            result.stats.twins
         ),
     }
 }
@@ -997,7 +1096,7 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let text = toml::to_string_pretty(&fit.overlay)?;
     let header = "# meshplan profile overlay (written by `meshplan calibrate`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
-    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Io {
+    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Write {
         file: a.out.clone(),
         source,
     })?;

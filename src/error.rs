@@ -16,6 +16,18 @@ pub enum InputError {
         /// The operating-system error.
         source: std::io::Error,
     },
+    /// A file could not be written (its folder is missing, or not
+    /// writable).
+    #[error("{}: cannot write the file{}", .file.display(), match .file.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => format!(" (folder {} does not exist)", d.display()),
+        _ => String::new(),
+    })]
+    Write {
+        /// The file that failed.
+        file: PathBuf,
+        /// The operating-system error.
+        source: std::io::Error,
+    },
     /// A TOML file is not valid TOML, or a field has the wrong type or is
     /// missing. `detail` is the parser's message, which names the key and the
     /// line.
@@ -38,12 +50,15 @@ pub enum InputError {
         problem: String,
     },
     /// A name (model, cluster, GPU) that is not in the catalog.
-    #[error("unknown {kind} `{name}`; known {kind}s: {known}")]
+    #[error("unknown {kind} `{}`; {}known {kind}s: {known}", crate::limits::echo(.name), .suggestion.as_ref().map(|s| format!("did you mean `{s}`? ")).unwrap_or_default())]
     Unknown {
         /// "model", "cluster" or "GPU".
         kind: &'static str,
-        /// The name asked for.
+        /// The name asked for (cut to [`crate::limits::MAX_NAME_ECHO`]
+        /// characters in the message).
         name: String,
+        /// The known name closest to it, when one is close (a typo).
+        suggestion: Option<String>,
         /// The known names, comma separated.
         known: String,
     },
@@ -51,6 +66,27 @@ pub enum InputError {
     /// global batch smaller than the data-parallel size).
     #[error("impossible job: {0}")]
     Job(String),
+}
+
+/// The candidate closest to `name` (case-insensitive edit distance, at most
+/// one edit per four characters and at least one), for "did you mean".
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let name = name.to_ascii_lowercase();
+    if name.len() > 4 * crate::limits::MAX_NAME_ECHO {
+        return None;
+    }
+    let limit = (name.chars().count() / 4).max(1);
+    candidates
+        .into_iter()
+        .map(|c| {
+            (
+                strsim::damerau_levenshtein(&name, &c.to_ascii_lowercase()),
+                c,
+            )
+        })
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.to_string())
 }
 
 impl InputError {

@@ -551,12 +551,17 @@ pub fn why_not(
         .collect();
     if sub.stats.considered == 0 {
         let dom = pr.cluster.fast_domain();
-        if filter.tp.is_some_and(|t| t > dom) && !space.policy.allow_tp_across_domains {
-            // Not enumerated: price them on the slower tier to show what
-            // allowing it would give.
-            let mut wider = sub_space.clone();
-            wider.policy.allow_tp_across_domains = true;
-            let r = search::search(pr, &wider);
+        // Not enumerated because T crosses the NVLink domain: price them on
+        // the slower tier to show what allowing it would give (when any
+        // such layout can be built at all).
+        let wider = (filter.tp.is_some_and(|t| t > dom) && !space.policy.allow_tp_across_domains)
+            .then(|| {
+                let mut wider = sub_space.clone();
+                wider.policy.allow_tp_across_domains = true;
+                search::search(pr, &wider)
+            })
+            .filter(|r| r.stats.considered > 0);
+        if let Some(r) = wider {
             out.matching_considered = r.stats.considered;
             out.note = Some(format!(
                 "T = {} spans more than one {}-GPU NVLink domain, so the search skips it unless --allow-tp-across-nodes is given; below, the best such layout priced on the slower tier",
@@ -574,10 +579,13 @@ pub fn why_not(
             // Structural rules only: the probe's other values are arbitrary.
             let v = rules::explain(pr, &space.policy, &l, None);
             let why = if v.is_empty() {
-                format!(
-                    "the search bounds exclude it (max C {}, max micro-batch {}, max v {})",
-                    space.max_cp, space.max_micro_batch, space.max_vpp
-                )
+                match sub.empty_reason.as_deref() {
+                    Some(r) if !r.starts_with("no D·T·p·C") => r.to_string(),
+                    _ => format!(
+                        "the search bounds exclude it (max C {}, max micro-batch {}, max v {})",
+                        space.max_cp, space.max_micro_batch, space.max_vpp
+                    ),
+                }
             } else {
                 v.iter()
                     .map(|x| format!("[{}] {}", x.code, x.message))

@@ -46,6 +46,7 @@ pub mod explain;
 pub mod generate;
 pub mod gpu_count;
 pub mod layout;
+pub mod limits;
 pub mod names;
 pub mod plot;
 pub mod render;

@@ -149,6 +149,9 @@ pub struct SearchReport {
     /// none was probed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fewer_gpus: Option<crate::gpu_count::FewerGpus>,
+    /// Why no layout was enumerated at all, when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub empty_reason: Option<String>,
 }
 
 impl SearchReport {
@@ -189,6 +192,7 @@ impl SearchReport {
             time_to_train: None,
             why_not: None,
             fewer_gpus: None,
+            empty_reason: r.empty_reason.clone(),
         }
     }
 }

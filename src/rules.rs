@@ -219,9 +219,10 @@ struct Ctx<'a> {
     t: u64,
     c: u64,
     /// Pipeline chunks p·v.
-    chunks: u32,
-    /// Layers of the explicit split (0 without one).
-    split_sum: u32,
+    chunks: u64,
+    /// Layers of the explicit split (0 without one), summed without
+    /// wrapping.
+    split_sum: u64,
     /// Sequences per step of one replica, D·b.
     per: u64,
     /// Micro-batches per step, B / (D·b), when it divides.
@@ -257,8 +258,11 @@ impl<'a> Ctx<'a> {
             l,
             t,
             c,
-            chunks: l.pp * l.vpp,
-            split_sum: l.split.as_ref().map_or(0, |s| s.iter().sum()),
+            chunks: l.pp as u64 * l.vpp as u64,
+            split_sum: l
+                .split
+                .as_ref()
+                .map_or(0, |s| s.iter().map(|&x| x as u64).sum()),
             per,
             m: (per > 0 && job.global_batch % per == 0).then(|| job.global_batch / per),
             // SP scatters the local sequence s/C over T; with CP the halves of the
@@ -306,9 +310,15 @@ fn kv_heads_fit(model: &Model, t: u32) -> bool {
     model.mla.is_some() || kv % t == 0 || t % kv == 0
 }
 
+/// `xs` written as a split is given on the command line, `19,21,21,19`.
+pub fn comma(xs: &[u32]) -> String {
+    xs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// `layers` split evenly over `chunks` stages.
-fn splits_evenly(layers: u32, chunks: u32) -> bool {
-    layers % chunks == 0
+fn splits_evenly(layers: u32, chunks: impl Into<u64>) -> bool {
+    let chunks = chunks.into();
+    chunks > 0 && layers as u64 % chunks == 0
 }
 
 /// `experts` divide over E, and the expert block E·ETP divides the `tcd`
@@ -472,14 +482,14 @@ const RULES: [RuleDef; 17] = [
         clauses: &[Clause {
             broken: |x| {
                 x.l.split.as_ref().is_some_and(|s| {
-                    s.len() != x.chunks as usize || x.split_sum != x.a.layers || s.contains(&0)
+                    s.len() as u64 != x.chunks || x.split_sum != x.a.layers as u64 || s.contains(&0)
                 })
             },
             message: |x| {
                 let s = x.l.split.as_deref().unwrap_or_default();
                 format!(
-                    "split {:?} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
-                    s,
+                    "split {} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
+                    comma(s),
                     s.len(),
                     x.split_sum,
                     x.chunks,

@@ -25,7 +25,7 @@
 //! counts are for the uniform split, less the layouts a split rescued.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
@@ -134,17 +134,29 @@ pub struct Rejections {
     pub near_miss: Option<Candidate>,
 }
 
-/// Counters of one search.
+/// Counters of one search. They add up: `considered = pruned + evaluated
+/// + unpriced`, and `valid − twins` distinct valid layouts can be listed
+/// (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// Layouts enumerated.
     pub considered: u64,
-    /// Layouts dropped by exact bounds without pricing.
+    /// Layouts dropped by exact memory bounds without pricing (the one of
+    /// each pruned mesh and ZeRO stage priced for its near-miss numbers
+    /// counts as priced, not pruned).
     pub pruned: u64,
     /// Layouts priced by the cost model.
     pub evaluated: u64,
+    /// Layouts rejected without pricing because they break two or more
+    /// structural rules.
+    pub unpriced: u64,
     /// Layouts that pass every rule.
     pub valid: u64,
+    /// Valid layouts that differ from another valid one only in the rank
+    /// order, with the same predicted tokens/s and peak memory under the
+    /// same split: listed once (the first order), counted here and in
+    /// `valid`.
+    pub twins: u64,
     /// Stage-split programs solved (distinct split problems).
     pub splits_solved: u64,
     /// Layouts whose uneven split beat the uniform one or rescued a
@@ -169,6 +181,88 @@ pub struct SearchResult {
     pub rejections: Vec<Rejections>,
     /// Counters.
     pub stats: Stats,
+    /// Why no layout at all was enumerated ([`why_empty`]), when none was.
+    pub empty_reason: Option<String>,
+}
+
+/// Why the fixed values and bounds of `space` leave no mesh of `pr.world`
+/// GPUs to enumerate: the first fixed value that cannot be met, in one
+/// sentence.
+pub fn why_empty(pr: &Problem, space: &Space) -> String {
+    let f = &space.filter;
+    let n = pr.world;
+    let layers = pr.model.architecture.layers;
+    for (key, v) in [("dp", f.dp), ("tp", f.tp), ("pp", f.pp), ("cp", f.cp)] {
+        if let Some(v) = v
+            && n % v as u64 != 0
+        {
+            return format!("{key}={v} does not divide the {n} GPUs");
+        }
+    }
+    let fixed: u64 = [f.dp, f.tp, f.pp, f.cp]
+        .iter()
+        .map(|x| x.unwrap_or(1) as u64)
+        .product();
+    if n % fixed != 0 {
+        return format!("the fixed sizes multiply to {fixed}, which does not divide the {n} GPUs");
+    }
+    if let Some(c) = f.cp
+        && c > space.max_cp
+    {
+        return if space.max_cp == 1 {
+            format!("cp={c} contradicts --no-cp (C = 1)")
+        } else {
+            format!("cp={c} exceeds --max-cp {}", space.max_cp)
+        };
+    }
+    if let Some(t) = f.tp
+        && t > pr.cluster.fast_domain()
+        && !space.policy.allow_tp_across_domains
+    {
+        return format!(
+            "tp={t} spans more than one {}-GPU NVLink domain; add --allow-tp-across-nodes to try it",
+            pr.cluster.fast_domain()
+        );
+    }
+    if let Some(p) = f.pp
+        && p > layers
+    {
+        return format!("pp={p} exceeds the model's {layers} layers");
+    }
+    match &pr.model.moe {
+        None => {
+            if let Some(e) = f.ep.filter(|&e| e != 1) {
+                return format!(
+                    "ep={e}: {} is a dense model (no experts), so E is 1",
+                    pr.model.name
+                );
+            }
+            if let Some(e) = f.etp.filter(|&e| e != 1) {
+                return format!(
+                    "etp={e}: {} is a dense model (no experts), so ETP is 1",
+                    pr.model.name
+                );
+            }
+        }
+        Some(m) => {
+            if let Some(e) = f.ep
+                && m.experts % e != 0
+            {
+                return format!("ep={e} does not divide the {} experts", m.experts);
+            }
+            if let Some(e) = f.etp
+                && m.expert_ffn % e as u64 != 0
+            {
+                return format!(
+                    "etp={e} does not divide the expert FFN width {}",
+                    m.expert_ffn
+                );
+            }
+        }
+    }
+    format!(
+        "no D·T·p·C (with E·ETP for MoE) of the {n} GPUs matches the fixed values and bounds together"
+    )
 }
 
 fn divisors(n: u64) -> Vec<u32> {
@@ -191,6 +285,33 @@ struct Mesh {
     dp: u32,
     ep: u32,
     etp: u32,
+}
+
+/// What makes two valid layouts twins: every choice but the rank order
+/// and the split, and the predicted tokens/s and peak memory (bits).
+type TwinKey = (
+    [u32; 8],
+    &'static str,
+    u8,
+    bool,
+    &'static str,
+    Option<Vec<u32>>,
+    u64,
+    u64,
+);
+
+fn twin_key(c: &Candidate) -> TwinKey {
+    let l = &c.layout;
+    (
+        [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
+        l.recompute.as_str(),
+        l.zero,
+        l.sp,
+        l.cp_comm.as_str(),
+        l.split.clone(),
+        c.eval.tokens_per_s.to_bits(),
+        c.eval.peak_bytes.to_bits(),
+    )
 }
 
 /// A layout rejected only for `rule` under the uniform split, with an
@@ -270,7 +391,9 @@ impl Acc {
         self.stats.considered += o.stats.considered;
         self.stats.pruned += o.stats.pruned;
         self.stats.evaluated += o.stats.evaluated;
+        self.stats.unpriced += o.stats.unpriced;
         self.stats.valid += o.stats.valid;
+        self.stats.twins += o.stats.twins;
         self
     }
 }
@@ -358,7 +481,9 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
     let b_total = pr.job.global_batch;
     let layers = pr.model.architecture.layers;
     let per_replica = b_total / mesh.dp as u64;
-    let mut bs: Vec<u32> = (0..)
+    // Powers of two up to the bound; 32 of them at most, so an absurd
+    // --max-micro-batch costs nothing (a wrapping shift looped forever).
+    let mut bs: Vec<u32> = (0..32)
         .map(|i| 1u32 << i)
         .take_while(|b| *b <= space.max_micro_batch)
         .filter(|b| per_replica == 0 || per_replica % *b as u64 == 0 || *b == 1)
@@ -668,7 +793,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             }
             None => c,
         };
-        acc.push_valid(chosen, 2 * k, false);
+        acc.push_valid(chosen, k.saturating_mul(2), false);
     }
     // (b) Layouts only the split rejects, best bound first, a few at a
     // time while the bound beats the K-th best.
@@ -683,6 +808,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         }
     };
     let mut next = 0;
+    let mut rescued: HashSet<TwinKey> = HashSet::new();
     while next < pending.len() && splitter.solved < MAX_SPLIT_SOLVES {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
         let t = threshold(acc);
@@ -707,6 +833,9 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                 continue;
             };
             acc.stats.valid += 1;
+            if !rescued.insert(twin_key(&c2)) {
+                acc.stats.twins += 1;
+            }
             let i = p.rule as usize;
             acc.counts[i] = acc.counts[i].saturating_sub(1);
             if acc.near[i]
@@ -719,14 +848,15 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
                 acc.all.push(c2.clone());
             }
             acc.stats.resplit += 1;
-            acc.push_valid(c2, 2 * k, false);
+            acc.push_valid(c2, k.saturating_mul(2), false);
         }
     }
     let t = threshold(acc);
     acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
-    // first (they stay counted as valid).
+    // first (they stay counted as valid; the fast pass and the rescue above
+    // counted them as twins).
     let mut kept: Vec<Candidate> = Vec::with_capacity(acc.top.len());
     for c in acc.top.drain(..) {
         let twin = kept.iter().any(|x| {
@@ -758,7 +888,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let done = AtomicU64::new(0);
     let k = space.top_k.max(1);
     // Keep 2K through the fast pass: re-splitting may reorder them.
-    let k2 = 2 * k;
+    let k2 = k.saturating_mul(2);
     let acc = meshes
         .par_iter()
         .fold(Acc::default, |mut acc, &mesh| {
@@ -779,11 +909,13 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             // One layout of each pruned (mesh, ZeRO stage) is still priced,
             // so a memory rejection can name its near-miss with numbers.
             let mut sampled = [false; 4];
+            // Valid layouts of this mesh by everything but the rank order
+            // and by their predictions: a second one is a twin.
+            let mut seen: HashSet<TwinKey> = HashSet::new();
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
                 if overflow[l.zero as usize] {
-                    acc.stats.pruned += 1;
                     let z = l.zero as usize;
                     if structural.is_empty() && l.recompute == Recompute::Full && !sampled[z] {
                         sampled[z] = true;
@@ -792,6 +924,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         acc.reject(Rule::Memory, Some(Candidate { layout: l, eval }));
                         return;
                     }
+                    acc.stats.pruned += 1;
                     let mut s = structural;
                     s.insert(Rule::Memory);
                     acc.reject(s.first().unwrap_or(Rule::Memory), None);
@@ -800,6 +933,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 // Price layouts that are valid or break exactly one
                 // structural rule (near-miss candidates).
                 if structural.len() > 1 {
+                    acc.stats.unpriced += 1;
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
                     return;
                 }
@@ -836,6 +970,12 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 match (structural.first(), fits) {
                     (None, true) => {
                         acc.stats.valid += 1;
+                        // Counted here, folded after the re-split (a twin
+                        // still takes its place among the best 2K, so the
+                        // split budget goes where it went before).
+                        if !seen.insert(twin_key(&cand)) {
+                            acc.stats.twins += 1;
+                        }
                         acc.push_valid(cand, k2, space.keep_all);
                     }
                     (None, false) => acc.reject(Rule::Memory, Some(cand)),
@@ -874,6 +1014,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         all: acc.all,
         rejections,
         stats,
+        empty_reason: (stats.considered == 0).then(|| why_empty(pr, space)),
     }
 }
 

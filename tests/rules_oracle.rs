@@ -198,7 +198,8 @@ fn pipeline_sentences() {
             vec![triple(
                 "split",
                 &format!(
-                    "split {split:?} has {stages} stages summing to {sum} layers; the layout needs 4 stages summing to 80, none empty"
+                    "split {} has {stages} stages summing to {sum} layers; the layout needs 4 stages summing to 80, none empty",
+                    meshplan::rules::comma(&split)
                 ),
                 split_remedy
             )]

@@ -309,7 +309,10 @@ fn rank_data_parallel(
 }
 
 /// Price layout `l`. `l` need not be valid: [`crate::rules`] decides that;
-/// this only needs D·b to divide B (otherwise m is rounded down, at least 1).
+/// this only needs D·b to divide B (otherwise m is rounded down, at least 1)
+/// and its sizes within [`crate::limits::check_layout`] (which every
+/// command applies to what a user gives), so that p·v and the other
+/// products fit their integers and the work stays bounded.
 ///
 /// Under a uniform split of a dense model the middle pipeline ranks are
 /// alike except for their in-flight micro-batches (fewer further down) and

@@ -143,15 +143,7 @@ impl Exporter for Table {
             "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
             r.context.flop_convention, r.context.peak_tflops
         )?;
-        writeln!(
-            w,
-            "Considered {} layouts: {} valid, {} priced, {} pruned by exact memory bounds ({:.0} ms).",
-            r.stats.considered,
-            r.stats.valid,
-            r.stats.evaluated,
-            r.stats.pruned,
-            r.stats.seconds * 1e3
-        )?;
+        writeln!(w, "{}", counters_line(&r.stats))?;
         if r.stats.splits_solved > 0 {
             writeln!(
                 w,
@@ -176,8 +168,11 @@ impl Exporter for Table {
         if r.rows.is_empty() && r.stats.considered == 0 {
             writeln!(
                 w,
-                "No layout of {} GPUs matches the fixed values and bounds (--fix, --max-tp, --max-pp, --max-cp): every mesh size must divide the GPU count.",
-                r.context.gpus
+                "No layout of {} GPUs matches the fixed values and bounds: {}.",
+                r.context.gpus,
+                r.empty_reason
+                    .as_deref()
+                    .unwrap_or("every mesh size must divide the GPU count")
             )?;
         } else if r.rows.is_empty() {
             writeln!(
@@ -484,6 +479,37 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
         probed.join(", ")
     )?;
     Ok(())
+}
+
+/// The footer's counters: what was considered, split into priced, pruned
+/// and rejected unpriced (they add up), and the valid layouts with their
+/// rank-order twins (listed once).
+pub fn counters_line(st: &crate::search::Stats) -> String {
+    let unpriced = if st.unpriced > 0 {
+        format!(
+            " + {} rejected unpriced (two or more rules broken)",
+            st.unpriced
+        )
+    } else {
+        String::new()
+    };
+    let twins = if st.twins > 0 {
+        format!(
+            " ({} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
+            st.valid - st.twins,
+            st.twins
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}; {} valid{twins} ({:.0} ms).",
+        st.considered,
+        st.evaluated,
+        st.pruned,
+        st.valid,
+        st.seconds * 1e3
+    )
 }
 
 #[cfg(test)]

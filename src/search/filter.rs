@@ -96,12 +96,26 @@ impl LayoutKey {
 /// # Errors
 /// A sentence naming the value.
 pub fn parse_size(value: &str) -> Result<u32, String> {
-    value
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|x| *x > 0)
-        .ok_or_else(|| format!("`{}` is not a positive integer", value.trim()))
+    let v = value.trim();
+    let shown = crate::limits::echo(v);
+    if v.starts_with('-') && v[1..].parse::<u64>().is_ok() {
+        return Err(format!(
+            "`{shown}` is negative; sizes are positive integers"
+        ));
+    }
+    match v.parse::<u64>() {
+        Ok(0) => Err(format!("`{shown}` is not a positive integer")),
+        Ok(x) if x > crate::limits::MAX_SIZE as u64 => Err(format!(
+            "`{shown}` exceeds meshplan's limit of {} for a parallel size, micro-batch or v (see src/limits.rs)",
+            crate::limits::MAX_SIZE
+        )),
+        Ok(x) => Ok(x as u32),
+        Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Err(format!(
+            "`{shown}` exceeds meshplan's limit of {} for a parallel size, micro-batch or v (see src/limits.rs)",
+            crate::limits::MAX_SIZE
+        )),
+        Err(_) => Err(format!("`{shown}` is not a positive integer")),
+    }
 }
 
 /// A ZeRO stage, 0 to 3 (1 = Megatron's distributed optimizer).

@@ -128,7 +128,17 @@ impl Catalog {
                     return Err(InputError::field(
                         &path,
                         "gpu",
-                        format!("unknown GPU `{}`; known GPUs: {}", c.gpu, self.gpu_names()),
+                        format!(
+                            "unknown GPU `{}`; {}known GPUs: {}",
+                            crate::limits::echo(&c.gpu),
+                            crate::error::closest(
+                                &c.gpu,
+                                self.gpus.iter().map(|g| g.name.as_str())
+                            )
+                            .map(|s| format!("did you mean `{s}`? "))
+                            .unwrap_or_default(),
+                            self.gpu_names()
+                        ),
                     ));
                 }
                 upsert(&mut self.clusters, c, |c| &c.name);
@@ -150,7 +160,14 @@ impl Catalog {
                 return Err(InputError::field(
                     format!("hardware/clusters/{}.toml", c.name),
                     "gpu",
-                    format!("unknown GPU `{}`; known GPUs: {}", c.gpu, self.gpu_names()),
+                    format!(
+                        "unknown GPU `{}`; {}known GPUs: {}",
+                        crate::limits::echo(&c.gpu),
+                        crate::error::closest(&c.gpu, self.gpus.iter().map(|g| g.name.as_str()))
+                            .map(|s| format!("did you mean `{s}`? "))
+                            .unwrap_or_default(),
+                        self.gpu_names()
+                    ),
                 ));
             }
         }
@@ -180,6 +197,12 @@ impl Catalog {
             .ok_or_else(|| InputError::Unknown {
                 kind: "model",
                 name: name.to_string(),
+                suggestion: crate::error::closest(
+                    name,
+                    self.models.iter().flat_map(|m| {
+                        std::iter::once(m.name.as_str()).chain(m.aliases.iter().map(String::as_str))
+                    }),
+                ),
                 known: self
                     .models
                     .iter()
@@ -226,6 +249,7 @@ fn find_by_name<'a, T>(
         .ok_or_else(|| InputError::Unknown {
             kind,
             name: name.to_string(),
+            suggestion: crate::error::closest(name, items.iter().map(|x| name_of(x).as_str())),
             known: items
                 .iter()
                 .map(|x| name_of(x).as_str())

@@ -145,7 +145,24 @@ fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
     Ok(())
 }
 
+/// `v` beyond [`crate::limits::MAX_PROFILE_VALUE`] is refused naming the
+/// field and the limit.
+fn check_bounded(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if v > crate::limits::MAX_PROFILE_VALUE {
+        return Err(InputError::field(
+            file,
+            field,
+            format!(
+                "{v:e} exceeds meshplan's limit of {:e} (see src/limits.rs)",
+                crate::limits::MAX_PROFILE_VALUE
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    check_bounded(file, field, v)?;
     if !(v.is_finite() && v > 0.0) {
         return Err(InputError::field(
             file,
@@ -157,6 +174,7 @@ fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
 }
 
 fn check_non_negative(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    check_bounded(file, field, v)?;
     if !(v.is_finite() && v >= 0.0) {
         return Err(InputError::field(
             file,
@@ -249,6 +267,30 @@ impl Cluster {
             if v == 0 {
                 return Err(InputError::field(file, field, "must be positive, found 0"));
             }
+        }
+        let total = self.nodes as u64 * self.gpus_per_node as u64;
+        if total > crate::limits::MAX_GPUS {
+            return Err(InputError::field(
+                file,
+                "nodes",
+                format!(
+                    "{} nodes × {} GPUs = {total} GPUs exceed meshplan's limit of {} (see src/limits.rs)",
+                    self.nodes,
+                    self.gpus_per_node,
+                    crate::limits::MAX_GPUS
+                ),
+            ));
+        }
+        if self.scale_up_domain as u64 > crate::limits::MAX_GPUS {
+            return Err(InputError::field(
+                file,
+                "scale_up_domain",
+                format!(
+                    "{} exceeds meshplan's limit of {} (see src/limits.rs)",
+                    self.scale_up_domain,
+                    crate::limits::MAX_GPUS
+                ),
+            ));
         }
         if self.scale_up_domain % self.gpus_per_node != 0
             && self.gpus_per_node % self.scale_up_domain != 0

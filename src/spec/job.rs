@@ -185,7 +185,7 @@ impl Job {
 
     /// Tokens per optimizer step, `B·s`.
     pub fn tokens_per_step(&self) -> f64 {
-        (self.global_batch * self.seq_len) as f64
+        self.global_batch.saturating_mul(self.seq_len) as f64
     }
 
     /// Check the job on its own (not against a layout).
@@ -200,6 +200,22 @@ impl Job {
         }
         if self.seq_len == 0 {
             return Err(InputError::Job("--seq-len must be at least 1 token".into()));
+        }
+        use crate::limits::{MAX_GLOBAL_BATCH, MAX_SEQ, MAX_TOKENS_PER_STEP, at_most};
+        at_most("--global-batch", self.global_batch, MAX_GLOBAL_BATCH).map_err(InputError::Job)?;
+        at_most("--seq-len", self.seq_len, MAX_SEQ).map_err(InputError::Job)?;
+        at_most(
+            "tokens per step B·s",
+            self.global_batch.saturating_mul(self.seq_len),
+            MAX_TOKENS_PER_STEP,
+        )
+        .map_err(InputError::Job)?;
+        if self.moe_imbalance > crate::limits::MAX_MOE_IMBALANCE {
+            return Err(InputError::Job(format!(
+                "--moe-imbalance {:e} exceeds meshplan's limit of {} (see src/limits.rs)",
+                self.moe_imbalance,
+                crate::limits::MAX_MOE_IMBALANCE
+            )));
         }
         if !(self.moe_imbalance.is_finite() && self.moe_imbalance >= 1.0) {
             return Err(InputError::Job(format!(

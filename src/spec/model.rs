@@ -192,6 +192,62 @@ impl Model {
                 return err(field, "must be positive, found 0".into());
             }
         }
+        if a.head_dim == Some(0) {
+            return err("architecture.head_dim", "must be positive, found 0".into());
+        }
+        use crate::limits::{
+            MAX_EXPERTS, MAX_GLOBAL_BATCH, MAX_HEADS, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, MAX_WIDTH,
+        };
+        let mut bounded = vec![
+            ("architecture.layers", a.layers as u64, MAX_LAYERS as u64),
+            ("architecture.hidden", a.hidden, MAX_WIDTH),
+            ("architecture.heads", a.heads as u64, MAX_HEADS as u64),
+            ("architecture.kv_heads", a.kv_heads as u64, MAX_HEADS as u64),
+            ("architecture.head_dim", a.head_dim.unwrap_or(0), MAX_WIDTH),
+            ("architecture.ffn", a.ffn, MAX_WIDTH),
+            ("architecture.vocab", a.vocab, MAX_VOCAB),
+            ("architecture.max_seq", a.max_seq, MAX_SEQ),
+            ("defaults.seq_len", self.defaults.seq_len, MAX_SEQ),
+            (
+                "defaults.global_batch",
+                self.defaults.global_batch,
+                MAX_GLOBAL_BATCH,
+            ),
+        ];
+        if let Some(m) = &self.moe {
+            bounded.extend([
+                ("moe.experts", m.experts as u64, MAX_EXPERTS as u64),
+                ("moe.top_k", m.top_k as u64, MAX_EXPERTS as u64),
+                (
+                    "moe.shared_experts",
+                    m.shared_experts as u64,
+                    MAX_EXPERTS as u64,
+                ),
+                ("moe.expert_ffn", m.expert_ffn, MAX_WIDTH),
+                (
+                    "moe.shared_expert_ffn",
+                    m.shared_expert_ffn.unwrap_or(0),
+                    MAX_WIDTH,
+                ),
+            ]);
+        }
+        if let Some(m) = &self.mla {
+            bounded.extend([
+                ("mla.q_lora_rank", m.q_lora_rank, MAX_WIDTH),
+                ("mla.kv_lora_rank", m.kv_lora_rank, MAX_WIDTH),
+                ("mla.qk_nope_head_dim", m.qk_nope_head_dim, MAX_WIDTH),
+                ("mla.qk_rope_head_dim", m.qk_rope_head_dim, MAX_WIDTH),
+                ("mla.v_head_dim", m.v_head_dim, MAX_WIDTH),
+            ]);
+        }
+        for (field, v, max) in bounded {
+            if v > max {
+                return err(
+                    field,
+                    format!("{v} exceeds meshplan's limit of {max} (see src/limits.rs)"),
+                );
+            }
+        }
         if a.head_dim.is_none() && a.hidden % a.heads as u64 != 0 {
             return err(
                 "architecture.head_dim",

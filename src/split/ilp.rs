@@ -374,7 +374,14 @@ fn solve_goal(
     bounds.push(n);
     if bounds.windows(2).any(|x| x[0] >= x[1]) {
         return Err(SplitError::Solver {
-            status: format!("HiGHS returned unordered boundaries {bounds:?}"),
+            status: format!(
+                "HiGHS returned unordered boundaries {}",
+                bounds
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         });
     }
     Ok(Outcome::Found(bounds, optimal))

@@ -196,8 +196,8 @@ pub enum SplitError {
     /// largest stage memory; under it pipeline stage `stage` needs `peak`
     /// bytes of `usable`.
     #[error(
-        "no stage split fits in memory: even the split {split:?} that minimises the largest stage's memory leaves pipeline stage {stage} at {:.2} GiB of {:.2} GiB usable, over by {:.2} GiB",
-        .peak / GIB, .usable / GIB, (.peak - .usable) / GIB
+        "no stage split fits in memory: even the split {} that minimises the largest stage's memory leaves pipeline stage {stage} at {:.2} GiB of {:.2} GiB usable, over by {:.2} GiB",
+        crate::rules::comma(.split), .peak / GIB, .usable / GIB, (.peak - .usable) / GIB
     )]
     Infeasible {
         /// Layers per chunk of the min-max-memory split.
