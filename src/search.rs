@@ -939,7 +939,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 }
                 let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
                 let lc = cost::layer::layer_costs(pr, &l, &pl);
-                let e = cost::evaluate_with(pr, &l, &lc);
+                let e = cost::evaluate_with(pr, &l, &pl, &lc);
                 acc.stats.evaluated += 1;
                 let fits = e.fits();
                 // Only the split stands between these and validity; keep
@@ -1061,7 +1061,7 @@ mod tests {
                     for_each_layout(pr, &space, mesh, |l| {
                         let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
                         let lc = cost::layer::layer_costs(pr, &l, &pl);
-                        let e = cost::evaluate_with(pr, &l, &lc);
+                        let e = cost::evaluate_with(pr, &l, &pl, &lc);
                         let tol = 1.0 + 1e-12;
                         for (part, t) in e.time.iter() {
                             assert!(

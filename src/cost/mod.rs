@@ -321,14 +321,13 @@ fn rank_data_parallel(
 pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
     let pl = Placement::new(l, pr.cluster.fast_domain());
     let lc = layer::layer_costs(pr, l, &pl);
-    evaluate_with(pr, l, &lc)
+    evaluate_with(pr, l, &pl, &lc)
 }
 
-/// [`evaluate`] with the item costs already computed
-/// ([`layer::layer_costs`] of `l` and its placement).
-pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
+/// [`evaluate`] with the placement `pl` and the item costs already computed
+/// ([`Placement::new`] of `l`, [`layer::layer_costs`] of both).
+pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) -> Evaluation {
     let m = micro_batches_or_floor(pr, l);
-    let pl = Placement::new(l, pr.cluster.fast_domain());
     let mut worst = RankCost::default();
     let mut worst_peak = f64::MIN;
     let mut slowest = RankCost::default();
@@ -362,7 +361,7 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, lc: &LayerCosts) -> Evaluation {
         // before stage 0 does; its gradient reduction can use that drain.
         let it = &rc.items;
         let drain = rank as f64 * (it.bwd_compute() + it.time[TimePart::Recompute].exposed);
-        let dp = rank_data_parallel(pr, l, &pl, &rc, drain);
+        let dp = rank_data_parallel(pr, l, pl, &rc, drain);
         if dp.per_step.outweighs(&dp_step) {
             dp_step = dp.per_step;
         }
