@@ -10,7 +10,8 @@
 //! why-not questions, [`checkpoint`] sizes checkpoints, their interval and
 //! the time to train, [`plot`] draws SVG pictures, and [`generate`] writes
 //! launch files (Megatron-LM, SLURM, an engine-neutral plan file).
-//! [`validate`] compares predictions with published measurements and
+//! [`validate`] compares predictions with published measurements,
+//! [`trust`] tells each plan how well its regime is validated by them, and
 //! [`calibrate`] fits a profile's efficiencies to a user's own runs.
 //!
 //! ```
@@ -55,4 +56,5 @@ pub mod rules;
 pub mod search;
 pub mod spec;
 pub mod split;
+pub mod trust;
 pub mod validate;

@@ -11,6 +11,7 @@ use crate::layout::Layout;
 use crate::rules::{self, Policy, Violation};
 use crate::search::{Candidate, SearchResult};
 use crate::spec::GIB;
+use crate::trust::{Record, Regime, Trust};
 
 /// What was planned: names and the job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -87,6 +88,10 @@ pub struct Row {
     pub bubble: f64,
     /// Full prices.
     pub eval: Evaluation,
+    /// How well its regime is validated ([`crate::trust`]); set by the
+    /// reports that know the problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<Trust>,
 }
 
 impl Row {
@@ -105,8 +110,21 @@ impl Row {
             hfu: e.hfu,
             bubble: e.bubble_fraction,
             eval: *e,
+            trust: None,
         }
     }
+
+    /// The row with its trust record for problem `pr`.
+    pub fn with_trust(mut self, pr: &Problem) -> Row {
+        self.trust = Some(trust_of(pr, &self.layout, self.micro_batches));
+        self
+    }
+}
+
+/// The trust record of layout `l` with `m` micro-batches on problem `pr`.
+pub fn trust_of(pr: &Problem, l: &Layout, m: u64) -> Trust {
+    let regime = Regime::of(pr.gpu, l, m, pr.world, pr.model.moe.is_some());
+    Record::shipped().trust(&regime)
 }
 
 /// Summary line of one rejection reason.
@@ -161,7 +179,7 @@ impl SearchReport {
             .top
             .iter()
             .enumerate()
-            .map(|(i, c)| Row::of(i + 1, c))
+            .map(|(i, c)| Row::of(i + 1, c).with_trust(pr))
             .collect();
         let rejections = r
             .rejections
@@ -311,6 +329,8 @@ pub struct ExplainReport {
     pub eval: Evaluation,
     /// Every time and memory part of `eval` with its source.
     pub parts: Parts,
+    /// How well its regime is validated.
+    pub trust: Trust,
     /// Per pipeline rank: layers, time per micro-batch, memory.
     pub ranks: Vec<RankCost>,
     /// Every rule it breaks.
@@ -344,6 +364,7 @@ impl ExplainReport {
             layout: l.clone(),
             eval,
             parts: Parts::of(&eval),
+            trust: trust_of(pr, l, eval.micro_batches),
             ranks: cost::rank_costs(pr, l),
             violations,
             rank_among_valid: None,

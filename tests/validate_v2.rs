@@ -327,3 +327,65 @@ fn plan_check_re_splits_layers_that_do_not_divide() {
     );
     assert!(p.rejected_by.is_empty() && p.rank.is_some());
 }
+
+/// The trust record (issue 16): the main job's winner — ZeRO-3, no
+/// recompute, m = 128 on A100 — is extrapolated while no dev row runs ZeRO-3
+/// with CP; a Megatron PTD-P layout of GPT-3 175B on 1,024 A100 (full
+/// recompute, m = 192) is validated by the measured runs of its regime, and
+/// its band is the median and max |error| of exactly those runs as
+/// `validate` prices them.
+#[test]
+fn plans_say_how_well_their_regime_is_validated() {
+    use meshplan::cost::{self, Problem};
+    use meshplan::layout::{Layout, Recompute};
+    use meshplan::report::trust_of;
+    use meshplan::spec::Job;
+    let cat = Catalog::shipped().unwrap();
+    let model = cat.model("70b").unwrap();
+    let cluster = cat.cluster("dgx64").unwrap();
+    let gpu = cat.gpu(&cluster.gpu).unwrap();
+    let job = Job::new(2048, 8192);
+    let pr = Problem::new(model, gpu, cluster, &job, 64);
+    let mut winner = Layout::dense(16, 2, 1, 2);
+    winner.zero = 3;
+    winner.sp = true;
+    let e = cost::evaluate(&pr, &winner);
+    assert_eq!(e.micro_batches, 128);
+    let t = trust_of(&pr, &winner, e.micro_batches);
+    assert_eq!((t.runs, t.median_abs), (0, None));
+    assert_eq!(t.short(), "extrap.");
+    assert!(
+        t.extrapolated.as_deref().unwrap().contains("ZeRO 3"),
+        "{t:?}"
+    );
+
+    let model = cat.model("gpt3-175b").unwrap();
+    let cluster = cat.cluster("dgx-a100-3072").unwrap();
+    let gpu = cat.gpu(&cluster.gpu).unwrap();
+    let job = Job::new(1536, 2048);
+    let pr = Problem::new(model, gpu, cluster, &job, 1024);
+    let mut ptd = Layout::dense(8, 8, 16, 1);
+    ptd.recompute = Recompute::Full;
+    ptd.zero = 1;
+    let e = cost::evaluate(&pr, &ptd);
+    let t = trust_of(&pr, &ptd, e.micro_batches);
+    assert!(t.runs >= 5 && t.extrapolated.is_none(), "{t:?}");
+    // The band from the report's own per-row errors of those runs.
+    let r = run(V2);
+    let abs: Vec<f64> = t
+        .nearest
+        .iter()
+        .map(|id| {
+            r.rows
+                .iter()
+                .find(|x| &x.id == id)
+                .unwrap()
+                .speed_error
+                .unwrap()
+                .abs()
+        })
+        .collect();
+    assert_eq!(abs.len(), t.runs);
+    assert_eq!(t.median_abs, Some(validate::median(&abs)));
+    assert_eq!(t.max_abs, Some(abs.iter().copied().fold(0.0, f64::max)));
+}

@@ -466,6 +466,9 @@ pub struct Predicted {
     /// Tokens per second after checkpoint and failure losses,
     /// `tokens_per_s · (1 − overhead_fraction)`.
     pub effective_tokens_per_s: f64,
+    /// How well the plan's regime is validated by published runs
+    /// ([`crate::trust`]).
+    pub trust: crate::trust::Trust,
 }
 
 /// CUDA compute capability of the shipped GPU profiles, by profile name
@@ -723,6 +726,7 @@ impl Plan {
             placement,
             effective_tokens_per_s: eval.tokens_per_s
                 * (1.0 - checkpoint.overhead_fraction).max(0.0),
+            trust: crate::report::trust_of(pr, l, eval.micro_batches),
             checkpoint,
         };
 

@@ -87,6 +87,7 @@ impl Exporter for Table {
             "TFLOP/s/GPU",
             "MFU %",
             "bubble %",
+            "trust",
         ]);
         if split {
             head.push("split");
@@ -126,6 +127,7 @@ impl Exporter for Table {
                 format!("{:.0}", row.tflops_per_gpu),
                 pct(row.mfu),
                 pct(row.bubble),
+                row.trust.as_ref().map(|t| t.short()).unwrap_or_default(),
             ]);
             if split {
                 cells.push(split_text(&l.split));
@@ -144,6 +146,13 @@ impl Exporter for Table {
             r.context.flop_convention, r.context.peak_tflops
         )?;
         writeln!(w, "{}", counters_line(&r.stats))?;
+        if let Some(t) = r.rows.first().and_then(|x| x.trust.as_ref()) {
+            writeln!(
+                w,
+                "trust: the cost model's |error| on the measured runs of a plan's regime (median, runs), or extrap. when none is measured. #1: {}.",
+                t.sentence()
+            )?;
+        }
         if r.stats.splits_solved > 0 {
             writeln!(
                 w,
@@ -266,6 +275,7 @@ impl Exporter for Table {
                 super::extras::gap(w, g)?;
             }
         }
+        writeln!(w, "Trust: {}.", r.trust.sentence())?;
         writeln!(w)?;
         writeln!(
             w,

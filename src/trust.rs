@@ -1,0 +1,330 @@
+//! How far to trust a plan: the measured runs of its regime and the cost
+//! model's errors on them.
+//!
+//! The measured runs are the rows of `tests/data/published-dev-v2.csv`
+//! (sources in `tests/data/README.md`), built into the binary and priced
+//! once with the shipped profiles by [`crate::validate`]. A plan's regime is
+//! the tuple of [`Regime`]: GPU class, precision class, ZeRO band, CP,
+//! MoE, recompute, micro-batch band and scale band. The rule:
+//!
+//! 1. The rows whose regime equals the plan's on every dimension are its
+//!    validation: the plan's error band is their median and largest
+//!    |error| of throughput, with their count.
+//! 2. Without such a row the plan is *extrapolated*; the nearest rows are
+//!    those that share the most dimensions with it (ties: all of them), and
+//!    the note names the dimensions in which every nearest row differs
+//!    (e.g. "no measured run with ZeRO 3, m ≥ 64 on a100").
+
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+use crate::layout::{Layout, Recompute};
+use crate::spec::{Catalog, Gpu};
+use crate::validate;
+
+/// The shipped measurement table.
+const TABLE: &str = include_str!("../tests/data/published-dev-v2.csv");
+
+/// The dimensions a regime is matched on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Regime {
+    /// GPU class: the profile name up to its first `-` (`a100`, `h100`).
+    pub gpu: String,
+    /// `16-bit` (bf16 or fp16 GEMMs) or `fp8`.
+    pub precision: &'static str,
+    /// ZeRO band: `0–1`, `2` or `3`.
+    pub zero: &'static str,
+    /// Context parallel in use.
+    pub cp: bool,
+    /// Mixture of experts.
+    pub moe: bool,
+    /// Recompute mode.
+    pub recompute: Recompute,
+    /// Micro-batches per step: `m < 8`, `8 ≤ m < 64`, `m ≥ 64`.
+    pub micro_batches: &'static str,
+    /// GPUs: `≤64`, `65–512`, `513–4096`, `>4096`.
+    pub scale: &'static str,
+}
+
+impl Regime {
+    /// The regime of layout `l` with `m` micro-batches on `gpus` GPUs of
+    /// `gpu` for a model with or without experts.
+    pub fn of(gpu: &Gpu, l: &Layout, m: u64, gpus: u64, moe: bool) -> Regime {
+        Regime {
+            gpu: gpu_class(&gpu.name),
+            precision: "16-bit",
+            zero: zero_band(l.zero),
+            cp: l.cp > 1,
+            moe,
+            recompute: l.recompute,
+            micro_batches: micro_batch_band(m),
+            scale: scale_band(gpus),
+        }
+    }
+
+    /// `(dimension, value)` in a fixed order, as the notes name them.
+    fn dims(&self) -> [(&'static str, String); 8] {
+        [
+            ("gpu", self.gpu.clone()),
+            ("precision", self.precision.to_string()),
+            ("zero", self.zero.to_string()),
+            ("cp", if self.cp { "CP > 1" } else { "no CP" }.to_string()),
+            ("moe", if self.moe { "MoE" } else { "dense" }.to_string()),
+            ("recompute", self.recompute.to_string()),
+            ("m", self.micro_batches.to_string()),
+            ("scale", self.scale.to_string()),
+        ]
+    }
+
+    /// How many dimensions `self` and `other` share.
+    fn shared(&self, other: &Regime) -> usize {
+        self.dims()
+            .iter()
+            .zip(other.dims().iter())
+            .filter(|(a, b)| a.1 == b.1)
+            .count()
+    }
+
+    /// A dimension as a note names it: `ZeRO 3`, `m ≥ 64`, `on a100`.
+    fn phrase(dim: &str, value: &str) -> String {
+        match dim {
+            "gpu" => format!("on {value}"),
+            "zero" => format!("ZeRO {value}"),
+            "recompute" => format!("recompute {value}"),
+            "scale" => format!("{value} GPUs"),
+            "precision" => format!("{value} GEMMs"),
+            _ => value.to_string(),
+        }
+    }
+}
+
+/// GPU class of a profile name: up to its first `-` (`a100-80g` → `a100`).
+pub fn gpu_class(name: &str) -> String {
+    name.split('-').next().unwrap_or(name).to_string()
+}
+
+/// ZeRO band: stages 0 and 1 keep whole parameters, 2 shards gradients,
+/// 3 gathers parameters per micro-batch.
+pub fn zero_band(zero: u8) -> &'static str {
+    match zero {
+        0 | 1 => "0–1",
+        2 => "2",
+        _ => "3",
+    }
+}
+
+/// Micro-batch band: the pipeline bubble and the per-micro-batch
+/// collectives of ZeRO-2/3 scale with m.
+pub fn micro_batch_band(m: u64) -> &'static str {
+    match m {
+        0..=7 => "m < 8",
+        8..=63 => "8 ≤ m < 64",
+        _ => "m ≥ 64",
+    }
+}
+
+/// Scale band of a GPU count.
+pub fn scale_band(n: u64) -> &'static str {
+    match n {
+        0..=64 => "≤64",
+        65..=512 => "65–512",
+        513..=4096 => "513–4096",
+        _ => ">4096",
+    }
+}
+
+/// One measured run: its regime and the signed throughput error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    /// Row id.
+    pub id: String,
+    /// Its regime.
+    pub regime: Regime,
+    /// Predicted / measured throughput − 1.
+    pub error: f64,
+}
+
+/// The measured runs, priced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    /// Every predicted row with a throughput comparison.
+    pub runs: Vec<Measured>,
+}
+
+/// How well a plan's regime is validated.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Trust {
+    /// Measured runs of exactly this regime.
+    pub runs: usize,
+    /// Their median |error| (`None` when there are none).
+    pub median_abs: Option<f64>,
+    /// Their largest |error|.
+    pub max_abs: Option<f64>,
+    /// The runs of the regime, or (extrapolated) the nearest ones.
+    pub nearest: Vec<String>,
+    /// When extrapolated: the dimensions no nearest run shares.
+    pub extrapolated: Option<String>,
+}
+
+impl Trust {
+    /// Short form for a table column: `±4% (31)` or `extrap.`.
+    pub fn short(&self) -> String {
+        match self.median_abs {
+            Some(m) if self.extrapolated.is_none() => {
+                format!("±{:.0}% ({})", 100.0 * m, self.runs)
+            }
+            _ => "extrap.".into(),
+        }
+    }
+
+    /// A sentence: the band and its runs, or what no run covers.
+    pub fn sentence(&self) -> String {
+        let list = |ids: &[String]| {
+            let shown: Vec<&str> = ids.iter().take(6).map(String::as_str).collect();
+            let more = ids.len().saturating_sub(6);
+            if more > 0 {
+                format!("{} and {more} more", shown.join(", "))
+            } else {
+                shown.join(", ")
+            }
+        };
+        match (&self.extrapolated, self.median_abs, self.max_abs) {
+            (None, Some(m), Some(x)) => format!(
+                "validated: {} measured run(s) of this regime, |error| median {:.1}%, max {:.1}% ({})",
+                self.runs,
+                100.0 * m,
+                100.0 * x,
+                list(&self.nearest)
+            ),
+            (Some(why), _, _) => format!(
+                "extrapolated: no measured run with {why}; nearest: {}",
+                list(&self.nearest)
+            ),
+            _ => "extrapolated: no measured run".into(),
+        }
+    }
+}
+
+impl Record {
+    /// The shipped table priced with the shipped profiles (once per
+    /// process).
+    pub fn shipped() -> &'static Record {
+        static RECORD: OnceLock<Record> = OnceLock::new();
+        RECORD.get_or_init(|| {
+            let runs = Catalog::shipped()
+                .ok()
+                .and_then(|cat| {
+                    let t =
+                        validate::read_table(TABLE, std::path::Path::new("published-dev-v2.csv"))
+                            .ok()?;
+                    Some(Record::of(&t, &cat))
+                })
+                .map(|r| r.runs)
+                .unwrap_or_default();
+            Record { runs }
+        })
+    }
+
+    /// The rows of `table` priced against `cat`.
+    pub fn of(table: &validate::Table, cat: &Catalog) -> Record {
+        let mut runs = Vec::new();
+        for row in &table.rows {
+            let Ok(case) = validate::build_case(row, cat, None) else {
+                continue;
+            };
+            let (r, e) = validate::compare(&case);
+            let Some(error) = r.speed_error else {
+                continue;
+            };
+            let precision = match row.run.precision {
+                Some(validate::Precision::LowPrecision) => "fp8",
+                _ => "16-bit",
+            };
+            let regime = Regime {
+                precision,
+                ..Regime::of(
+                    &case.gpu,
+                    &case.layout,
+                    e.micro_batches,
+                    row.num_gpus,
+                    case.model.moe.is_some(),
+                )
+            };
+            runs.push(Measured {
+                id: row.id.clone(),
+                regime,
+                error,
+            });
+        }
+        Record { runs }
+    }
+
+    /// The trust of a plan in `regime` (the rule in the module docs).
+    pub fn trust(&self, regime: &Regime) -> Trust {
+        let exact: Vec<&Measured> = self.runs.iter().filter(|m| m.regime == *regime).collect();
+        if !exact.is_empty() {
+            let abs: Vec<f64> = exact.iter().map(|m| m.error.abs()).collect();
+            return Trust {
+                runs: exact.len(),
+                median_abs: Some(validate::median(&abs)),
+                max_abs: Some(abs.iter().copied().fold(0.0, f64::max)),
+                nearest: exact.iter().map(|m| m.id.clone()).collect(),
+                extrapolated: None,
+            };
+        }
+        let best = self
+            .runs
+            .iter()
+            .map(|m| m.regime.shared(regime))
+            .max()
+            .unwrap_or(0);
+        let nearest: Vec<&Measured> = self
+            .runs
+            .iter()
+            .filter(|m| m.regime.shared(regime) == best)
+            .collect();
+        // The plan's dimensions that no nearest run shares.
+        let missing: Vec<String> = regime
+            .dims()
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| nearest.iter().all(|m| m.regime.dims()[*i].1 != d.1))
+            .map(|(_, (dim, value))| Regime::phrase(dim, value))
+            .collect();
+        Trust {
+            runs: 0,
+            median_abs: None,
+            max_abs: None,
+            nearest: nearest.iter().map(|m| m.id.clone()).collect(),
+            extrapolated: Some(if missing.is_empty() {
+                // Each nearest run misses a different dimension: name them.
+                let some: Vec<String> = regime
+                    .dims()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, d)| nearest.iter().any(|m| m.regime.dims()[*i].1 != d.1))
+                    .map(|(_, (dim, value))| Regime::phrase(dim, value))
+                    .collect();
+                format!("{} together", some.join(" and "))
+            } else {
+                missing.join(", ")
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands() {
+        assert_eq!(zero_band(1), "0–1");
+        assert_eq!(zero_band(3), "3");
+        assert_eq!(micro_batch_band(128), "m ≥ 64");
+        assert_eq!(micro_batch_band(8), "8 ≤ m < 64");
+        assert_eq!(scale_band(64), "≤64");
+        assert_eq!(gpu_class("a100-80g"), "a100");
+    }
+}
