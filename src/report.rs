@@ -116,15 +116,20 @@ impl Row {
 
     /// The row with its trust record for problem `pr`.
     pub fn with_trust(mut self, pr: &Problem) -> Row {
-        self.trust = Some(trust_of(pr, &self.layout, self.micro_batches));
+        self.trust = Some(trust_of(pr, &self.layout, &self.eval));
         self
     }
 }
 
-/// The trust record of layout `l` with `m` micro-batches on problem `pr`.
-pub fn trust_of(pr: &Problem, l: &Layout, m: u64) -> Trust {
-    let regime = Regime::of(pr.gpu, l, m, pr.world, pr.model.moe.is_some());
-    Record::shipped().trust(&regime)
+/// The trust record of layout `l`, priced as `e`, on problem `pr`: its
+/// regime's band and its MFU against the measured envelope.
+pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
+    let regime = Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some());
+    let record = Record::shipped();
+    Trust {
+        envelope: record.envelope(&regime, e.mfu),
+        ..record.trust(&regime)
+    }
 }
 
 /// Summary line of one rejection reason.
@@ -364,7 +369,7 @@ impl ExplainReport {
             layout: l.clone(),
             eval,
             parts: Parts::of(&eval),
-            trust: trust_of(pr, l, eval.micro_batches),
+            trust: trust_of(pr, l, &eval),
             ranks: cost::rank_costs(pr, l),
             violations,
             rank_among_valid: None,

@@ -145,11 +145,45 @@ pub struct Measured {
     pub error: f64,
 }
 
+/// The best measured MFU of a GPU class and precision: the envelope no
+/// plan should exceed by more than [`ENVELOPE_MARGIN`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Best {
+    /// GPU class.
+    pub gpu: String,
+    /// Precision class.
+    pub precision: &'static str,
+    /// Measured model-FLOPs MFU against the dense bf16 peak.
+    pub mfu: f64,
+    /// The run that measured it.
+    pub id: String,
+}
+
+/// How far above the best measured MFU of its class a plan may be
+/// predicted before it is called implausible: 3 points.
+pub const ENVELOPE_MARGIN: f64 = 0.03;
+
 /// The measured runs, priced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
     /// Every predicted row with a throughput comparison.
     pub runs: Vec<Measured>,
+    /// The best measured MFU per GPU class and precision (rows counted in
+    /// model FLOPs only: hardware-FLOPs figures include the recompute).
+    pub best: Vec<Best>,
+}
+
+/// A plan's predicted MFU against the measured envelope of its class.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Envelope {
+    /// The best measured MFU of the plan's GPU class and precision.
+    pub record_mfu: f64,
+    /// The run that measured it.
+    pub record_id: String,
+    /// The plan's predicted MFU.
+    pub predicted_mfu: f64,
+    /// Predicted above the record by more than [`ENVELOPE_MARGIN`].
+    pub implausible: bool,
 }
 
 /// How well a plan's regime is validated.
@@ -165,11 +199,18 @@ pub struct Trust {
     pub nearest: Vec<String>,
     /// When extrapolated: the dimensions no nearest run shares.
     pub extrapolated: Option<String>,
+    /// The predicted MFU against the best measured one of its class, when
+    /// one is measured.
+    pub envelope: Option<Envelope>,
 }
 
 impl Trust {
-    /// Short form for a table column: `±4% (31)` or `extrap.`.
+    /// Short form for a table column: `±4% (31)`, `extrap.`, or
+    /// `implausible` above the measured envelope.
     pub fn short(&self) -> String {
+        if self.envelope.as_ref().is_some_and(|e| e.implausible) {
+            return "implausible".into();
+        }
         match self.median_abs {
             Some(m) if self.extrapolated.is_none() => {
                 format!("±{:.0}% ({})", 100.0 * m, self.runs)
@@ -178,8 +219,23 @@ impl Trust {
         }
     }
 
-    /// A sentence: the band and its runs, or what no run covers.
+    /// A sentence: the band and its runs, or what no run covers, and the
+    /// envelope when the plan is above it.
     pub fn sentence(&self) -> String {
+        let band = self.band_sentence();
+        match &self.envelope {
+            Some(e) if e.implausible => format!(
+                "{band}; implausible: predicted MFU {:.1}% is {:.1} points above the best measured on this GPU class, {:.1}% ({})",
+                100.0 * e.predicted_mfu,
+                100.0 * (e.predicted_mfu - e.record_mfu),
+                100.0 * e.record_mfu,
+                e.record_id
+            ),
+            _ => band,
+        }
+    }
+
+    fn band_sentence(&self) -> String {
         let list = |ids: &[String]| {
             let shown: Vec<&str> = ids.iter().take(6).map(String::as_str).collect();
             let more = ids.len().saturating_sub(6);
@@ -212,7 +268,7 @@ impl Record {
     pub fn shipped() -> &'static Record {
         static RECORD: OnceLock<Record> = OnceLock::new();
         RECORD.get_or_init(|| {
-            let runs = Catalog::shipped()
+            Catalog::shipped()
                 .ok()
                 .and_then(|cat| {
                     let t =
@@ -220,15 +276,17 @@ impl Record {
                             .ok()?;
                     Some(Record::of(&t, &cat))
                 })
-                .map(|r| r.runs)
-                .unwrap_or_default();
-            Record { runs }
+                .unwrap_or(Record {
+                    runs: Vec::new(),
+                    best: Vec::new(),
+                })
         })
     }
 
     /// The rows of `table` priced against `cat`.
     pub fn of(table: &validate::Table, cat: &Catalog) -> Record {
         let mut runs = Vec::new();
+        let mut best: Vec<Best> = Vec::new();
         for row in &table.rows {
             let Ok(case) = validate::build_case(row, cat, None) else {
                 continue;
@@ -241,6 +299,30 @@ impl Record {
                 Some(validate::Precision::LowPrecision) => "fp8",
                 _ => "16-bit",
             };
+            let model_flops = matches!(
+                case.convention,
+                validate::FlopConvention::Megatron | validate::FlopConvention::Korthikanti
+            );
+            if let (true, Some((tf, _))) = (model_flops, case.measured_tflops()) {
+                let mfu = tf / case.gpu.peak_tflops_bf16;
+                let gpu = gpu_class(&case.gpu.name);
+                match best
+                    .iter_mut()
+                    .find(|b| b.gpu == gpu && b.precision == precision)
+                {
+                    Some(b) if b.mfu >= mfu => {}
+                    Some(b) => {
+                        b.mfu = mfu;
+                        b.id = row.id.clone();
+                    }
+                    None => best.push(Best {
+                        gpu,
+                        precision,
+                        mfu,
+                        id: row.id.clone(),
+                    }),
+                }
+            }
             let regime = Regime {
                 precision,
                 ..Regime::of(
@@ -257,7 +339,20 @@ impl Record {
                 error,
             });
         }
-        Record { runs }
+        Record { runs, best }
+    }
+
+    /// The envelope of a plan in `regime` predicted at `mfu`.
+    pub fn envelope(&self, regime: &Regime, mfu: f64) -> Option<Envelope> {
+        self.best
+            .iter()
+            .find(|b| b.gpu == regime.gpu && b.precision == regime.precision)
+            .map(|b| Envelope {
+                record_mfu: b.mfu,
+                record_id: b.id.clone(),
+                predicted_mfu: mfu,
+                implausible: mfu > b.mfu + ENVELOPE_MARGIN,
+            })
     }
 
     /// The trust of a plan in `regime` (the rule in the module docs).
@@ -271,6 +366,7 @@ impl Record {
                 max_abs: Some(abs.iter().copied().fold(0.0, f64::max)),
                 nearest: exact.iter().map(|m| m.id.clone()).collect(),
                 extrapolated: None,
+                envelope: None,
             };
         }
         let best = self
@@ -297,6 +393,7 @@ impl Record {
             median_abs: None,
             max_abs: None,
             nearest: nearest.iter().map(|m| m.id.clone()).collect(),
+            envelope: None,
             extrapolated: Some(if missing.is_empty() {
                 // Each nearest run misses a different dimension: name them.
                 let some: Vec<String> = regime

@@ -726,7 +726,7 @@ impl Plan {
             placement,
             effective_tokens_per_s: eval.tokens_per_s
                 * (1.0 - checkpoint.overhead_fraction).max(0.0),
-            trust: crate::report::trust_of(pr, l, eval.micro_batches),
+            trust: crate::report::trust_of(pr, l, eval),
             checkpoint,
         };
 
