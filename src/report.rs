@@ -121,6 +121,20 @@ impl Row {
     }
 }
 
+/// How many of `rows` (ranked, best first) are within the first row's
+/// error band: predicted at least `(1 − b)` of its tokens/s with `b` its
+/// regime's median |error|. `None` when the first row has no band.
+pub fn within_band(rows: &[Row]) -> Option<usize> {
+    let first = rows.first()?;
+    let band = first
+        .trust
+        .as_ref()
+        .filter(|t| t.extrapolated.is_none())?
+        .median_abs?;
+    let floor = first.tokens_per_s * (1.0 - band);
+    Some(rows.iter().filter(|r| r.tokens_per_s >= floor).count())
+}
+
 /// The trust record of layout `l`, priced as `e`, on problem `pr`: its
 /// regime's band and its MFU against the measured envelope.
 pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
@@ -175,17 +189,22 @@ pub struct SearchReport {
     /// Why no layout was enumerated at all, when none was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_reason: Option<String>,
+    /// Listed plans whose predicted throughput is within the winner's
+    /// error band (at least `(1 − median |error|)` of the winner's), the
+    /// winner included; `None` when the winner has no band (extrapolated).
+    pub within_winner_band: Option<usize>,
 }
 
 impl SearchReport {
     /// Build the report of a finished search.
     pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
-        let rows = r
+        let rows: Vec<Row> = r
             .top
             .iter()
             .enumerate()
             .map(|(i, c)| Row::of(i + 1, c).with_trust(pr))
             .collect();
+        let within_winner_band = within_band(&rows);
         let rejections = r
             .rejections
             .iter()
@@ -216,6 +235,7 @@ impl SearchReport {
             why_not: None,
             fewer_gpus: None,
             empty_reason: r.empty_reason.clone(),
+            within_winner_band,
         }
     }
 }
@@ -384,5 +404,58 @@ impl ExplainReport {
     /// Whether the layout is valid.
     pub fn is_valid(&self) -> bool {
         self.violations.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::Evaluation;
+    use crate::search::Candidate;
+
+    fn row(tokens_per_s: f64, trust: Option<Trust>) -> Row {
+        let mut r = Row::of(
+            1,
+            &Candidate {
+                layout: Layout::dense(1, 1, 1, 1),
+                eval: Evaluation {
+                    tokens_per_s,
+                    ..Evaluation::default()
+                },
+            },
+        );
+        r.trust = trust;
+        r
+    }
+
+    fn band(median: f64, extrapolated: Option<&str>) -> Trust {
+        Trust {
+            runs: 3,
+            median_abs: Some(median),
+            max_abs: Some(median),
+            nearest: vec![],
+            extrapolated: extrapolated.map(str::to_string),
+            envelope: None,
+        }
+    }
+
+    #[test]
+    fn plans_within_the_winners_band() {
+        // Winner 100 tokens/s with a 10% band: the floor is 90, so 95 and
+        // 90 count with it and 89 does not: 3.
+        let rows = [
+            row(100.0, Some(band(0.10, None))),
+            row(95.0, None),
+            row(90.0, None),
+            row(89.0, None),
+        ];
+        assert_eq!(within_band(&rows), Some(3));
+        // An extrapolated winner has no band.
+        let rows = [
+            row(100.0, Some(band(0.10, Some("ZeRO 3")))),
+            row(99.0, None),
+        ];
+        assert_eq!(within_band(&rows), None);
+        assert_eq!(within_band(&[]), None);
     }
 }

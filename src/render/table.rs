@@ -152,6 +152,13 @@ impl Exporter for Table {
                 "trust: the cost model's |error| on the measured runs of a plan's regime (median, runs), or extrap. when none is measured. #1: {}.",
                 t.sentence()
             )?;
+            if let Some(n) = r.within_winner_band {
+                writeln!(
+                    w,
+                    "{n} of the {} listed plans are within #1's error band: the model cannot tell them apart.",
+                    r.rows.len()
+                )?;
+            }
         }
         if r.stats.splits_solved > 0 {
             writeln!(
