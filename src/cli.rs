@@ -909,10 +909,7 @@ fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
 fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     let s = &req.setup;
     if let Some(file) = &a.plan {
-        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
-            file: file.clone(),
-            source,
-        })?;
+        let text = read_text(file)?;
         let input = crate::generate::PlanInput::parse(&text, file, a.rank.unwrap_or(1))?;
         input.check_job(file, &s.model.name, &s.cluster.name, s.world, &s.job)?;
         return crate::limits::check_layout(&input.layout, s.model.architecture.layers)
@@ -982,28 +979,27 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// The text of `path`, or an I/O error naming it.
+fn read_text(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| {
+        InputError::Io {
+            file: path.to_path_buf(),
+            source,
+        }
+        .into()
+    })
+}
+
 fn read_overlay(path: &std::path::Path) -> Result<Overlay> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        file: path.to_path_buf(),
-        source,
-    })?;
-    Ok(Overlay::from_toml(&text, path)?)
+    Ok(Overlay::from_toml(&read_text(path)?, path)?)
 }
 
 fn read_rows(path: &std::path::Path) -> Result<Vec<validate::MeasuredRow>> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        file: path.to_path_buf(),
-        source,
-    })?;
-    Ok(validate::read_csv(&text, path)?)
+    Ok(validate::read_csv(&read_text(path)?, path)?)
 }
 
 fn read_table(path: &std::path::Path) -> Result<validate::Table> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        file: path.to_path_buf(),
-        source,
-    })?;
-    Ok(validate::read_table(&text, path)?)
+    Ok(validate::read_table(&read_text(path)?, path)?)
 }
 
 fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {

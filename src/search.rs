@@ -721,7 +721,12 @@ fn split_problem(pr: &Problem, l: &Layout) -> Option<SplitProblem> {
 
 /// Layout `l` with split `layers`, priced, if it is valid, fits and the
 /// split is not the uniform one.
-fn with_split(pr: &Problem, policy: &Policy, l: &Layout, layers: Vec<u32>) -> Option<Candidate> {
+pub fn with_split(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    layers: Vec<u32>,
+) -> Option<Candidate> {
     let chunks = l.pp * l.vpp;
     let total = pr.model.architecture.layers;
     let plain = Layout {

@@ -1772,12 +1772,7 @@ impl Regime {
                 }
                 .to_string()
             }),
-            scale: match n {
-                0..=64 => "≤64",
-                65..=512 => "65–512",
-                513..=4096 => "513–4096",
-                _ => ">4096",
-            },
+            scale: crate::trust::scale_band(n),
             source: case
                 .row
                 .id
@@ -2434,16 +2429,10 @@ pub fn plan_check(case: &Case) -> PlanCheck {
         && case.layout.pp > 1
         && (only(crate::rules::Rule::LayersPp) || only(crate::rules::Rule::Memory))
         && let Ok(s) = crate::split::solve(&pr, &case.layout)
+        && let Some(c) = search::with_split(&pr, &policy, &case.layout, s.layers)
     {
-        let l = Layout {
-            split: Some(s.layers.clone()),
-            ..case.layout.clone()
-        };
-        let (set2, eval2) = search::judge(&pr, &policy, &l);
-        if set2.is_empty() {
-            (set, eval) = (set2, eval2);
-            split = Some(s.layers);
-        }
+        (set, eval) = (crate::rules::RuleSet::default(), c.eval);
+        split = c.layout.split;
     }
     let space = Space {
         filter: Filter {
