@@ -5,7 +5,7 @@ use std::process::Output;
 
 mod common;
 
-use common::{meshplan, temp_dir};
+use common::{hardware_dir_with, meshplan, temp_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -276,16 +276,18 @@ fn bad_hardware_profiles_name_file_and_field() {
     assert_clean_error(&o, &["clusters/xc.toml", "field `gpu`", "unknown GPU `z9`"]);
     // NaN and negative bandwidths in a GPU profile.
     for (bad, needle) in [("nan", "hbm_bandwidth_gbs"), ("-5.0", "hbm_bandwidth_gbs")] {
-        let d = temp_dir(&format!("hw-nan-{}", bad.len()));
-        std::fs::create_dir_all(d.join("gpus")).unwrap();
-        let text = std::fs::read_to_string(format!("{root}/gpus/a100-80g.toml")).unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("hbm_bandwidth_gbs"))
-            .unwrap()
-            .to_string();
-        let text = text.replace(&line, &format!("hbm_bandwidth_gbs = {bad}"));
-        std::fs::write(d.join("gpus/a100-80g.toml"), text).unwrap();
+        let d = hardware_dir_with(
+            &format!("hw-nan-{}", bad.len()),
+            "gpus/a100-80g.toml",
+            |t| {
+                let line = t
+                    .lines()
+                    .find(|l| l.starts_with("hbm_bandwidth_gbs"))
+                    .unwrap()
+                    .to_string();
+                t.replace(&line, &format!("hbm_bandwidth_gbs = {bad}"))
+            },
+        );
         let o = meshplan(&[
             "search",
             "--model",

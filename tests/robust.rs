@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{meshplan, temp_dir};
+use common::{hardware_dir_with, meshplan, temp_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -677,14 +677,9 @@ fn absurd_moe_load_and_token_budget() {
 /// A GPU profile with 10^300 GiB of memory is refused naming the field.
 #[test]
 fn absurd_profile_numbers_are_refused() {
-    let dir = temp_dir("robust-gpu");
-    std::fs::create_dir_all(dir.join("gpus")).unwrap();
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/gpus/a100-80g.toml"),
-    )
-    .unwrap()
-    .replace("memory_gib = 80.0", "memory_gib = 1e300");
-    std::fs::write(dir.join("gpus/a100-80g.toml"), text).unwrap();
+    let dir = hardware_dir_with("robust-gpu", "gpus/a100-80g.toml", |t| {
+        t.replace("memory_gib = 80.0", "memory_gib = 1e300")
+    });
     let o = run(&[
         "search",
         "--model",

@@ -91,6 +91,20 @@ pub fn meshplan(args: &[&str]) -> std::process::Output {
         .expect("the meshplan binary runs")
 }
 
+/// A fresh hardware directory (for `--hardware-dir`) holding the shipped
+/// profile `rel` (e.g. `gpus/a100-80g.toml`) as `edit` changes it.
+#[allow(dead_code)]
+pub fn hardware_dir_with(tag: &str, rel: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let dir = temp_dir(tag);
+    let to = dir.join(rel);
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("hardware")
+        .join(rel);
+    std::fs::write(&to, edit(std::fs::read_to_string(from).unwrap())).unwrap();
+    dir
+}
+
 /// A fresh empty directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
