@@ -811,10 +811,11 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = &req.policy;
     let mut report = ExplainReport::new(&pr, policy, &layout);
-    // Place it among all valid layouts.
+    // Place it among all valid layouts, as `search` with its defaults sees
+    // them: the same top K re-split by the ILP, so `explain` and `search
+    // --why-not` give one rank.
     let space = Space {
         keep_all: true,
-        top_k: 1,
         ..Space::default()
     };
     let result = search::search(&pr, &space);

@@ -379,6 +379,8 @@ fn explain_and_generate_share_the_layout_flags() {
                 "all-gather",
                 "--zero",
                 "3",
+                "--recompute",
+                "full",
             ][..],
             16,
             false,

@@ -533,6 +533,7 @@ fn explain_json_parts_add_up_and_name_their_source() {
             "pp_comm",
             "dp_grad",
             "param_gather",
+            "contention",
             "optimizer"
         ]
     );

@@ -158,6 +158,10 @@ parts! {
         /// Parameter all-gather of the distributed optimizer or ZeRO/FSDP.
         ParamGather => ("param_gather", "ZeRO/FSDP parameter all-gather",
             "src/cost/data_parallel.rs: parameter_gather, exposed_after_overlap", "rajbhandari-2020"),
+        /// Compute slowed down by the collectives it overlaps: σ times the
+        /// communication that overlap hid, for every overlapped term.
+        Contention => ("contention", "overlap contention (compute slowed by NCCL)",
+            "src/cost/contention.rs: contention, overlapped_step; src/cost/fsdp.rs: timeline", "isaev-2023"),
         /// Optimizer step over the rank's shard.
         Optimizer => ("optimizer", "optimizer step",
             "src/cost/data_parallel.rs: optimizer_step_time", "kingma-2015"),

@@ -13,17 +13,26 @@
 //!   (exposed whole without `overlap_grad_reduce`); the updated parameters
 //!   gathered once per step, under the next forward with
 //!   `overlap_param_gather` except the first bucket, as at ZeRO 1.
-//! - ZeRO 3 / FSDP: parameters gathered for forward and again for backward
-//!   and gradients reduce-scattered, every micro-batch, each hidden under
-//!   that micro-batch's forward or backward when its overlap switch is on
+//! - ZeRO 3 / FSDP: priced per wrapped unit ([`zero3_per_micro_batch`],
+//!   the timeline of [`crate::cost::fsdp`]): every micro-batch gathers each
+//!   unit's parameters for forward and again for backward and
+//!   reduce-scatters its gradients, each prefetched one unit ahead under
+//!   the neighbouring unit's compute when its overlap switch is on
 //!   (`overlap_param_gather` for the gathers, `overlap_grad_reduce` for the
-//!   reduce-scatter) and exposed whole when it is off.
+//!   reduce-scatters) and exposed whole when it is off; the first gather
+//!   and the last reduce-scatter of each pass are always exposed.
+//!
+//! Whatever overlap hides still slows the compute it runs under by the
+//! GPU's contention share σ ([`crate::cost::contention`]), in
+//! [`DpTerms::contention`].
 //!
 //! ZeRO [ref:rajbhandari-2020] §5 gives the volumes: ZeRO 0–2 move 2Ψ per
 //! step, ZeRO 3 3Ψ; expert parameters reduce over the expert-DP group.
 
 use crate::cost::breakdown::Term;
 use crate::cost::comm::{self, Links};
+use crate::cost::contention::contention;
+use crate::cost::fsdp::{self, Run};
 use crate::layout::Placement;
 use crate::spec::Recipe;
 
@@ -76,12 +85,15 @@ pub struct DpTerms {
     pub grad: Term,
     /// Parameter all-gather.
     pub gather: Term,
+    /// Compute slowed down by the hidden part of both, seconds (always
+    /// exposed).
+    pub contention: f64,
 }
 
 impl DpTerms {
-    /// Exposed seconds of both.
+    /// Exposed seconds of both, with their contention.
     pub fn exposed(&self) -> f64 {
-        self.grad.exposed + self.gather.exposed
+        self.grad.exposed + self.gather.exposed + self.contention
     }
 
     /// Seconds of both on the wire.
@@ -178,8 +190,21 @@ pub struct Overlap {
     pub param_gather: bool,
 }
 
+/// Where the data-parallel collectives run.
+#[derive(Debug, Clone, Copy)]
+pub struct Net<'a> {
+    /// The layout's groups.
+    pub pl: &'a Placement,
+    /// The cluster's links.
+    pub links: &'a Links,
+    /// Contention share σ of the DP group's tier.
+    pub sigma: f64,
+}
+
 /// Data-parallel terms of one rank at ZeRO stage `zero`; `dp` is D (for the
-/// bucket size), `shard_params` the parameters its optimizer updates.
+/// bucket size), `params` the rank's dense parameters, `units` the rank's
+/// wrapped units in model order (read at ZeRO-3 only,
+/// [`zero3_per_micro_batch`]).
 pub fn data_parallel(
     v: &DpVolumes,
     zero: u8,
@@ -187,9 +212,10 @@ pub fn data_parallel(
     params: f64,
     w: Windows,
     overlap: Overlap,
-    pl: &Placement,
-    links: &Links,
+    net: Net,
+    units: &[Run],
 ) -> DataParallel {
+    let (pl, links, sigma) = (net.pl, net.links, net.sigma);
     let share = last_bucket_share(bucket_params(dp), params);
     let mut out = DataParallel::default();
     match zero {
@@ -210,10 +236,11 @@ pub fn data_parallel(
             } else {
                 gather
             };
-            out.per_step = DpTerms {
-                grad: Term::overlapped(reduce_exposed, reduce),
-                gather: Term::overlapped(gather_exposed, gather),
-            };
+            out.per_step = DpTerms::with_contention(
+                Term::overlapped(reduce_exposed, reduce),
+                Term::overlapped(gather_exposed, gather),
+                sigma,
+            );
         }
         2 => {
             let rs = gradient_reduction(v, zero, pl, links);
@@ -225,7 +252,8 @@ pub fn data_parallel(
             } else {
                 rs
             };
-            out.per_micro_batch.grad = Term::overlapped(rs_exposed, rs);
+            out.per_micro_batch =
+                DpTerms::with_contention(Term::overlapped(rs_exposed, rs), Term::default(), sigma);
             // ZeRO-2 gathers the updated parameters once per step; with
             // `--overlap-param-gather` Megatron-FSDP issues it bucket by
             // bucket ahead of the next forward ([ref:megatron-fsdp]
@@ -235,36 +263,78 @@ pub fn data_parallel(
             } else {
                 ag
             };
-            out.per_step.gather = Term::overlapped(ag_exposed, ag);
+            out.per_step =
+                DpTerms::with_contention(Term::default(), Term::overlapped(ag_exposed, ag), sigma);
         }
-        _ => {
-            let rs = gradient_reduction(v, zero, pl, links);
-            let ag = parameter_gather(v, pl, links);
-            // Forward: the gather under the forward (`--overlap-param-gather`
-            // prefetches it) or before it. Backward: the gather again and
-            // the reduce-scatter; those overlapped share the backward
-            // window, what shows is split in proportion to their times;
-            // those not overlapped are exposed whole.
-            let ag_hid = if overlap.param_gather { ag } else { 0.0 };
-            let rs_hid = if overlap.grad_reduce { rs } else { 0.0 };
-            let fwd = if overlap.param_gather {
-                exposed_beyond(ag, w.forward)
-            } else {
-                ag
-            };
-            let bwd = exposed_beyond(ag_hid + rs_hid, w.backward);
-            let gather_share = if ag_hid + rs_hid > 0.0 {
-                ag_hid / (ag_hid + rs_hid)
-            } else {
-                0.0
-            };
-            out.per_micro_batch = DpTerms {
-                grad: Term::overlapped(bwd * (1.0 - gather_share) + (rs - rs_hid), rs),
-                gather: Term::overlapped(fwd + bwd * gather_share + (ag - ag_hid), 2.0 * ag),
-            };
-        }
+        _ => out.per_micro_batch = zero3_per_micro_batch(units, overlap, sigma),
     }
     out
+}
+
+/// ZeRO-3/FSDP terms of one micro-batch on one rank, seconds, from the
+/// per-unit timeline of `units` ([`fsdp::timeline`]).
+///
+/// A gather whose overlap switch is off runs before its unit (exposed
+/// whole), a reduce-scatter whose switch is off after it. Of the timeline's
+/// exposure beyond compute, the forward's is the gathers'; the backward's
+/// is split between the gathers and the reduce-scatters in proportion to
+/// their times. The contention is the timeline at σ less the timeline at 0.
+pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpTerms {
+    let gather = fsdp::total(units, |u| u.gather);
+    let rs = fsdp::total(units, |u| u.reduce_scatter);
+    let mut overlapped = [Run::default(); MAX_UNIT_RUNS];
+    let n = units.len().min(MAX_UNIT_RUNS);
+    for (o, r) in overlapped.iter_mut().zip(&units[..n]) {
+        *o = *r;
+        if !overlap.param_gather {
+            o.unit.gather = 0.0;
+        }
+        if !overlap.grad_reduce {
+            o.unit.reduce_scatter = 0.0;
+        }
+    }
+    let runs = &overlapped[..n];
+    let serial_gather = if overlap.param_gather {
+        0.0
+    } else {
+        2.0 * gather
+    };
+    let serial_rs = if overlap.grad_reduce { 0.0 } else { rs };
+    let ideal = fsdp::timeline(runs, 0.0);
+    let slowed = fsdp::timeline(runs, sigma);
+    let fwd = (ideal.forward - fsdp::total(runs, |u| u.forward)).max(0.0);
+    let bwd = (ideal.backward - fsdp::total(runs, |u| u.backward)).max(0.0);
+    let hid_gather = if overlap.param_gather { gather } else { 0.0 };
+    let hid_rs = if overlap.grad_reduce { rs } else { 0.0 };
+    let gather_share = if hid_gather + hid_rs > 0.0 {
+        hid_gather / (hid_gather + hid_rs)
+    } else {
+        0.0
+    };
+    // The timeline's sums round; what shows is never more than what runs.
+    let grad_exposed = (bwd * (1.0 - gather_share) + serial_rs).min(rs);
+    let gather_exposed = (fwd + bwd * gather_share + serial_gather).min(2.0 * gather);
+    DpTerms {
+        grad: Term::overlapped(grad_exposed, rs),
+        gather: Term::overlapped(gather_exposed, 2.0 * gather),
+        contention: (slowed.forward + slowed.backward - ideal.forward - ideal.backward).max(0.0),
+    }
+}
+
+/// Most runs of identical units a rank has: the embedding, dense layers, MoE
+/// layers, the output layer.
+pub const MAX_UNIT_RUNS: usize = 4;
+
+impl DpTerms {
+    /// Gradient and gather terms with the contention of what they hide,
+    /// `σ·(hidden grad + hidden gather)`.
+    pub fn with_contention(grad: Term, gather: Term, sigma: f64) -> DpTerms {
+        DpTerms {
+            grad,
+            gather,
+            contention: contention(grad.hidden() + gather.hidden(), sigma),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -323,7 +393,23 @@ mod tests {
             grad_reduce,
             param_gather,
         };
-        data_parallel(&v, zero, 8, 400e6, w, overlap, &pl, &links)
+        // One unit holding the whole rank: the per-unit timeline degenerates
+        // to gather, compute, reduce-scatter.
+        let units = [Run {
+            unit: fsdp::Unit {
+                forward: w.forward,
+                backward: w.backward,
+                gather: parameter_gather(&v, &pl, &links),
+                reduce_scatter: gradient_reduction(&v, zero, &pl, &links),
+            },
+            count: 1,
+        }];
+        let net = Net {
+            pl: &pl,
+            links: &links,
+            sigma: 0.0,
+        };
+        data_parallel(&v, zero, 8, 400e6, w, overlap, net, &units)
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -348,22 +434,57 @@ mod tests {
 
     #[test]
     fn zero3_reads_the_overlap_switches() {
-        // Both on: forward max(0, 3.5 − 2) = 1.5; backward gather 3.5 and
-        // reduce-scatter 7 share 8 s: max(0, 10.5 − 8) = 2.5, a third to
-        // the gather. Gather 1.5 + 2.5/3, grad 2.5·2/3; sum 4.
-        let on = zero_case(3, true, true);
-        assert!(close(on.per_micro_batch.gather.total, 7.0));
-        assert!(close(on.per_micro_batch.gather.exposed, 1.5 + 2.5 / 3.0));
-        assert!(close(on.per_micro_batch.grad.exposed, 2.5 * 2.0 / 3.0));
-        // Gradient overlap only: both gathers (3.5 + 3.5) exposed, the
-        // reduce-scatter alone under the backward: max(0, 7 − 8) = 0.
-        let grad_only = zero_case(3, true, false);
-        assert!(close(grad_only.per_micro_batch.gather.exposed, 7.0));
-        assert!(close(grad_only.per_micro_batch.grad.exposed, 0.0));
-        // Neither: 7 s of gathers and 7 s of reduce-scatter exposed.
-        let off = zero_case(3, false, false);
-        assert!(close(off.per_micro_batch.gather.exposed, 7.0));
-        assert!(close(off.per_micro_batch.grad.exposed, 7.0));
-        assert!(close(off.per_micro_batch.grad.total, 7.0));
+        // One unit: nothing to prefetch under, so the first gather and the
+        // last reduce-scatter are the whole collectives. Forward: gather
+        // 3.5 then 2 s of compute, 3.5 exposed. Backward: gather 3.5, 8 s
+        // of compute, reduce-scatter 7: 10.5 exposed. Gather 7 exposed of
+        // 7, reduce-scatter 7 of 7, on or off.
+        for (g, r) in [(true, true), (true, false), (false, true), (false, false)] {
+            let t = zero_case(3, g, r).per_micro_batch;
+            assert!(close(t.gather.total, 7.0), "{t:?}");
+            assert!(close(t.gather.exposed, 7.0), "{t:?}");
+            assert!(close(t.grad.exposed, 7.0), "{t:?}");
+            assert!(close(t.grad.total, 7.0), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn zero3_four_units_against_the_hand_timeline() {
+        // Four units of 10 ms forward / 20 ms backward, gather 6 ms,
+        // reduce-scatter 8 ms (the timeline of `fsdp::tests::
+        // four_units_by_hand`): forward exposes the first gather, 6 ms;
+        // backward the first gather and the last reduce-scatter, 14 ms,
+        // split 2·24 : 32 between gathers (2·4·6 = 48 ms on the wire) and
+        // reduce-scatters (32 ms): the backward's gathers are 24 of the 56
+        // overlapped ms. With σ = 0.1: the hidden 6·3 ms of forward gathers
+        // cost 1.8 ms; backward steps k = 0..3 hide 6, 14, 14, 8 ms, 4.2 ms.
+        let u = fsdp::Unit {
+            forward: 10e-3,
+            backward: 20e-3,
+            gather: 6e-3,
+            reduce_scatter: 8e-3,
+        };
+        let runs = [Run { unit: u, count: 4 }];
+        let on = Overlap {
+            grad_reduce: true,
+            param_gather: true,
+        };
+        let t = zero3_per_micro_batch(&runs, on, 0.0);
+        let share = 24.0 / 56.0;
+        assert!(close(t.gather.exposed, 6e-3 + 14e-3 * share), "{t:?}");
+        assert!(close(t.grad.exposed, 14e-3 * (1.0 - share)), "{t:?}");
+        assert!(close(t.gather.total, 48e-3) && close(t.grad.total, 32e-3));
+        assert!(close(t.exposed(), 20e-3));
+        let c = zero3_per_micro_batch(&runs, on, 0.1);
+        assert!(close(c.contention, 1.8e-3 + 4.2e-3), "{c:?}");
+        // Gathers not overlapped: 2·4·6 = 48 ms before their units; the
+        // reduce-scatters alone hide under the backward but the last: 8 ms.
+        let off = Overlap {
+            grad_reduce: true,
+            param_gather: false,
+        };
+        let t = zero3_per_micro_batch(&runs, off, 0.0);
+        assert!(close(t.gather.exposed, 48e-3), "{t:?}");
+        assert!(close(t.grad.exposed, 8e-3), "{t:?}");
     }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::cost::Problem;
 use crate::cost::breakdown::{PartTimes, Term, TimePart};
 use crate::cost::compute::{self, LayerShape, LayerTime};
+use crate::cost::contention::contention;
 use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::{comm, cp, moe as experts};
 use crate::layout::{Layout, Placement, Recompute};
@@ -29,6 +30,12 @@ pub struct ItemCost {
     /// Bytes of the same item if nothing were recomputed (working set while
     /// backward runs).
     pub working_set: f64,
+    /// ZeRO-3/FSDP all-gather of the item's parameters (dense over DP·CP,
+    /// experts over expert DP), one unit's, seconds; 0 below ZeRO-3.
+    pub gather: f64,
+    /// ZeRO-3/FSDP reduce-scatter of the item's gradients, seconds; 0 below
+    /// ZeRO-3.
+    pub reduce_scatter: f64,
 }
 
 impl ItemCost {
@@ -61,6 +68,8 @@ impl ItemCost {
         self.params += n * other.params;
         self.expert_params += n * other.expert_params;
         self.activation += n * other.activation;
+        self.gather += n * other.gather;
+        self.reduce_scatter += n * other.reduce_scatter;
         if n > 0.0 {
             self.working_set = self.working_set.max(other.working_set);
         }
@@ -230,6 +239,21 @@ pub fn p2p_per_micro_batch(
     2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), links) + regather)
 }
 
+/// ZeRO-3/FSDP collectives of one unit (item `it`), seconds: the all-gather
+/// of its parameters at the recipe's weight bytes and the reduce-scatter of
+/// its gradients at the recipe's reduction bytes, dense parameters over the
+/// DP·CP group and expert parameters over the expert-DP group, each its own
+/// collective with its own latency ([`comm::all_gather`],
+/// [`comm::reduce_scatter`]).
+pub fn fsdp_unit_collectives(pr: &Problem, it: &ItemCost, pl: &Placement) -> (f64, f64) {
+    let r = &pr.job.recipe;
+    let gather = comm::all_gather(it.params * r.weight_bytes, pl.dp_cp, &pr.links)
+        + comm::all_gather(it.expert_params * r.weight_bytes, pl.edp, &pr.links);
+    let reduce_scatter = comm::reduce_scatter(it.params * r.grad_reduce_bytes, pl.dp_cp, &pr.links)
+        + comm::reduce_scatter(it.expert_params * r.grad_reduce_bytes, pl.edp, &pr.links);
+    (gather, reduce_scatter)
+}
+
 /// Costs of every item kind for layout `l` (per micro-batch on one rank).
 pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let model = pr.model;
@@ -378,9 +402,14 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let mut time = PartTimes::default();
         time[TimePart::Compute] = Term::serial(f.total() + cp_f + b.total() + cp_b);
         time[TimePart::Recompute] = Term::serial(rc);
+        let cp_term = cp_cost(f.attention, b.attention);
         time[TimePart::TpComm] = tp_term;
-        time[TimePart::CpComm] = cp_cost(f.attention, b.attention);
+        time[TimePart::CpComm] = cp_term;
         time[TimePart::EpComm] = Term::serial(ep_comm);
+        time[TimePart::Contention] = Term::serial(
+            contention(tp_term.hidden(), pr.slowdown.of(pl.tp))
+                + contention(cp_term.hidden(), pr.slowdown.of(pl.cp)),
+        );
         ItemCost {
             time,
             fwd_compute: f.total() + cp_f,
@@ -388,6 +417,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             expert_params,
             activation: act,
             working_set: working,
+            ..ItemCost::default()
         }
     };
     let dense = item(false);
@@ -452,6 +482,13 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         working_set: memory::logits_bytes(tokens, vocab, tp),
         ..ItemCost::default()
     };
+
+    let (mut dense, mut moe, mut embedding, mut output) = (dense, moe, embedding, output);
+    if l.zero >= 3 {
+        for it in [&mut dense, &mut moe, &mut embedding, &mut output] {
+            (it.gather, it.reduce_scatter) = fsdp_unit_collectives(pr, it, pl);
+        }
+    }
 
     let p2p = p2p_per_micro_batch(tokens * h * 2.0, l, shape.sp, pl, &pr.links);
     let (ep_buffers, routed_activation) = match &model.moe {

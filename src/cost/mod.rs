@@ -9,8 +9,10 @@
 pub mod breakdown;
 pub mod comm;
 pub mod compute;
+pub mod contention;
 pub mod cp;
 pub mod data_parallel;
+pub mod fsdp;
 pub mod layer;
 pub mod memory;
 pub mod moe;
@@ -44,6 +46,8 @@ pub struct Problem<'a> {
     pub rates: Rates,
     /// Link rates of the cluster.
     pub links: Links,
+    /// Compute slowdown shares under overlapped communication.
+    pub slowdown: contention::Slowdown,
     /// Model FLOPs of one step (Megatron convention), FLOPs.
     pub model_flops: f64,
 }
@@ -65,6 +69,10 @@ impl<'a> Problem<'a> {
             world,
             rates: Rates::of(gpu),
             links: Links::of(cluster),
+            slowdown: contention::Slowdown {
+                intra: gpu.contention.intra,
+                inter: gpu.contention.inter,
+            },
             model_flops: compute::model_flops_per_step(
                 model,
                 job.global_batch as f64,
@@ -148,6 +156,12 @@ pub struct RankCost {
     pub params: f64,
     /// Expert parameters (shard over expert DP).
     pub expert_params: f64,
+    /// MoE layers held (of `layers`).
+    pub moe_layers: u32,
+    /// Whether the rank holds the embedding (chunk 0).
+    pub has_embedding: bool,
+    /// Whether the rank holds the output layer (the last chunk).
+    pub has_output: bool,
 }
 
 /// Largest backward working set a rank's temporaries count, bytes: one
@@ -181,17 +195,49 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
     bytes
 }
 
-/// ZeRO-3's gathered unit, parameters: two layers (current + prefetch) of
-/// the larger layer kind.
-pub fn zero3_unit(lc: &LayerCosts) -> f64 {
-    2.0 * lc.dense.params.max(lc.moe.params)
+/// ZeRO-3/FSDP's largest unit on a rank, dense parameters: the larger
+/// transformer layer kind, or the embedding or output layer when the rank
+/// holds it and it is larger (for Llama 3's 128K vocabulary the output
+/// layer is larger than a layer). Two are materialised at once (the unit
+/// computing and the one prefetched, [`crate::cost::fsdp`]).
+pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
+    let mut unit = lc.dense.params.max(lc.moe.params);
+    if has_embedding {
+        unit = unit.max(lc.embedding.params);
+    }
+    if has_output {
+        unit = unit.max(lc.output.params);
+    }
+    unit
+}
+
+/// ZeRO-3/FSDP bytes a rank holds beyond its shards, `(weights,
+/// gradients)`: two gathered units (the one computing and the one
+/// prefetched) of the largest dense unit ([`zero3_largest_unit`]) plus one
+/// MoE layer's local experts, at the recipe's weight bytes; and one such
+/// unit's full gradients between its backward and its reduce-scatter, at
+/// the reduction's bytes. Zero below ZeRO-3.
+pub fn zero3_transients(
+    pr: &Problem,
+    l: &Layout,
+    lc: &LayerCosts,
+    has_embedding: bool,
+    has_output: bool,
+) -> (f64, f64) {
+    if l.zero < 3 {
+        return (0.0, 0.0);
+    }
+    let r = &pr.job.recipe;
+    let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
+    (2.0 * r.weight_bytes * unit, r.grad_reduce_bytes * unit)
 }
 
 /// Price pipeline rank `rank` of layout `l` with `m` micro-batches.
 ///
 /// Temporaries: one layer's backward working set ([`working_set_cap`]),
-/// plus [`temporary_buffers`]; ZeRO-3 adds its gathered unit
-/// ([`zero3_unit`]) to the weights.
+/// plus [`temporary_buffers`]; ZeRO-3 adds two gathered units
+/// ([`zero3_largest_unit`]) to the weights and one unit's unsharded
+/// gradients (before its reduce-scatter) to the gradients.
 pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -> RankCost {
     let model = pr.model;
     let layers = model.architecture.layers;
@@ -199,6 +245,7 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let mut items = ItemCost::default();
     let mut n_layers = 0;
     let mut moe_layers = 0;
+    let (mut has_embedding, mut has_output) = (false, false);
     for j in 0..l.vpp {
         let c = j * l.pp + rank;
         let (s, e) = chunk_layers(l, layers, c, chunks);
@@ -215,9 +262,11 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         items.add(&lc.moe, n_moe as f64);
         if c == 0 {
             items.add(&lc.embedding, 1.0);
+            has_embedding = true;
         }
         if c == chunks - 1 {
             items.add(&lc.output, 1.0);
+            has_output = true;
         }
     }
     // Point-to-point sends at each of the rank's v chunk boundaries.
@@ -235,23 +284,22 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let dispatch = if moe_layers > 0 { lc.ep_buffers } else { 0.0 };
     let temporaries =
         items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc) + dispatch;
-    let unit = zero3_unit(lc);
     let shard = (l.dp * l.cp) as f64;
-    let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, unit);
+    let dense_states = memory::model_states(items.params, &pr.job.recipe, l.zero, shard, 0.0);
     // Expert states shard over the expert data-parallel group (Megatron's
     // distributed optimizer shards expert parameters over expert-DP,
-    // [ref:megatron-parallel-state]); ZeRO-3 gathers one MoE layer's local
-    // experts plus a prefetch.
+    // [ref:megatron-parallel-state]).
     let expert_states = memory::model_states(
         items.expert_params,
         &pr.job.recipe,
         l.zero,
         l.edp() as f64,
-        2.0 * lc.moe.expert_params,
+        0.0,
     );
+    let (gathered, unsharded_grads) = zero3_transients(pr, l, lc, has_embedding, has_output);
     let mut mem = MemoryBreakdown::default();
-    mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights;
-    mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads;
+    mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
+    mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
     mem[MemoryPart::Activations] = activations;
     mem[MemoryPart::Logits] = logits;
@@ -271,7 +319,32 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         memory: mem,
         params: items.params,
         expert_params: items.expert_params,
+        moe_layers,
+        has_embedding,
+        has_output,
     }
+}
+
+/// The wrapped units of rank `rc` in model order, as ZeRO-3/FSDP gathers
+/// them ([`fsdp`]): the embedding, the dense layers, the MoE layers, the
+/// output layer. Each unit's forward is its forward time with exposed
+/// communication ([`ItemCost::fwd_time`]), its backward the rest.
+pub fn fsdp_units(lc: &LayerCosts, rc: &RankCost) -> [fsdp::Run; data_parallel::MAX_UNIT_RUNS] {
+    let run = |it: &ItemCost, count: u32| fsdp::Run {
+        unit: fsdp::Unit {
+            forward: it.fwd_time(),
+            backward: it.time() - it.fwd_time(),
+            gather: it.gather,
+            reduce_scatter: it.reduce_scatter,
+        },
+        count,
+    };
+    [
+        run(&lc.embedding, u32::from(rc.has_embedding)),
+        run(&lc.dense, rc.layers - rc.moe_layers),
+        run(&lc.moe, rc.moe_layers),
+        run(&lc.output, u32::from(rc.has_output)),
+    ]
 }
 
 /// Data-parallel terms of rank `rc` ([`data_parallel::data_parallel`]);
@@ -281,6 +354,7 @@ fn rank_data_parallel(
     pr: &Problem,
     l: &Layout,
     pl: &Placement,
+    lc: &LayerCosts,
     rc: &RankCost,
     drain: f64,
 ) -> DataParallel {
@@ -295,8 +369,14 @@ fn rank_data_parallel(
         param_gather: pr.job.param_gather_overlapped(),
     };
     let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    let net = data_parallel::Net {
+        pl,
+        links: &pr.links,
+        sigma: pr.slowdown.of(pl.dp_cp),
+    };
+    let units = fsdp_units(lc, rc);
     let mut dp =
-        data_parallel::data_parallel(&v, l.zero, l.dp, rc.params, windows, overlap, pl, &pr.links);
+        data_parallel::data_parallel(&v, l.zero, l.dp, rc.params, windows, overlap, net, &units);
     // The optimizer updates the rank's shard: everything at ZeRO 0, 1/(D·C)
     // of the dense and 1/EDP of the expert parameters otherwise.
     let shard_params = if l.zero == 0 {
@@ -361,7 +441,7 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
         // before stage 0 does; its gradient reduction can use that drain.
         let it = &rc.items;
         let drain = rank as f64 * (it.bwd_compute() + it.time[TimePart::Recompute].exposed);
-        let dp = rank_data_parallel(pr, l, pl, &rc, drain);
+        let dp = rank_data_parallel(pr, l, pl, lc, &rc, drain);
         if dp.per_step.outweighs(&dp_step) {
             dp_step = dp.per_step;
         }
@@ -402,6 +482,10 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
         time[p] = once;
         time[p].add_scaled(each, mf);
     }
+    // Contention: the stages' own (TP/CP overlap, per micro-batch, already
+    // in the slowest stage's parts) plus what the data-parallel terms hide.
+    time[TimePart::Contention].add_scaled(Term::serial(dp_mb.contention), mf);
+    time[TimePart::Contention].add_scaled(Term::serial(dp_step.contention), 1.0);
     time[TimePart::Optimizer] = Term::serial(opt);
     let n = pr.world as f64;
     let peak_flops = pr.gpu.peak_tflops_bf16 * 1e12;

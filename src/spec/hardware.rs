@@ -37,6 +37,22 @@ pub struct ComputeEfficiency {
     pub misaligned_attention: f64,
 }
 
+/// Compute slowdown while a collective overlaps compute (`[contention]` of
+/// a GPU): the share σ of the overlapped communication time that the
+/// compute it overlaps loses, because NCCL's kernels take SMs and HBM
+/// bandwidth from the GEMMs (see `src/cost/contention.rs`). Dimensionless,
+/// in [0, 1); the profile says how each value was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contention {
+    /// σ while a collective inside the scale-up domain (NVLink) overlaps
+    /// compute.
+    pub intra: f64,
+    /// σ while a collective across scale-up domains (the NICs) overlaps
+    /// compute.
+    pub inter: f64,
+}
+
 /// A GPU profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +77,8 @@ pub struct Gpu {
     pub peak_tflops_fp8: f64,
     /// Achieved-fraction parameters.
     pub efficiency: ComputeEfficiency,
+    /// Compute slowdown under overlapped communication.
+    pub contention: Contention,
 }
 
 /// Links inside a node (`[intra_node]`): NVLink/NVSwitch.
@@ -140,6 +158,17 @@ fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
             file,
             field,
             format!("must be a fraction in (0, 1], found {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_share(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+    if !(v.is_finite() && (0.0..1.0).contains(&v)) {
+        return Err(InputError::field(
+            file,
+            field,
+            format!("must be a share in [0, 1), found {v}"),
         ));
     }
     Ok(())
@@ -231,6 +260,8 @@ impl Gpu {
             "efficiency.misaligned_attention",
             self.efficiency.misaligned_attention,
         )?;
+        check_share(file, "contention.intra", self.contention.intra)?;
+        check_share(file, "contention.inter", self.contention.inter)?;
         Ok(())
     }
 

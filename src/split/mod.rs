@@ -276,11 +276,10 @@ impl SplitProblem {
         let m = cost::micro_batches_or_floor(pr, l);
         let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
         let buffers = cost::temporary_buffers(pr, l, lc);
-        let unit = zero3_units(pr, l, lc);
         let rank_bytes = (0..l.pp)
             .map(|r| {
                 buffers
-                    + unit
+                    + zero3_units(pr, l, lc, r as usize)
                     + if r == l.pp - 1 {
                         lc.output.working_set
                     } else {
@@ -469,30 +468,12 @@ impl SplitProblem {
     }
 }
 
-/// ZeRO-3's gathered units every rank holds, bytes: two dense layers
-/// ([`cost::zero3_unit`]) and two MoE layers' local experts, as
-/// [`cost::rank_cost`] adds them; zero below ZeRO-3.
-fn zero3_units(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> f64 {
-    if l.zero < 3 {
-        return 0.0;
-    }
-    let recipe = &pr.job.recipe;
-    memory::model_states(
-        0.0,
-        recipe,
-        l.zero,
-        (l.dp * l.cp) as f64,
-        cost::zero3_unit(lc),
-    )
-    .total()
-        + memory::model_states(
-            0.0,
-            recipe,
-            l.zero,
-            l.edp() as f64,
-            2.0 * lc.moe.expert_params,
-        )
-        .total()
+/// ZeRO-3's transient bytes of pipeline rank `r` (gathered units and one
+/// unit's unsharded gradients, [`cost::zero3_transients`]); zero below
+/// ZeRO-3.
+fn zero3_units(pr: &Problem, l: &Layout, lc: &layer::LayerCosts, r: usize) -> f64 {
+    let (weights, grads) = cost::zero3_transients(pr, l, lc, r == 0, r == l.pp as usize - 1);
+    weights + grads
 }
 
 /// The cheapest transformer layer of a problem, attribute by attribute.
@@ -634,12 +615,11 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     let m = cost::micro_batches_or_floor(pr, l);
     let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
     let buffers = cost::temporary_buffers(pr, l, lc);
-    let unit = zero3_units(pr, l, lc);
     let last = l.pp as usize - 1;
     let rank = |r: usize| {
         let phi = memory::in_flight(r as u32, l.pp, l.vpp, m) / l.vpp as f64;
         let mut time = p2p;
-        let mut bytes = buffers + unit;
+        let mut bytes = buffers + zero3_units(pr, l, lc, r);
         if r == 0 {
             time += lc.embedding.time();
             bytes += states(&lc.embedding) + phi * lc.embedding.activation;
