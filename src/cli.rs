@@ -61,6 +61,14 @@ struct ValidateArgs {
     /// micro-batch fixed) and print where the published layout ranks.
     #[arg(long)]
     plan: bool,
+    /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`),
+    /// replacing shipped ones of the same name: price the rows with edited
+    /// profiles.
+    #[arg(long)]
+    hardware_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -1006,7 +1014,7 @@ fn read_table(path: &std::path::Path) -> Result<validate::Table> {
 fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
     let table = read_table(&a.file)?;
     let rows = &table.rows;
-    let cat = Catalog::shipped()?;
+    let cat = catalog(&a.models_dir, &a.hardware_dir)?;
     let overlay = match &a.profile {
         Some(p) => {
             let o = read_overlay(p)?;

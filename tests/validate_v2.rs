@@ -328,9 +328,9 @@ fn plan_check_re_splits_layers_that_do_not_divide() {
     assert!(p.rejected_by.is_empty() && p.rank.is_some());
 }
 
-/// The trust record (issue 16): the main job's winner — ZeRO-3, no
+/// The trust record (issue 16): the main job's former winner — ZeRO-3, no
 /// recompute, m = 128 on A100 — is extrapolated while no dev row runs ZeRO-3
-/// with CP, and implausible above the best measured A100 MFU; a Megatron PTD-P layout of GPT-3 175B on 1,024 A100 (full
+/// with CP, and since issue 15 priced below the measured A100 envelope; a Megatron PTD-P layout of GPT-3 175B on 1,024 A100 (full
 /// recompute, m = 192) is validated by the measured runs of its regime, and
 /// its band is the median and max |error| of exactly those runs as
 /// `validate` prices them.
@@ -357,14 +357,31 @@ fn plans_say_how_well_their_regime_is_validated() {
         t.extrapolated.as_deref().unwrap().contains("ZeRO 3"),
         "{t:?}"
     );
-    // And above the envelope: the best measured A100 MFU in model FLOPs is
-    // KOR22-4b's 56.3% (Korthikanti et al. 2022); 63.7% is 7.4 points over
-    // it, beyond the 3-point margin.
+    // Priced per wrapped unit with contention (issue 15) it is no longer
+    // above the envelope: 593 s and 63.7% MFU before, now every micro-batch
+    // gathers each of the 82 units twice and reduce-scatters it once over
+    // the 32 DP·CP ranks on 4 nodes, and what overlap hides still slows the
+    // GEMMs. The best measured A100 MFU in model FLOPs is KOR22-4b's 56.3%
+    // (Korthikanti et al. 2022); the envelope allows 3 points above it.
     let env = t.envelope.clone().unwrap();
     assert_eq!(env.record_id, "KOR22-4b");
     assert!((env.record_mfu - 0.563).abs() < 1e-9, "{env:?}");
-    assert!(env.implausible && (env.predicted_mfu - e.mfu).abs() < 1e-15);
-    assert_eq!(t.short(), "implausible");
+    assert!(e.mfu < 0.59 && e.mfu > 0.5, "{}", e.mfu);
+    assert!(!env.implausible && (env.predicted_mfu - e.mfu).abs() < 1e-15);
+    assert_eq!(t.short(), "extrap.");
+    // Per unit and micro-batch: two all-gathers of bf16 parameters (2 B
+    // each) and one reduce-scatter of fp32 gradients (4 B), the same bytes
+    // on the same group, so the two totals agree; overlap hides most of
+    // both and the contention part carries what the hiding costs.
+    use meshplan::cost::TimePart;
+    let (ag, rs, c) = (
+        e.time[TimePart::ParamGather],
+        e.time[TimePart::DpGrad],
+        e.time[TimePart::Contention],
+    );
+    assert!((ag.total / rs.total - 1.0).abs() < 0.01, "{ag:?} {rs:?}");
+    assert!(ag.exposed < 0.05 * ag.total && rs.exposed < 0.05 * rs.total);
+    assert!(c.exposed > 0.05 * ag.total, "{c:?}");
 
     let model = cat.model("gpt3-175b").unwrap();
     let cluster = cat.cluster("dgx-a100-3072").unwrap();

@@ -13,23 +13,23 @@ use meshplan::search::{self, Space};
 fn main_job_ranks_zero3_with_a_pipeline() {
     let s = Setup::new("70b", "dgx64", None);
     let pr = s.problem();
-    let r = search::search(&pr, &Space::default());
+    let space = Space {
+        keep_all: true,
+        ..Space::default()
+    };
+    let r = search::search(&pr, &space);
     assert!(r.rejections.iter().all(|rj| rj.rule.code() != "zero3-pp"));
-    // Ten best: ZeRO-3 p = 1 on top (D16 T2 C2, 28,308 tokens/s), and the
-    // best ZeRO-3 p = 2 layout (D8 T2 p2 C2 v2) among them.
-    let z3pp: Vec<_> = r
-        .top
+    // Valid ZeRO-3 layouts with a pipeline are listed among the valid ones
+    // (no rule rejects them); priced per unit since issue 15, the best of
+    // them is slower than the winner (no longer in the ten best).
+    let best_z3pp = r
+        .all
         .iter()
         .filter(|c| c.layout.zero == 3 && c.layout.pp > 1)
-        .collect();
-    assert!(!z3pp.is_empty());
-    let l = &z3pp[0].layout;
-    assert_eq!(
-        (l.dp, l.tp, l.pp, l.cp, l.vpp),
-        (8, 2, 2, 2, 2),
-        "{}",
-        l.short()
-    );
+        .max_by(|a, b| a.eval.tokens_per_s.total_cmp(&b.eval.tokens_per_s))
+        .expect("a valid ZeRO-3 layout with p > 1");
+    assert!(best_z3pp.eval.fits());
+    assert!(best_z3pp.eval.tokens_per_s <= r.top[0].eval.tokens_per_s);
 }
 
 #[test]

@@ -12,9 +12,11 @@
 //! (the compute runs at `1 − σ` of its speed while the collective is on the
 //! wire, to first order; once the link is the bottleneck the step is the
 //! communication). σ is per GPU and per tier, `[contention]` of the GPU
-//! profile: NCCL gives an NVLink collective more channels (SMs) than one
-//! that crosses the NICs, where the proxy thread and the network set the
-//! pace. Calculon models the same effect as a share of the processor that
+//! profile: a collective inside the scale-up domain (NVLink) and one across
+//! domains (the NICs: reductions on the SMs plus the NIC's DMA traffic
+//! through HBM, for longer) need not cost the same; the fit says which
+//! costs more.
+//! Calculon models the same effect as a share of the processor that
 //! each network tier takes while it overlaps compute ([ref:isaev-2023]);
 //! the shipped values are fitted, see the GPU profiles.
 //!
