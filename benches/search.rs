@@ -32,6 +32,15 @@ fn bench(c: &mut Criterion) {
     c.bench_function("evaluate/70b-dgx64", |b| {
         b.iter(|| evaluate(black_box(&pr), black_box(&layout)))
     });
+    // The former main-job winner: ZeRO-3 priced per wrapped unit.
+    let zero3 = Layout {
+        zero: 3,
+        sp: true,
+        ..Layout::dense(16, 2, 1, 2)
+    };
+    c.bench_function("evaluate/70b-dgx64-zero3", |b| {
+        b.iter(|| evaluate(black_box(&pr), black_box(&zero3)))
+    });
     let space = Space::default();
     c.bench_function("search/70b-dgx64", |b| {
         b.iter(|| search(black_box(&pr), &space))

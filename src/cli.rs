@@ -13,6 +13,7 @@ use crate::cost::{Evaluation, Problem};
 use crate::error::InputError;
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::names::{self, Named};
+use crate::ranking::RankBy;
 use crate::render::{self, Format};
 use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
@@ -184,6 +185,13 @@ struct SearchArgs {
     /// matching is valid and the best near-miss.
     #[arg(long, value_name = "KEY=VALUE,...")]
     why_not: Option<String>,
+    /// How to order the listed plans: `predicted` (by predicted tokens/s;
+    /// plans whose error bands overlap are tied, the `tie` column, and the
+    /// better-validated one goes first) or `robust` (by the lower edge of
+    /// the band, tokens/s × (1 − median |error| of the plan's regime)). See
+    /// src/ranking.rs and the README.
+    #[arg(long, default_value_t = RankBy::Predicted, value_parser = NamedParser::<RankBy>::new())]
+    rank_by: RankBy,
     #[command(flatten)]
     extras: Extras,
 }
@@ -457,6 +465,9 @@ struct GenerateArgs {
     /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
     #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = parse_positive)]
     rank: Option<u64>,
+    /// The ranking `--rank` counts in, as `search --rank-by`.
+    #[arg(long, default_value_t = RankBy::Predicted, value_parser = NamedParser::<RankBy>::new())]
+    rank_by: RankBy,
     /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
     #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]
     plan: Option<PathBuf>,
@@ -674,7 +685,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     }
     space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
-    let mut report = SearchReport::new(&pr, &space.policy, &result);
+    let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by);
     report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
     search_extras(
         &pr,
@@ -929,13 +940,18 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         return Ok(l.clone());
     }
     let k = a.rank.unwrap_or(1) as usize;
+    // Rank at least as many plans as `search` lists by default, so that
+    // `--rank K` names row K of its table (the tie groups depend on the
+    // plans ranked together).
     let space = Space {
-        top_k: k,
+        top_k: k.max(Space::default().top_k),
         policy: req.policy.clone(),
         ..Space::default()
     };
-    let result = search::search(&req.problem(), &space);
-    match result.top.get(k - 1) {
+    let pr = req.problem();
+    let result = search::search(&pr, &space);
+    let rows = crate::report::ranked_rows(&pr, &result.top, a.rank_by);
+    match rows.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
         None => bail!(
             "--rank {k}: the search ranks only {} distinct valid layout(s) for {} on {} GPUs ({} valid, {} of them rank-order twins listed once)",

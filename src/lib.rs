@@ -50,6 +50,7 @@ pub mod layout;
 pub mod limits;
 pub mod names;
 pub mod plot;
+pub mod ranking;
 pub mod render;
 pub mod report;
 pub mod rules;

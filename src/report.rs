@@ -8,6 +8,7 @@ use crate::cost::breakdown::Source;
 use crate::cost::{self, Evaluation, Problem, RankCost};
 use crate::explain::{Fixes, Gap, WhyNot};
 use crate::layout::Layout;
+use crate::ranking::{self, Bands, RankBy, Ranked};
 use crate::rules::{self, Policy, Violation};
 use crate::search::{Candidate, SearchResult};
 use crate::spec::GIB;
@@ -68,6 +69,9 @@ impl Context {
 pub struct Row {
     /// 1-based rank.
     pub rank: usize,
+    /// Tie group (1-based): plans whose error bands overlap share one
+    /// ([`crate::ranking`]); 0 where no ranking was made.
+    pub group: usize,
     /// The layout.
     pub layout: Layout,
     /// Micro-batches per step, m.
@@ -100,6 +104,7 @@ impl Row {
         let e = &c.eval;
         Row {
             rank,
+            group: 0,
             layout: c.layout.clone(),
             micro_batches: e.micro_batches,
             peak_gib: e.peak_bytes / GIB,
@@ -119,6 +124,30 @@ impl Row {
         self.trust = Some(trust_of(pr, &self.layout, &self.eval));
         self
     }
+}
+
+/// The rows of `top` (the search's best, in its order) with their trust,
+/// ranked `by` with tie groups ([`crate::ranking::order`]).
+pub fn ranked_rows(pr: &Problem, top: &[Candidate], by: RankBy) -> Vec<Row> {
+    let bands = Bands::of(Record::shipped());
+    let trusts: Vec<Trust> = top
+        .iter()
+        .map(|c| trust_of(pr, &c.layout, &c.eval))
+        .collect();
+    let plans: Vec<Ranked> = top
+        .iter()
+        .zip(&trusts)
+        .map(|(c, t)| Ranked::of(c.eval.tokens_per_s, t, &bands))
+        .collect();
+    ranking::order(&plans, by)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (j, group))| Row {
+            group,
+            trust: Some(trusts[j].clone()),
+            ..Row::of(i + 1, &top[j])
+        })
+        .collect()
 }
 
 /// How many of `rows` (ranked, best first) are within the first row's
@@ -196,14 +225,16 @@ pub struct SearchReport {
 }
 
 impl SearchReport {
-    /// Build the report of a finished search.
+    /// Build the report of a finished search, its plans ranked by the
+    /// default [`RankBy`].
     pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
-        let rows: Vec<Row> = r
-            .top
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Row::of(i + 1, c).with_trust(pr))
-            .collect();
+        SearchReport::ranked(pr, policy, r, RankBy::default())
+    }
+
+    /// Build the report of a finished search, its plans ranked `by`
+    /// ([`ranked_rows`]).
+    pub fn ranked(pr: &Problem, policy: &Policy, r: &SearchResult, by: RankBy) -> SearchReport {
+        let rows = ranked_rows(pr, &r.top, by);
         let within_winner_band = within_band(&rows);
         let rejections = r
             .rejections

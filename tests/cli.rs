@@ -582,3 +582,43 @@ fn recipe_seed_is_an_alias_of_adam_16b() {
         assert!(o.status.success(), "{recipe}: {}", stderr(&o));
     }
 }
+
+/// `search --rank-by` and `generate --rank K --rank-by` count in the same
+/// ranking: row K of the table is the layout generate writes, in both
+/// modes; every row carries its tie group, non-decreasing down the table
+/// (issue 16).
+#[test]
+fn generate_rank_follows_the_search_ranking() {
+    let out = temp_dir("rank-by");
+    for by in ["predicted", "robust"] {
+        let v = json(&on_70b("search", &["--rank-by", by, "--format", "json"]));
+        let rows = v["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 10);
+        let groups: Vec<u64> = rows.iter().map(|r| r["group"].as_u64().unwrap()).collect();
+        assert_eq!(groups[0], 1);
+        assert!(groups.windows(2).all(|w| w[0] <= w[1]), "{groups:?}");
+        for k in [1usize, 3] {
+            let g = json(&on_70b(
+                "generate",
+                &[
+                    "--rank",
+                    &k.to_string(),
+                    "--rank-by",
+                    by,
+                    "--format",
+                    "json",
+                    "--out",
+                    out.to_str().unwrap(),
+                ],
+            ));
+            assert_eq!(g["layout"], rows[k - 1]["layout"], "{by} #{k}");
+        }
+    }
+    let o = on_70b("search", &["--rank-by", "best"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("[possible values: predicted, robust]"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -374,7 +374,12 @@ fn rank_data_parallel(
         links: &pr.links,
         sigma: pr.slowdown.of(pl.dp_cp),
     };
-    let units = fsdp_units(lc, rc);
+    // Only ZeRO-3 reads the per-unit timeline.
+    let units = if l.zero >= 3 {
+        fsdp_units(lc, rc)
+    } else {
+        Default::default()
+    };
     let mut dp =
         data_parallel::data_parallel(&v, l.zero, l.dp, rc.params, windows, overlap, net, &units);
     // The optimizer updates the rank's shard: everything at ZeRO 0, 1/(D·C)

@@ -66,7 +66,7 @@ impl Exporter for Table {
         let cp = r.rows.iter().any(|x| x.layout.cp > 1);
         let split = r.rows.iter().any(|x| x.layout.split.is_some());
         let mut t = table();
-        let mut head = vec!["#", "D", "T", "p", "C"];
+        let mut head = vec!["#", "tie", "D", "T", "p", "C"];
         if cp {
             head.push("KV");
         }
@@ -97,6 +97,7 @@ impl Exporter for Table {
             let l = &row.layout;
             let mut cells = vec![
                 row.rank.to_string(),
+                row.group.to_string(),
                 l.dp.to_string(),
                 l.tp.to_string(),
                 l.pp.to_string(),
@@ -151,6 +152,10 @@ impl Exporter for Table {
                 w,
                 "trust: the cost model's |error| on the measured runs of a plan's regime (median, runs), or extrap. when none is measured. #1: {}.",
                 t.sentence()
+            )?;
+            writeln!(
+                w,
+                "tie: plans in one tie group have overlapping error bands (predicted tokens/s ± the band; extrap. plans take the 90th-percentile |error| of all measured runs), better-validated first (--rank-by predicted|robust, src/ranking.rs)."
             )?;
             if let Some(n) = r.within_winner_band {
                 writeln!(

@@ -58,19 +58,14 @@ impl Setup {
         Problem::new(&self.model, &self.gpu, &self.cluster, &self.job, self.world)
     }
 
-    /// The best layout of a default search, if any is valid.
+    /// The first row of a default search (ranked with tie groups), if any
+    /// layout is valid.
     pub fn best(&self) -> Option<Layout> {
         let pr = self.problem();
-        search::search(
-            &pr,
-            &Space {
-                top_k: 1,
-                ..Space::default()
-            },
-        )
-        .top
-        .first()
-        .map(|c| c.layout.clone())
+        let r = search::search(&pr, &Space::default());
+        meshplan::report::ranked_rows(&pr, &r.top, Default::default())
+            .first()
+            .map(|row| row.layout.clone())
     }
 
     /// Render `l` (panics with the refusal if it is refused).

@@ -1,0 +1,273 @@
+//! Ranking that respects the error band: the search's best plans, ordered
+//! by what the validation table says the cost model can tell apart.
+//!
+//! Every plan carries a band `b` ([`crate::trust`]): the median |error| of
+//! the measured runs of its regime, or, when no run covers the regime
+//! (extrapolated), [`Bands::extrapolated`], the 90th percentile |error| of
+//! every measured run — a regime nobody measured is assumed to be as badly
+//! predicted as the worst tenth of those somebody did. A plan predicted at
+//! `t` tokens/s is somewhere in `[t·(1 − b), t·(1 + b)]`; a plan above the
+//! measured envelope (implausible) is first clipped to it.
+//!
+//! - `--rank-by predicted` orders by `t`; `--rank-by robust` by the lower
+//!   edge `t·(1 − b)`.
+//! - Walking that order, a plan joins the tie group of the group's first
+//!   plan `L` when the two bands overlap, `t·(1 + b) ≥ t_L·(1 − b_L)`;
+//!   otherwise it starts the next group.
+//! - Inside a group the better-validated plan comes first: plausible before
+//!   implausible, validated before extrapolated, the narrower band first,
+//!   then the order above.
+//!
+//! This is the optimizer's curse answered with the data at hand: the top of
+//! a list ranked by one predicted number is where the model is most
+//! optimistic, so the listing says which plans it cannot separate and puts
+//! first the one it has checked best.
+
+use std::cmp::Ordering;
+
+use crate::names::{Named, display_and_parse_by_name};
+use crate::trust::{Record, Trust};
+
+/// What orders the listed plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RankBy {
+    /// Predicted tokens/s (ties and validation reorder inside a group).
+    #[default]
+    Predicted,
+    /// The lower edge of the band, `t·(1 − b)`.
+    Robust,
+}
+
+impl Named for RankBy {
+    const KIND: &'static str = "ranking";
+    const VALUES: &'static [RankBy] = &[RankBy::Predicted, RankBy::Robust];
+    fn name(self) -> &'static str {
+        match self {
+            RankBy::Predicted => "predicted",
+            RankBy::Robust => "robust",
+        }
+    }
+}
+
+display_and_parse_by_name!(RankBy);
+
+/// The band of a plan that no measured run covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bands {
+    /// 90th percentile |error| of every measured run of the record.
+    pub extrapolated: f64,
+}
+
+impl Bands {
+    /// Bands from `record`: the 90th percentile (nearest rank) of its runs'
+    /// |error|, or 0.5 when it holds no run.
+    pub fn of(record: &Record) -> Bands {
+        let mut e: Vec<f64> = record.runs.iter().map(|r| r.error.abs()).collect();
+        if e.is_empty() {
+            return Bands { extrapolated: 0.5 };
+        }
+        e.sort_by(f64::total_cmp);
+        let i = ((0.9 * e.len() as f64).ceil() as usize).clamp(1, e.len()) - 1;
+        Bands {
+            extrapolated: e[i].min(0.95),
+        }
+    }
+
+    /// The band `b` of a plan with trust `t`.
+    pub fn band(&self, t: &Trust) -> f64 {
+        match (t.extrapolated.as_ref(), t.median_abs) {
+            (None, Some(m)) => m,
+            _ => self.extrapolated,
+        }
+    }
+}
+
+/// One plan as the ranking sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranked {
+    /// Predicted tokens/s, clipped to the measured envelope when above it.
+    pub tokens: f64,
+    /// Its band `b`.
+    pub band: f64,
+    /// Whether a measured run covers its regime.
+    pub validated: bool,
+    /// Whether it is above the measured envelope.
+    pub implausible: bool,
+}
+
+impl Ranked {
+    /// A plan predicted at `tokens_per_s` with trust `t`.
+    pub fn of(tokens_per_s: f64, t: &Trust, bands: &Bands) -> Ranked {
+        let implausible = t.envelope.as_ref().is_some_and(|e| e.implausible);
+        // Clip an implausible prediction to the envelope: at most the
+        // record MFU plus the margin, in the plan's own tokens/s.
+        let tokens = match &t.envelope {
+            Some(e) if e.implausible && e.predicted_mfu > 0.0 => {
+                tokens_per_s * (e.record_mfu + crate::trust::ENVELOPE_MARGIN) / e.predicted_mfu
+            }
+            _ => tokens_per_s,
+        };
+        Ranked {
+            tokens,
+            band: bands.band(t),
+            validated: t.extrapolated.is_none() && t.median_abs.is_some(),
+            implausible,
+        }
+    }
+
+    /// `t·(1 − b)`.
+    pub fn lower(&self) -> f64 {
+        self.tokens * (1.0 - self.band)
+    }
+
+    /// `t·(1 + b)`.
+    pub fn upper(&self) -> f64 {
+        self.tokens * (1.0 + self.band)
+    }
+
+    /// The key `by` orders on.
+    pub fn key(&self, by: RankBy) -> f64 {
+        match by {
+            RankBy::Predicted => self.tokens,
+            RankBy::Robust => self.lower(),
+        }
+    }
+}
+
+/// The order of `plans` (indices into it, best first) and each one's tie
+/// group (1-based), under `by`. `plans` come in the search's order, which
+/// breaks exact ties.
+pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
+    let mut idx: Vec<usize> = (0..plans.len()).collect();
+    idx.sort_by(|&a, &b| {
+        plans[b]
+            .key(by)
+            .total_cmp(&plans[a].key(by))
+            .then(a.cmp(&b))
+    });
+    let mut out = Vec::with_capacity(plans.len());
+    let mut group = 0;
+    let mut i = 0;
+    while i < idx.len() {
+        group += 1;
+        let leader = plans[idx[i]];
+        let mut j = i + 1;
+        while j < idx.len() && plans[idx[j]].upper() >= leader.lower() {
+            j += 1;
+        }
+        let mut members = idx[i..j].to_vec();
+        members.sort_by(|&a, &b| better_validated(&plans[a], &plans[b]));
+        out.extend(members.into_iter().map(|m| (m, group)));
+        i = j;
+    }
+    out
+}
+
+/// Inside a tie group: plausible first, validated first, narrower band
+/// first (a stable sort keeps the order by key after that).
+fn better_validated(a: &Ranked, b: &Ranked) -> Ordering {
+    a.implausible
+        .cmp(&b.implausible)
+        .then(b.validated.cmp(&a.validated))
+        .then(a.band.total_cmp(&b.band))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(tokens: f64, band: f64, validated: bool) -> Ranked {
+        Ranked {
+            tokens,
+            band,
+            validated,
+            implausible: false,
+        }
+    }
+
+    #[test]
+    fn overlapping_bands_tie_and_the_better_validated_leads() {
+        // A: 100 ± 10% (validated) → [90, 110]; B: 95 ± 30% (extrapolated)
+        // → [66.5, 123.5], overlaps A; C: 80 ± 5% → [76, 84], below A's 90:
+        // a new group. Group 1 is {A, B}: A validated first.
+        let plans = [
+            plan(95.0, 0.30, false),
+            plan(100.0, 0.10, true),
+            plan(80.0, 0.05, true),
+        ];
+        let o = order(&plans, RankBy::Predicted);
+        assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
+        // Robust: lower edges A 90, C 76, B 66.5 → A, C, B. C's upper 84
+        // is below A's 90, so A stands alone; C leads group 2 and B ties
+        // with it (123.5 ≥ 76), validated C first.
+        let o = order(&plans, RankBy::Robust);
+        assert_eq!(o, vec![(1, 1), (2, 2), (0, 2)]);
+    }
+
+    #[test]
+    fn robust_prefers_the_narrow_band() {
+        // X: 100 ± 30% (lower 70), Y: 90 ± 5% (lower 85.5). Predicted: X
+        // leads, Y ties (94.5 ≥ 70) and, validated with the narrower band,
+        // goes first. Robust: Y leads (85.5 > 70), X ties (130 ≥ 85.5).
+        let plans = [plan(100.0, 0.30, false), plan(90.0, 0.05, true)];
+        assert_eq!(order(&plans, RankBy::Predicted), vec![(1, 1), (0, 1)]);
+        assert_eq!(order(&plans, RankBy::Robust), vec![(1, 1), (0, 1)]);
+        // Far apart, no tie: 100 ± 1% and 50 ± 1%.
+        let plans = [plan(50.0, 0.01, true), plan(100.0, 0.01, true)];
+        assert_eq!(order(&plans, RankBy::Predicted), vec![(1, 1), (0, 2)]);
+    }
+
+    #[test]
+    fn implausible_is_clipped_to_the_envelope_and_goes_last_in_its_group() {
+        use crate::trust::{Envelope, Trust};
+        let bands = Bands { extrapolated: 0.35 };
+        let t = Trust {
+            runs: 10,
+            median_abs: Some(0.05),
+            max_abs: Some(0.1),
+            nearest: vec![],
+            extrapolated: None,
+            envelope: Some(Envelope {
+                record_mfu: 0.50,
+                record_id: "R".into(),
+                predicted_mfu: 0.62,
+                implausible: true,
+            }),
+        };
+        // 62% predicted against a 50% record: clipped to 53/62 of its
+        // tokens/s, 1000 → 854.8.
+        let r = Ranked::of(1000.0, &t, &bands);
+        assert!((r.tokens - 1000.0 * 0.53 / 0.62).abs() < 1e-9);
+        assert!(r.implausible && r.validated && r.band == 0.05);
+        let ok = plan(850.0, 0.05, true);
+        assert_eq!(order(&[r, ok], RankBy::Predicted), vec![(1, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn extrapolated_band_is_the_90th_percentile() {
+        use crate::layout::Recompute;
+        use crate::trust::{Measured, Record, Regime};
+        let run = |e: f64| Measured {
+            id: String::new(),
+            regime: Regime {
+                gpu: String::new(),
+                precision: "16-bit",
+                zero: "0-1",
+                cp: false,
+                moe: false,
+                recompute: Recompute::None,
+                micro_batches: "",
+                scale: "",
+            },
+            error: e,
+        };
+        // |errors| 0.01 … 0.10: the 9th of 10 (nearest rank) is 0.09.
+        let runs = (1..=10).map(|i| run(if i % 2 == 0 { 0.01 } else { -0.01 } * i as f64));
+        let record = Record {
+            runs: runs.collect(),
+            best: vec![],
+        };
+        assert!((Bands::of(&record).extrapolated - 0.09).abs() < 1e-12);
+    }
+}
