@@ -57,5 +57,6 @@ pub mod rules;
 pub mod search;
 pub mod spec;
 pub mod split;
+pub mod sweep;
 pub mod trust;
 pub mod validate;
