@@ -277,6 +277,12 @@ pub struct GroupSpan {
     pub per_domain: u32,
     /// Fast domains (nodes) the group spans.
     pub domains: u32,
+    /// The outermost scale-out tier (`[[tiers]]` of the cluster, 1-based)
+    /// whose switch groups the worst group of the axis spans more than one
+    /// of; 0 when it stays under one group of every tier (or the cluster
+    /// lists none). Its cross-node phase runs at the NIC bandwidth over
+    /// that tier's oversubscription ([`crate::cost::comm::Links`]).
+    pub tier: u8,
 }
 
 impl GroupSpan {
@@ -285,6 +291,7 @@ impl GroupSpan {
         size: 1,
         per_domain: 1,
         domains: 1,
+        tier: 0,
     };
 
     /// The span of the group of `size` ranks `0, stride, 2·stride, …` on
@@ -302,6 +309,7 @@ impl GroupSpan {
             size,
             per_domain: k as u32,
             domains: d as u32,
+            tier: 0,
         }
     }
 
@@ -340,6 +348,7 @@ impl GroupSpan {
                 size,
                 per_domain: 1,
                 domains: size,
+                tier: 0,
             };
         }
         // s < g from here. Powers of two (the common case) without
@@ -351,12 +360,14 @@ impl GroupSpan {
                     size,
                     per_domain: (g >> s.trailing_zeros()) as u32,
                     domains: (sn >> g.trailing_zeros()) as u32,
+                    tier: 0,
                 }
             } else {
                 GroupSpan {
                     size,
                     per_domain: size,
                     domains: 1,
+                    tier: 0,
                 }
             };
         }
@@ -367,6 +378,7 @@ impl GroupSpan {
                 size,
                 per_domain: (g / s) as u32,
                 domains: ((s * n) / g) as u32,
+                tier: 0,
             };
         }
         if g % (s * n) == 0 {
@@ -375,6 +387,7 @@ impl GroupSpan {
                 size,
                 per_domain: size,
                 domains: 1,
+                tier: 0,
             };
         }
         // General case: the residues o of the bases, `(a + h·q) mod g` for
@@ -387,6 +400,7 @@ impl GroupSpan {
             size,
             per_domain: size,
             domains: 1,
+            tier: 0,
         };
         for h in 0..hs {
             let r = (h * q) % g;
@@ -505,6 +519,59 @@ pub fn dense_strides(l: &Layout) -> (u64, u64, u64, u64) {
 }
 
 impl Placement {
+    /// [`Placement::new`] on `cluster`'s scale-up domain, with each group's
+    /// outermost scale-out tier ([`GroupSpan::tier`]) from the cluster's
+    /// `[[tiers]]`.
+    pub fn of(l: &Layout, cluster: &crate::spec::Cluster) -> Placement {
+        let mut sizes = [0u32; crate::spec::hardware::MAX_TIERS];
+        let mut n = 0;
+        for (slot, t) in sizes.iter_mut().zip(cluster.tier_sizes()) {
+            *slot = t;
+            n += 1;
+        }
+        Placement::with_tiers(l, cluster.fast_domain(), &sizes[..n])
+    }
+
+    /// [`Placement::new`] with the tiers of `tiers` (GPUs per switch group,
+    /// innermost first): a group's tier is the outermost one whose switch
+    /// groups its worst member group spans more than one of
+    /// ([`GroupSpan::worst`] with the tier's size as the domain).
+    pub fn with_tiers(l: &Layout, domain: u32, tiers: &[u32]) -> Placement {
+        let mut pl = Placement::new(l, domain);
+        if tiers.is_empty() {
+            return pl;
+        }
+        let world = l.world().max(1);
+        let tier_of = |size: u32, stride: u64| -> u8 {
+            if size <= 1 {
+                return 0;
+            }
+            let outer = (world / (stride.max(1) * size as u64)).max(1);
+            tiers
+                .iter()
+                .rposition(|&t| GroupSpan::worst(size, stride, outer, t).domains > 1)
+                .map_or(0, |i| (i + 1) as u8)
+        };
+        let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
+        let (e_tp, e_ep, e_dp, _) = expert_strides(l);
+        pl.tp.tier = tier_of(l.tp, s_tp);
+        pl.cp.tier = tier_of(l.cp, s_cp);
+        pl.dp.tier = tier_of(l.dp, s_dp);
+        pl.pp.tier = tier_of(l.pp, s_pp);
+        pl.ep.tier = tier_of(l.ep.max(1), e_ep);
+        pl.etp.tier = tier_of(l.etp.max(1), e_tp);
+        pl.edp.tier = tier_of(l.edp().max(1), e_dp);
+        // DP·CP: one progression of stride s_cp under tp-cp-ep-dp-pp; a CP
+        // block repeated every s_dp otherwise, which spans what its DP and
+        // its CP members span.
+        pl.dp_cp.tier = if l.cp > 1 && l.dp > 1 && s_dp == s_cp * l.cp as u64 {
+            tier_of(l.cp * l.dp, s_cp)
+        } else {
+            pl.dp.tier.max(pl.cp.tier)
+        };
+        pl
+    }
+
     /// Place `layout` on domains of `domain` GPUs (the cluster's NVLink
     /// domain; Megatron places consecutive ranks on one node). Each axis is
     /// priced by its worst group ([`GroupSpan::worst`]): the slowest group
@@ -574,12 +641,14 @@ fn blocks_worst(c: u32, s_c: u64, d: u32, s_d: u64, p: u32, domain: u32) -> Grou
             size,
             per_domain: cp.per_domain,
             domains: cp.domains * d,
+            tier: 0,
         };
     }
     let mut worst = GroupSpan {
         size,
         per_domain: size,
         domains: 1,
+        tier: 0,
     };
     let mut seen = vec![false; g as usize];
     for k in 0..p as u64 {
@@ -774,6 +843,7 @@ mod tests {
             size: group.len() as u32,
             per_domain: *per.values().max().unwrap_or(&1),
             domains: per.len() as u32,
+            tier: 0,
         }
     }
 
@@ -820,7 +890,8 @@ mod tests {
             GroupSpan {
                 size: 4,
                 per_domain: 4,
-                domains: 1
+                domains: 1,
+                tier: 0,
             }
         );
         assert_eq!(
@@ -828,7 +899,8 @@ mod tests {
             GroupSpan {
                 size: 2,
                 per_domain: 2,
-                domains: 1
+                domains: 1,
+                tier: 0,
             }
         );
         let pl = Placement::new(&l, 2);
@@ -837,7 +909,8 @@ mod tests {
             GroupSpan {
                 size: 4,
                 per_domain: 2,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
         assert_eq!(
@@ -845,7 +918,8 @@ mod tests {
             GroupSpan {
                 size: 2,
                 per_domain: 1,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
     }
@@ -937,6 +1011,7 @@ mod tests {
             size: groups[0].len() as u32,
             per_domain: u32::MAX,
             domains: 0,
+            tier: 0,
         };
         for g in groups {
             let mut per: std::collections::BTreeMap<u64, u32> = Default::default();
@@ -1039,7 +1114,8 @@ mod tests {
             GroupSpan {
                 size: 3,
                 per_domain: 3,
-                domains: 1
+                domains: 1,
+                tier: 0,
             }
         );
         let pl = Placement::new(&l, 8);
@@ -1048,7 +1124,8 @@ mod tests {
             GroupSpan {
                 size: 3,
                 per_domain: 1,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
         // CP = 3 after T = 2 (stride 2), D = 4, 24 GPUs, 8-GPU nodes: CP
@@ -1061,7 +1138,8 @@ mod tests {
             GroupSpan {
                 size: 3,
                 per_domain: 1,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
         // EP = 3 (ETP 1) on a dense T = 1, D = 12 grid: EP groups {0,1,2},
@@ -1074,7 +1152,8 @@ mod tests {
             GroupSpan {
                 size: 3,
                 per_domain: 1,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
         // EDP = 4 after E = 3 (stride 3): {0,3,6,9} spans nodes 0 and 1
@@ -1085,7 +1164,8 @@ mod tests {
             GroupSpan {
                 size: 4,
                 per_domain: 1,
-                domains: 2
+                domains: 2,
+                tier: 0,
             }
         );
     }
@@ -1112,7 +1192,8 @@ mod tests {
             GroupSpan {
                 size: 8,
                 per_domain: 8,
-                domains: 1
+                domains: 1,
+                tier: 0,
             }
         );
         // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
@@ -1121,7 +1202,8 @@ mod tests {
             GroupSpan {
                 size: 8,
                 per_domain: 1,
-                domains: 8
+                domains: 8,
+                tier: 0,
             }
         );
         // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
@@ -1130,7 +1212,8 @@ mod tests {
             GroupSpan {
                 size: 16,
                 per_domain: 4,
-                domains: 4
+                domains: 4,
+                tier: 0,
             }
         );
     }
@@ -1180,5 +1263,31 @@ mod tests {
             orthogonal_groups(&e, &[false, false, false, true, false])[0],
             vec![0, 4]
         );
+    }
+
+    #[test]
+    fn groups_know_the_outermost_tier_they_cross() {
+        // D = 64, T = 8 on 8-GPU nodes (512 GPUs), pods of 256 GPUs: the TP
+        // group is one node (tier 0); a DP group {0, 8, …, 504} runs over
+        // 64 nodes and both pods (tier 1). With pods of 1,024 GPUs every
+        // group stays in one pod.
+        let l = Layout::dense(64, 8, 1, 1);
+        let pl = Placement::with_tiers(&l, 8, &[256]);
+        assert_eq!((pl.tp.tier, pl.dp.tier, pl.dp_cp.tier), (0, 1, 1));
+        assert_eq!(pl.dp.domains, 64);
+        let pl = Placement::with_tiers(&l, 8, &[1024]);
+        assert_eq!((pl.tp.tier, pl.dp.tier), (0, 0));
+        // D = 16, T = 8, p = 4 (512 GPUs, tp-cp-ep-dp-pp): DP spans ranks
+        // 0…127, within a 256-GPU pod; the PP group {0, 128, 256, 384}
+        // crosses pods; with a second tier of 512 GPUs it stays under one
+        // group of tier 2, so its tier is 1. With tiers of 64 and 256 GPUs
+        // the DP group crosses the first (tier 1) and PP the second (2).
+        let l = Layout::dense(16, 8, 4, 1);
+        let pl = Placement::with_tiers(&l, 8, &[256, 512]);
+        assert_eq!((pl.dp.tier, pl.pp.tier), (0, 1));
+        let pl = Placement::with_tiers(&l, 8, &[64, 256]);
+        assert_eq!((pl.dp.tier, pl.pp.tier), (1, 2));
+        // No tiers: as `new`.
+        assert_eq!(Placement::with_tiers(&l, 8, &[]), Placement::new(&l, 8));
     }
 }

@@ -213,7 +213,7 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
 /// backward the rest with recompute; each with half the point-to-point
 /// time of a chunk boundary (as [`cost::evaluate`] counts it).
 pub fn stage_times(pr: &Problem, l: &Layout) -> (Vec<f64>, Vec<f64>) {
-    let pl = Placement::new(l, pr.cluster.fast_domain());
+    let pl = Placement::of(l, pr.cluster);
     let lc = cost::layer::layer_costs(pr, l, &pl);
     let p2p = if l.pp > 1 { lc.p2p } else { 0.0 };
     let v = l.vpp.max(1) as f64;

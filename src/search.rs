@@ -590,7 +590,7 @@ pub fn judge(pr: &Problem, policy: &Policy, l: &Layout) -> (RuleSet, Evaluation)
 /// output) with nothing else. The worst rank holds at least the average, for
 /// any split, micro-batch, recompute or SP choice.
 fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
-    let pl = crate::layout::Placement::new(l, pr.cluster.fast_domain());
+    let pl = crate::layout::Placement::of(l, pr.cluster);
     let lc = cost::layer::layer_costs(pr, l, &pl);
     let layers = pr.model.architecture.layers;
     let per_rank = layers as f64 / l.pp as f64;
@@ -942,7 +942,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
                     return;
                 }
-                let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
+                let pl = crate::layout::Placement::of(&l, pr.cluster);
                 let lc = cost::layer::layer_costs(pr, &l, &pl);
                 let e = cost::evaluate_with(pr, &l, &pl, &lc);
                 acc.stats.evaluated += 1;
@@ -1064,7 +1064,7 @@ mod tests {
                 let space = Space::default();
                 for mesh in meshes(pr, &space).into_iter().filter(|m| m.pp > 1) {
                     for_each_layout(pr, &space, mesh, |l| {
-                        let pl = crate::layout::Placement::new(&l, pr.cluster.fast_domain());
+                        let pl = crate::layout::Placement::of(&l, pr.cluster);
                         let lc = cost::layer::layer_costs(pr, &l, &pl);
                         let e = cost::evaluate_with(pr, &l, &pl, &lc);
                         let tol = 1.0 + 1e-12;

@@ -192,7 +192,10 @@ fn every_cluster_names_a_shipped_gpu() {
             .gpu(&cl.gpu)
             .unwrap_or_else(|e| panic!("cluster {}: {e}", cl.name));
         assert_eq!(gpu.name, cl.gpu);
-        assert_eq!(cl.scale_up_domain, 8, "{}: scale_up_domain", cl.name);
+        // 8-GPU NVLink nodes, except the NVL72 racks: 72 GPUs over 4-GPU
+        // trays.
+        let domain = if cl.name.contains("nvl72") { 72 } else { 8 };
+        assert_eq!(cl.scale_up_domain, domain, "{}: scale_up_domain", cl.name);
         assert_eq!(c.cluster(&cl.name).expect("cluster lookup").name, cl.name);
     }
 }

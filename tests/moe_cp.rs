@@ -94,7 +94,8 @@ fn all_to_all_bytes_per_moe_layer_by_hand() {
         GroupSpan {
             size: 8,
             per_domain: 8,
-            domains: 1
+            domains: 1,
+            tier: 0,
         }
     );
     let links = Links::of(&s.cluster);
@@ -123,7 +124,8 @@ fn all_to_all_across_nodes_puts_the_off_node_share_on_the_nics() {
         GroupSpan {
             size: 64,
             per_domain: 8,
-            domains: 8
+            domains: 8,
+            tier: 0,
         }
     );
     let links = Links::of(&s.cluster);

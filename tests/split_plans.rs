@@ -146,7 +146,7 @@ fn item_vector_agrees_with_rank_costs() {
         }
         // The layer-count relaxation computed from the item costs directly
         // equals the one from the item vector.
-        let pl = meshplan::layout::Placement::new(&l, pr.cluster.fast_domain());
+        let pl = meshplan::layout::Placement::of(&l, pr.cluster);
         let lc = cost::layer::layer_costs(&pr, &l, &pl);
         let fast = split::layout_bound(&pr, &l, &lc).map(|b| b.slowest);
         let slow = sp.relaxation();

@@ -19,6 +19,7 @@
 
 use crate::layout::GroupSpan;
 use crate::spec::Cluster;
+use crate::spec::hardware::MAX_TIERS;
 
 /// Link figures for one cluster, in SI units, with collective efficiencies
 /// already applied.
@@ -32,6 +33,10 @@ pub struct Links {
     pub intra_lat: f64,
     /// Latency of one inter-node message step, seconds.
     pub inter_lat: f64,
+    /// Uplink oversubscription by tier (`[[tiers]]` of the cluster): entry
+    /// 0 is 1 (no tier crossed), entry `k` the oversubscription above tier
+    /// `k` (at least that of every tier below it).
+    pub oversub: [f64; MAX_TIERS + 1],
 }
 
 impl Links {
@@ -42,8 +47,31 @@ impl Links {
             inter_bw: cluster.nic_bytes_per_s_per_gpu() * cluster.collective.inter,
             intra_lat: cluster.intra_node.latency_us * 1e-6,
             inter_lat: cluster.inter_node.latency_us * 1e-6,
+            oversub: tier_oversubscription(cluster),
         }
     }
+
+    /// NIC bandwidth per GPU for the cross-domain phase of group `g`,
+    /// bytes/s: `inter_bw` over the oversubscription of the outermost tier
+    /// it crosses. A ring's throughput is its slowest hop's, and with every
+    /// GPU of a crossing group sending at once the uplinks of that tier are
+    /// the slowest hop.
+    pub fn inter_bw_of(&self, g: GroupSpan) -> f64 {
+        self.inter_bw / self.oversub[(g.tier as usize).min(MAX_TIERS)]
+    }
+}
+
+/// [`Links::oversub`] of `cluster`: 1 for no tier, then the running maximum
+/// of the tiers' oversubscriptions (a group that crosses a pod also crosses
+/// everything inside it).
+pub fn tier_oversubscription(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
+    let mut out = [1.0; MAX_TIERS + 1];
+    let mut worst: f64 = 1.0;
+    for (slot, t) in out[1..].iter_mut().zip(&cluster.tiers) {
+        worst = worst.max(t.oversubscription);
+        *slot = worst;
+    }
+    out
 }
 
 /// One phase of a ring collective: `(n−1)/n · bytes / bw + (n−1)·lat`.
@@ -66,7 +94,12 @@ pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     }
     let k = g.per_domain;
     let intra = ring_phase(k, bytes, links.intra_bw, links.intra_lat);
-    let inter = ring_phase(g.domains, bytes / k as f64, links.inter_bw, links.inter_lat);
+    let inter = ring_phase(
+        g.domains,
+        bytes / k as f64,
+        links.inter_bw_of(g),
+        links.inter_lat,
+    );
     intra + inter
 }
 
@@ -94,21 +127,22 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     let k = g.per_domain as f64;
     let on_node = (k - 1.0) / n * bytes / links.intra_bw + (k - 1.0).min(1.0) * links.intra_lat;
     let off_node = if g.domains > 1 {
-        (n - k) / n * bytes / links.inter_bw + links.inter_lat
+        (n - k) / n * bytes / links.inter_bw_of(g) + links.inter_lat
     } else {
         0.0
     };
     on_node.max(off_node)
 }
 
-/// Point-to-point send of `bytes` to a neighbour, seconds; `cross` says
-/// whether the neighbour is in another domain.
-pub fn p2p(bytes: f64, cross: bool, links: &Links) -> f64 {
+/// Point-to-point send of `bytes` to a neighbour in group `g`, seconds: on
+/// the NIC (over the oversubscription of the outermost tier the group
+/// crosses) when the group spans domains, else on NVLink.
+pub fn p2p(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if bytes <= 0.0 {
         return 0.0;
     }
-    if cross {
-        bytes / links.inter_bw + links.inter_lat
+    if g.crosses_domains() {
+        bytes / links.inter_bw_of(g) + links.inter_lat
     } else {
         bytes / links.intra_bw + links.intra_lat
     }
@@ -126,6 +160,7 @@ mod tests {
             inter_bw: 200e9 / 8.0, // one 200 Gb/s HDR NIC per GPU = 25 GB/s
             intra_lat: 0.0,
             inter_lat: 0.0,
+            oversub: [1.0; MAX_TIERS + 1],
         }
     }
 
@@ -182,5 +217,51 @@ mod tests {
         assert!((t - 0.04).abs() < 1e-12, "{t}");
         let first = all_reduce(s, GroupSpan::of(3, 1, 8), &dgx_a100());
         assert!((first - 4.0 / 3.0 * 1e9 / 300e9).abs() < 1e-12, "{first}");
+    }
+
+    #[test]
+    fn a_group_across_pods_runs_its_cross_node_phase_at_the_uplink_rate() {
+        // 32 ranks, 8 per node on 4 nodes, the group spanning two pods
+        // whose uplinks are oversubscribed 4:1 (tier 1). All-reduce of S:
+        // 2·(7/8·S/300 GB/s + 3/4·(S/8)/(25 GB/s / 4)).
+        let mut links = dgx_a100();
+        links.oversub = [1.0, 4.0, 4.0, 4.0];
+        let s = 1e9;
+        let g = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(32, 1, 8)
+        };
+        let t = all_reduce(s, g, &links);
+        let hand = 2.0 * (7.0 / 8.0 * s / 300e9 + 0.75 * s / 8.0 / (25e9 / 4.0));
+        assert!((t - hand).abs() < 1e-12, "{t} vs {hand}");
+        // The same group inside one pod: the NIC rate.
+        let inside = all_reduce(s, GroupSpan::of(32, 1, 8), &links);
+        let hand = 2.0 * (7.0 / 8.0 * s / 300e9 + 0.75 * s / 8.0 / 25e9);
+        assert!((inside - hand).abs() < 1e-12);
+        // A stage neighbour across pods: S / (25 GB/s / 4).
+        let pp = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(2, 8, 8)
+        };
+        assert!((p2p(s, pp, &links) - s / (25e9 / 4.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tiers_take_the_running_worst_oversubscription() {
+        use crate::spec::hardware::Tier;
+        let mut c = crate::spec::Catalog::shipped()
+            .unwrap()
+            .cluster("h100-16k")
+            .unwrap()
+            .clone();
+        // Llama 3's pods: 3,072 GPUs at full bisection, 1:7 above.
+        assert_eq!(tier_oversubscription(&c), [1.0, 7.0, 1.0, 1.0]);
+        c.tiers.push(Tier {
+            name: "building".into(),
+            gpus: 12288,
+            oversubscription: 2.0,
+        });
+        // Crossing buildings crosses pods too: still 1/7.
+        assert_eq!(tier_oversubscription(&c), [1.0, 7.0, 7.0, 1.0]);
     }
 }

@@ -77,11 +77,10 @@ pub fn exchange_time(
     // (exposed, total) of forward and backward.
     let (fwd, bwd) = match kind {
         CpComm::Ring => {
-            let cross = group.crosses_domains();
             let steps = c - 1.0;
             let (send_f, send_b) = (
-                comm::p2p(kv, cross, links),
-                comm::p2p(2.0 * kv, cross, links),
+                comm::p2p(kv, group, links),
+                comm::p2p(2.0 * kv, group, links),
             );
             let f = steps * (send_f - attn_fwd / c).max(0.0);
             let b = steps * (send_b - attn_bwd / c).max(0.0);
@@ -171,6 +170,7 @@ mod tests {
             inter_bw: 10e9,
             intra_lat: 0.0,
             inter_lat: 0.0,
+            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
         }
     }
 

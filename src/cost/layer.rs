@@ -236,7 +236,7 @@ pub fn p2p_per_micro_batch(
     } else {
         comm::all_gather(bytes, pl.tp, links)
     };
-    2.0 * (comm::p2p(slice, pl.pp.crosses_domains(), links) + regather)
+    2.0 * (comm::p2p(slice, pl.pp, links) + regather)
 }
 
 /// ZeRO-3/FSDP collectives of one unit (item `it`), seconds: the all-gather

@@ -404,7 +404,7 @@ fn rank_data_parallel(
 /// their data-parallel drain window (longer further down), so rank 1 stands
 /// for all of them and only ranks 0, 1 and p−1 are priced.
 pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
-    let pl = Placement::new(l, pr.cluster.fast_domain());
+    let pl = Placement::of(l, pr.cluster);
     let lc = layer::layer_costs(pr, l, &pl);
     evaluate_with(pr, l, &pl, &lc)
 }
@@ -539,7 +539,7 @@ fn model_is_uniform_middle(pr: &Problem, l: &Layout) -> bool {
 
 /// Per-rank costs of layout `l` (for `explain`, the ILP and pictures).
 pub fn rank_costs(pr: &Problem, l: &Layout) -> Vec<RankCost> {
-    let pl = Placement::new(l, pr.cluster.fast_domain());
+    let pl = Placement::of(l, pr.cluster);
     let lc = layer::layer_costs(pr, l, &pl);
     let m = micro_batches_or_floor(pr, l);
     (0..l.pp).map(|r| rank_cost(pr, l, &lc, r, m)).collect()

@@ -113,6 +113,28 @@ pub struct CollectiveEfficiency {
     pub inter: f64,
 }
 
+/// A scale-out tier above the first switch level (`[[tiers]]`, innermost
+/// first): `gpus` GPUs under one switch group of this tier (a pod, a
+/// building), and the oversubscription of its uplinks, so a collective
+/// whose group spans two such groups runs its cross-node phase at
+/// `1/oversubscription` of the NIC bandwidth (e.g. Llama 3's 24K-GPU
+/// cluster: pods of 3,072 GPUs at full bisection, 1:7 above them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    /// What the switch group is called (`pod`, `building`), for messages.
+    pub name: String,
+    /// GPUs under one switch group of this tier: a multiple of the
+    /// scale-up domain and of `gpus_per_node`, larger than the tier below.
+    pub gpus: u32,
+    /// Uplink oversubscription above this tier (1 = full bisection; 7 for
+    /// 1:7), ≥ 1.
+    pub oversubscription: f64,
+}
+
+/// Most `[[tiers]]` a cluster profile may list.
+pub const MAX_TIERS: usize = 3;
+
 /// Storage and failure figures for checkpoint planning (`[reliability]`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,6 +172,10 @@ pub struct Cluster {
     pub collective: CollectiveEfficiency,
     /// Storage and failures.
     pub reliability: Reliability,
+    /// Scale-out tiers above the first switch level, innermost first; none
+    /// for a cluster whose network has full bisection bandwidth.
+    #[serde(default)]
+    pub tiers: Vec<Tier>,
 }
 
 fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
@@ -335,6 +361,7 @@ impl Cluster {
                 ),
             ));
         }
+        self.check_tiers(file)?;
         check_positive(
             file,
             "intra_node.bandwidth_gbs",
@@ -370,6 +397,54 @@ impl Cluster {
     /// GPUs that share one fast (NVLink) domain; the tier boundary for collectives.
     pub fn fast_domain(&self) -> u32 {
         self.scale_up_domain
+    }
+
+    /// `[[tiers]]`: at most [`MAX_TIERS`], each a multiple of the scale-up
+    /// domain and of `gpus_per_node`, larger than the one below, with an
+    /// oversubscription ≥ 1.
+    fn check_tiers(&self, file: &Path) -> Result<(), InputError> {
+        if self.tiers.len() > MAX_TIERS {
+            return Err(InputError::field(
+                file,
+                "tiers",
+                format!(
+                    "{} tiers listed; meshplan prices at most {MAX_TIERS}",
+                    self.tiers.len()
+                ),
+            ));
+        }
+        let mut below = self.scale_up_domain.max(self.gpus_per_node);
+        for (i, t) in self.tiers.iter().enumerate() {
+            let field = |f: &str| format!("tiers[{i}].{f}");
+            let unit = self.scale_up_domain.max(self.gpus_per_node);
+            if t.gpus == 0 || t.gpus % unit != 0 || t.gpus <= below {
+                return Err(InputError::field(
+                    file,
+                    &field("gpus"),
+                    format!(
+                        "{} GPUs per {}: must be a multiple of {unit} (the scale-up domain and the node) larger than the {below} GPUs of the level below",
+                        t.gpus, t.name
+                    ),
+                ));
+            }
+            if !(t.oversubscription.is_finite() && t.oversubscription >= 1.0) {
+                return Err(InputError::field(
+                    file,
+                    &field("oversubscription"),
+                    format!(
+                        "must be at least 1 (1 = full bisection), found {}",
+                        t.oversubscription
+                    ),
+                ));
+            }
+            below = t.gpus;
+        }
+        Ok(())
+    }
+
+    /// GPUs per switch group of each `[[tiers]]` entry, innermost first.
+    pub fn tier_sizes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.tiers.iter().map(|t| t.gpus)
     }
 
     /// Fast-link bandwidth per GPU per direction, bytes/s.

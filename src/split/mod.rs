@@ -244,7 +244,7 @@ impl SplitProblem {
     /// parameters for ZeRO 0–2; ZeRO-3's gathered unit goes to the rank
     /// constant). m is [`cost::micro_batches_or_floor`].
     pub fn for_layout(pr: &Problem, l: &Layout) -> SplitProblem {
-        let pl = Placement::new(l, pr.cluster.fast_domain());
+        let pl = Placement::of(l, pr.cluster);
         let lc = layer::layer_costs(pr, l, &pl);
         Self::from_costs(pr, l, &lc)
     }
