@@ -1095,6 +1095,20 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
                         )?,
                     }
                 }
+                let mut software: Vec<&str> = plans.iter().map(|p| p.software).collect();
+                software.sort_unstable();
+                software.dedup();
+                writeln!(
+                    out,
+                    "  Each search holds to what the row's software could run: {}.",
+                    software.join("; ")
+                )?;
+                if let Some((n, med, p90, max)) = validate::plan_ratios(&plans) {
+                    writeln!(
+                        out,
+                        "  First choice / published layout, predicted tokens/s, over {n} rows: median {med:.2}, p90 {p90:.2}, max {max:.2}."
+                    )?;
+                }
             }
         }
     }

@@ -93,6 +93,9 @@ pub struct Space {
     pub max_cp: u32,
     /// ZeRO stages tried.
     pub zero_stages: Vec<u8>,
+    /// Recompute modes tried (all three by default; `validate --plan`
+    /// leaves out what the row's software could not run).
+    pub recompute_modes: Vec<Recompute>,
     /// Fixed values.
     pub filter: Filter,
     /// User bounds (also enforced as the `policy` rule).
@@ -113,6 +116,7 @@ impl Default for Space {
             max_vpp: 8,
             max_cp: 16,
             zero_stages: vec![0, 1, 2, 3],
+            recompute_modes: Recompute::ALL.to_vec(),
             filter: Filter::default(),
             policy: Policy::default(),
             top_k: 10,
@@ -524,7 +528,7 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                 continue;
             }
             for r in Recompute::ALL {
-                if flt.recompute.is_some_and(|x| x != r) {
+                if flt.recompute.is_some_and(|x| x != r) || !space.recompute_modes.contains(&r) {
                     continue;
                 }
                 // With flash attention selective recompute keeps and costs

@@ -2411,6 +2411,103 @@ pub struct PlanCheck {
     /// The stage split the ILP chose when the uniform one was rejected
     /// (layers per stage), as the search would.
     pub split: Option<Vec<u32>>,
+    /// What the row's software could run, as the search was restricted.
+    pub software: &'static str,
+}
+
+impl PlanCheck {
+    /// Predicted tokens/s of the search's first choice over the published
+    /// layout's, when the published layout is valid.
+    pub fn ratio(&self) -> Option<f64> {
+        self.rank?;
+        let (_, best) = self.best.as_ref()?;
+        (self.published_tokens_per_s > 0.0).then(|| best / self.published_tokens_per_s)
+    }
+}
+
+/// The distribution of [`PlanCheck::ratio`] over `plans`: `(rows, median,
+/// 90th percentile, max)`, nearest rank; `None` without a ratio.
+pub fn plan_ratios(plans: &[PlanCheck]) -> Option<(usize, f64, f64, f64)> {
+    let mut r: Vec<f64> = plans.iter().filter_map(PlanCheck::ratio).collect();
+    if r.is_empty() {
+        return None;
+    }
+    r.sort_by(f64::total_cmp);
+    let at = |q: f64| r[((q * r.len() as f64).ceil() as usize).clamp(1, r.len()) - 1];
+    Some((r.len(), median(&r), at(0.9), r[r.len() - 1]))
+}
+
+/// What the software of a measured run could launch, for `validate
+/// --plan`: a plan its team could not have run is no fair comparison, so
+/// the search leaves out what came later.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capabilities {
+    /// Sequence parallelism ([ref:korthikanti-2022], Megatron-LM 2022).
+    pub sp: bool,
+    /// Selective recompute ([ref:korthikanti-2022]).
+    pub selective: bool,
+    /// Highest ZeRO stage.
+    pub max_zero: u8,
+    /// Context parallelism (Megatron-Core 2024).
+    pub cp: bool,
+    /// Tensor and pipeline parallelism.
+    pub model_parallel: bool,
+    /// The interleaved 1F1B schedule ([ref:narayanan-2021]; not in
+    /// DeepSpeed's pipeline engine).
+    pub interleaving: bool,
+    /// The sentence `--plan` prints.
+    pub what: &'static str,
+}
+
+impl Capabilities {
+    /// The capabilities of `case`'s software, from its source family and
+    /// engine.
+    pub fn of(case: &Case) -> Capabilities {
+        let all = Capabilities {
+            sp: true,
+            selective: true,
+            max_zero: 3,
+            cp: true,
+            model_parallel: true,
+            interleaving: true,
+            what: "everything meshplan searches",
+        };
+        match (case.family, case.row.run.engine.as_deref()) {
+            (_, Some("deepspeed")) => Capabilities {
+                sp: false,
+                selective: false,
+                cp: false,
+                model_parallel: false,
+                interleaving: false,
+                what: "DeepSpeed ZeRO without Megatron: data parallel and ZeRO 0-3 only",
+                ..all
+            },
+            (Family::Nar21, _) => Capabilities {
+                sp: false,
+                selective: false,
+                max_zero: 0,
+                cp: false,
+                what: "Megatron-LM April 2021: TP, PP and interleaving; no SP or selective recompute (2022), no distributed optimizer, no CP",
+                ..all
+            },
+            (Family::Kor22, _) => Capabilities {
+                max_zero: 0,
+                cp: false,
+                what: "Megatron-LM 2022: TP, PP, interleaving, SP and selective recompute; no distributed optimizer, no CP",
+                ..all
+            },
+            (Family::Bloom, _) | (_, Some("megatron-deepspeed")) => Capabilities {
+                sp: false,
+                selective: false,
+                max_zero: 1,
+                cp: false,
+                interleaving: false,
+                what: "Megatron-DeepSpeed 2021-22: TP, PP (DeepSpeed's pipeline engine, no interleaving) and ZeRO 0-1; no SP, selective recompute or CP",
+                ..all
+            },
+            _ => all,
+        }
+    }
 }
 
 /// Search the row's model, GPU count and global batch (micro-batch fixed
@@ -2434,11 +2531,23 @@ pub fn plan_check(case: &Case) -> PlanCheck {
         (set, eval) = (crate::rules::RuleSet::default(), c.eval);
         split = c.layout.split;
     }
+    let can = Capabilities::of(case);
+    let one = |allowed: bool| (!allowed).then_some(1);
     let space = Space {
         filter: Filter {
             micro_batch: Some(case.layout.micro_batch),
+            sp: (!can.sp).then_some(false),
+            tp: one(can.model_parallel),
+            pp: one(can.model_parallel),
+            vpp: one(can.interleaving),
+            cp: one(can.cp),
             ..Filter::default()
         },
+        recompute_modes: crate::layout::Recompute::ALL
+            .into_iter()
+            .filter(|&r| can.selective || r != crate::layout::Recompute::Selective)
+            .collect(),
+        zero_stages: (0..=can.max_zero).collect(),
         keep_all: true,
         top_k: 1,
         ..Space::default()
@@ -2458,5 +2567,6 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             .first()
             .map(|c| (c.layout.short(), c.eval.tokens_per_s)),
         split,
+        software: can.what,
     }
 }

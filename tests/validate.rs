@@ -216,6 +216,26 @@ fn search_accepts_and_places_the_published_layouts() {
             row.id,
             p.valid
         );
+        // The search holds to what the row's software could run (issue
+        // 16): Megatron-LM of April 2021 had neither SP nor selective
+        // recompute nor a distributed optimizer, and neither version had CP.
+        let can = validate::Capabilities::of(&case);
+        assert_eq!(can.sp, row.family().code() != "NAR21", "{}", row.id);
+        if row.family().code() != "MEG24" {
+            assert!(
+                !best.contains("zero=1") && !best.contains("zero=2"),
+                "{}: {best}",
+                row.id
+            );
+            assert!(best.contains("cp=1 "), "{}: {best}", row.id);
+        }
+        if !can.sp {
+            assert!(
+                best.contains("sp=off") && !best.contains("selective"),
+                "{}: {best}",
+                row.id
+            );
+        }
     }
 }
 
