@@ -648,7 +648,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     if let Some(r) = a.fp8_recipe {
         if a.precision != Precision::Fp8 {
             bail!(
-                "--fp8-recipe {r} applies to --precision fp8 only ({} fixes its own scaling)",
+                "--fp8-recipe {r} applies to --precision fp8 only, and this job's precision is {} (mxfp8 and nvfp4 fix their own block scaling)",
                 a.precision
             );
         }

@@ -145,9 +145,14 @@ pub fn check(gpu: &Gpu, job: &Job) -> Result<(), InputError> {
 /// no efficiency for them.
 pub fn gemm_flops(gpu: &Gpu, precision: Precision) -> Result<f64, InputError> {
     let name = format!("GPU `{}` ({})", gpu.name, gpu.display);
+    let instead = if gpu.peak_tflops_fp8 > 0.0 && precision != Precision::Fp8 {
+        "fp8 or bf16"
+    } else {
+        "bf16"
+    };
     let no = |what: &str| {
         Err(InputError::Job(format!(
-            "--precision {precision} needs {what}; {name} has none, so it cannot be priced (use --precision bf16)"
+            "--precision {precision} needs {what}; {name} has none, so it cannot be priced (use --precision {instead})"
         )))
     };
     let missing = |field: &str| {
