@@ -462,6 +462,30 @@ pub fn scaling_state_bytes(lp: &LowPrecision, gemms: f64) -> f64 {
     gemms * SCALED_TENSORS_PER_GEMM * per_tensor
 }
 
+/// Low-precision GEMMs of the whole model: four per dense layer (QKV or
+/// MLA's projection counted once, output projection, FC1, FC2), per MoE
+/// layer two attention GEMMs, two per shared-expert MLP and two per routed
+/// expert.
+pub fn model_low_gemms(model: &Model) -> f64 {
+    let moe = model
+        .moe
+        .as_ref()
+        .map(|m| {
+            let shared = if m.shared_experts > 0 { 2.0 } else { 0.0 };
+            2.0 + shared + 2.0 * m.experts as f64
+        })
+        .unwrap_or(0.0);
+    4.0 * model.dense_layers() as f64 + moe * model.moe_layers() as f64
+}
+
+/// Scaling state a checkpoint saves, bytes: [`scaling_state_bytes`] of
+/// every low-precision GEMM ([`model_low_gemms`]) on each of the `tp`
+/// tensor-parallel shards (Transformer Engine keeps one state per module
+/// instance, [ref:te-fp8-primer]; data-parallel replicas save it once).
+pub fn checkpoint_scaling_bytes(lp: &LowPrecision, model: &Model, tp: u32) -> f64 {
+    scaling_state_bytes(lp, model_low_gemms(model) * tp as f64)
+}
+
 /// Bytes per token that saving the linears' inputs in the narrow format
 /// removes from a layer's saved activations, split as
 /// [`crate::cost::memory::ActivationTerms`] (replicated, sharded).
