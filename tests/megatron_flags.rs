@@ -1058,12 +1058,20 @@ fn oracle_catches_broken_commands() {
     );
     assert!(megatron_rules(&fp8, &env).0.is_empty());
     expect(
-        set(&del(&fp8, "--use-distributed-optimizer"), "--fp8-param-gather", &[]),
+        set(
+            &del(&fp8, "--use-distributed-optimizer"),
+            "--fp8-param-gather",
+            &[],
+        ),
         &env,
         "D4",
     );
     expect(set(&fp8, "--fp4-format", &["e2m1"]), &env, "D5");
-    expect(set(&fp8, "--fp8-recipe", &["rowwise"]), &env, "--fp8-recipe");
+    expect(
+        set(&fp8, "--fp8-recipe", &["rowwise"]),
+        &env,
+        "--fp8-recipe",
+    );
     expect(
         set(&good, "--num-virtual-stages-per-pipeline-rank", &["3"]),
         &env,

@@ -257,11 +257,11 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads;
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
-    let (copies, scaling) = match &pr.rates.low {
+    let (low, scaling) = match &pr.rates.low {
         Some(lp) => precision::rank_memory(lp, l.zero, &items, lc, model.architecture.hidden),
         None => (0.0, 0.0),
     };
-    mem[MemoryPart::LowPrecisionWeights] = copies + scaling;
+    mem[MemoryPart::LowPrecisionWeights] = low;
     mem[MemoryDetail::ScalingState] = scaling;
     mem[MemoryPart::Activations] = activations;
     mem[MemoryPart::Logits] = logits;

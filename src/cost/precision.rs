@@ -532,8 +532,9 @@ pub fn sp_gather_bytes_factor(lp: &LowPrecision) -> f64 {
 
 /// A pipeline rank's narrow weight copies and scaling state, bytes, from
 /// the items it holds ([`ItemCost::low_params`], [`ItemCost::low_gemms`]):
-/// [`weight_copy_bytes`] (ZeRO-3's gathered unit: two of the larger layer
-/// kind, as [`crate::cost::zero3_unit`]) and [`scaling_state_bytes`].
+/// `(copies + scaling state, scaling state)`, the sum of [`item_bytes`]
+/// over the rank's items plus [`unit_bytes`]. The stage-split problem
+/// (`crate::split`) adds the same two terms.
 pub fn rank_memory(
     lp: &LowPrecision,
     zero: u8,
@@ -541,11 +542,39 @@ pub fn rank_memory(
     lc: &LayerCosts,
     hidden: u64,
 ) -> (f64, f64) {
-    let unit = 2.0 * lc.dense.low_params.max(lc.moe.low_params);
+    let scaling = scaling_state_bytes(lp, items.low_gemms);
     (
-        weight_copy_bytes(lp, items.low_params, unit, zero, hidden as f64),
-        scaling_state_bytes(lp, items.low_gemms),
+        item_bytes(lp, zero, items, hidden) + unit_bytes(lp, zero, lc, hidden),
+        scaling,
     )
+}
+
+/// The part of [`rank_memory`] that grows with the items a rank holds:
+/// Transformer Engine's cached weight copies below ZeRO-3
+/// ([`weight_copy_bytes`]) and every GEMM's scaling state
+/// ([`scaling_state_bytes`]), bytes.
+pub fn item_bytes(lp: &LowPrecision, zero: u8, ic: &ItemCost, hidden: u64) -> f64 {
+    let copies = match (lp.kernels, zero) {
+        (Fp8Kernels::Te, 0..=2) => weight_copy_bytes(lp, ic.low_params, 0.0, zero, hidden as f64),
+        _ => 0.0,
+    };
+    copies + scaling_state_bytes(lp, ic.low_gemms)
+}
+
+/// The part of [`rank_memory`] every rank holds whatever its layers: the
+/// narrow copies of the gathered unit (two of the larger layer kind, as
+/// [`crate::cost::zero3_unit`]) under ZeRO-3 or with torchao, bytes.
+pub fn unit_bytes(lp: &LowPrecision, zero: u8, lc: &LayerCosts, hidden: u64) -> f64 {
+    match (lp.kernels, zero) {
+        (Fp8Kernels::Te, 0..=2) => 0.0,
+        _ => weight_copy_bytes(
+            lp,
+            0.0,
+            2.0 * lc.dense.low_params.max(lc.moe.low_params),
+            zero,
+            hidden as f64,
+        ),
+    }
 }
 
 /// Parameter all-gather volumes when parameters are gathered narrow
