@@ -1239,9 +1239,18 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 ));
             }
             job.flash_attention = !has("no flash");
+            // Megatron-Bridge's performance configs keep and reduce the main
+            // gradients in bf16 (`grad_reduce_in_fp32 = False`,
+            // [ref:megatron-bridge-recipes]): the 2/2/12 recipe.
+            let bf16_grads = engine == Some("megatron-bridge");
+            if bf16_grads {
+                job.recipe = Recipe::ADAM_16B;
+                job.recipe_name = RecipeName::Adam16b;
+            }
             assume.push(format!(
-                "software: Megatron-Core{} — bf16 with fp32 main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
+                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
+                if bf16_grads { "bf16 (grad_reduce_in_fp32 off)" } else { "fp32" },
                 job.overlap_grad_reduce, job.overlap_param_gather
             ));
         }
