@@ -131,6 +131,12 @@ struct JobArgs {
     /// `--fp8-param-gather`, torchtitan's FP8 all-gather).
     #[arg(long)]
     fp8_param_gather: bool,
+    /// MoE: dispatch tokens to the experts in the low-precision format (the
+    /// forward dispatch and the backward gradient all-to-all narrow, the
+    /// combine and its gradient bf16, as DeepSeek-V3 trained); off by
+    /// default.
+    #[arg(long)]
+    fp8_dispatch: bool,
     /// Price attention without flash attention (stores the s×s scores).
     #[arg(long)]
     no_flash_attention: bool,
@@ -657,6 +663,10 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     if a.fp8_param_gather && !a.precision.is_low() {
         bail!("--fp8-param-gather needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
     }
+    if a.fp8_dispatch && !a.precision.is_low() {
+        bail!("--fp8-dispatch needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
+    }
+    job.fp8_dispatch = a.fp8_dispatch;
     job.check()?;
     crate::cost::precision::check(&gpu, &job)?;
     for n in notes {

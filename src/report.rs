@@ -84,20 +84,30 @@ pub fn precision_note(job: &crate::spec::Job) -> String {
     match job.precision {
         Precision::Bf16 => String::new(),
         Precision::Fp8 => format!(
-            "fp8 linears ({} scaling, {} kernels{})",
+            "fp8 linears ({} scaling, {} kernels{}{})",
             job.fp8_recipe,
             job.fp8_kernels,
             if job.fp8_param_gather {
                 ", fp8 parameter gathers"
             } else {
                 ""
+            },
+            if job.fp8_dispatch {
+                ", fp8 MoE dispatch"
+            } else {
+                ""
             }
         ),
         p => format!(
-            "{p} linears ({} kernels{})",
+            "{p} linears ({} kernels{}{})",
             job.fp8_kernels,
             if job.fp8_param_gather {
                 ", narrow parameter gathers"
+            } else {
+                ""
+            },
+            if job.fp8_dispatch {
+                ", narrow MoE dispatch"
             } else {
                 ""
             }

@@ -360,6 +360,10 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         // recomputed forward), over the EP group's links.
         let ep_comm = if moe {
             experts::ep_comm_time(model, tokens, tp, load, l.recompute, pl.ep, &pr.links)
+                * pr.rates
+                    .low
+                    .as_ref()
+                    .map_or(1.0, precision::dispatch_time_factor)
         } else {
             0.0
         };

@@ -119,8 +119,9 @@ impl fmt::Display for RefusalList<'_> {
 ///   express: row-wise FP8 scaling (its `--fp8-recipe` takes `tensorwise`,
 ///   `delayed`, `mxfp8`, `blockwise` or `custom`, [ref:megatron-arguments]),
 ///   torchao's float8 kernels (Megatron runs FP8 through Transformer
-///   Engine), or narrow parameter gathers without the distributed optimizer
-///   or FSDP [D4].
+///   Engine), narrow parameter gathers without the distributed optimizer
+///   or FSDP [D4], or FP8 MoE dispatch (Megatron-LM has it only through the
+///   `ncclep` flex dispatcher with MXFP8 payloads).
 /// - `megatron-moe-bias` [E4]: MoE with linear biases needs ETP = 1.
 /// - `megatron-rank-mapping` [W4]: `--use-tp-pp-dp-mapping` with p > 1
 ///   needs the expert grid's DP equal to the dense DP, N/(ETP·E·p) = D
@@ -177,6 +178,13 @@ pub fn refusals(
                 code: "megatron-precision".into(),
                 message: "the plan is priced with torchao's float8 kernels (torchtitan); Megatron-LM runs low-precision linears through Transformer Engine".into(),
                 remedy: "plan with --fp8-kernels te".into(),
+            });
+        }
+        if job.precision.is_low() && job.fp8_dispatch && model.moe.is_some() {
+            out.push(Refusal {
+                code: "megatron-precision".into(),
+                message: "the plan dispatches MoE tokens in FP8; Megatron-LM does that only through the ncclep flex dispatcher with MXFP8 wire payloads (--moe-dispatch-fwd-dtype mxfp8), which these launch files do not set up".into(),
+                remedy: "plan without --fp8-dispatch".into(),
             });
         }
         if job.precision.is_low() && job.fp8_param_gather && l.zero == 0 {

@@ -189,6 +189,9 @@ pub struct JobInfo {
     /// Parameters all-gathered in the low-precision format.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fp8_param_gather: bool,
+    /// MoE tokens dispatched in the low-precision format.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_dispatch: bool,
 }
 
 /// Mesh sizes. N = D·T·p·C; E and ETP re-slice T·C·D as ETP·E·EDP.
@@ -806,6 +809,7 @@ impl Plan {
                 fp8_recipe: (pr.job.precision == Precision::Fp8).then_some(pr.job.fp8_recipe),
                 fp8_kernels: pr.job.precision.is_low().then_some(pr.job.fp8_kernels),
                 fp8_param_gather: pr.job.precision.is_low() && pr.job.fp8_param_gather,
+                fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
             },
             mesh: MeshInfo {
                 world,

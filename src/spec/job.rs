@@ -333,6 +333,12 @@ pub struct Job {
     /// torchtitan `enable_fsdp_float8_all_gather`); off by default.
     #[serde(default)]
     pub fp8_param_gather: bool,
+    /// MoE token dispatch in the low-precision format: the activations
+    /// entering the experts' up-projections and the gradients entering their
+    /// down-projections cross the all-to-all narrow, the other two
+    /// all-to-alls stay bf16 ([ref:deepseek-v3] §3.3.3); off by default.
+    #[serde(default)]
+    pub fp8_dispatch: bool,
 }
 
 impl Job {
@@ -362,6 +368,7 @@ impl Job {
             fp8_recipe: Fp8Recipe::Delayed,
             fp8_kernels: Fp8Kernels::Te,
             fp8_param_gather: false,
+            fp8_dispatch: false,
         }
     }
 
