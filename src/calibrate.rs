@@ -18,6 +18,11 @@
 //!   nothing about (e.g. `collective.inter` when every run fits in one node)
 //!   stays where it was, and three or four runs suffice.
 //!
+//! Rows with low-precision linears (FP8, MXFP8, NVFP4) are priced with the
+//! profile's `gemm_fp8` / `gemm_fp4`, which the fit keeps fixed (an overlay
+//! may still replace `gemm_fp8`); they inform the efficiencies they share
+//! with bf16 runs.
+//!
 //! The Jacobian is taken by forward differences (step 1e-4 in φ). Fractions
 //! are kept in [0.02, 1], the kernel overhead in [0.1, 200] µs. The fit stops
 //! when the step changes φ by less than 1e-6 or after 100 iterations.

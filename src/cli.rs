@@ -124,8 +124,9 @@ struct JobArgs {
     /// as Megatron-LM, NeMo and Megatron-Bridge: weights cast once per step
     /// and cached with their transposes, linear inputs saved in FP8) or
     /// `torchao` (torchtitan's float8: cast at every use, bf16 inputs saved).
-    #[arg(long, default_value_t = Fp8Kernels::Te, value_parser = NamedParser::<Fp8Kernels>::new())]
-    fp8_kernels: Fp8Kernels,
+    /// Default `te`; with a low-precision `--precision` only.
+    #[arg(long, value_parser = NamedParser::<Fp8Kernels>::new())]
+    fp8_kernels: Option<Fp8Kernels>,
     /// All-gather parameters in the low-precision format under the
     /// distributed optimizer or ZeRO-3/FSDP (Megatron-LM
     /// `--fp8-param-gather`, torchtitan's FP8 all-gather).
@@ -649,7 +650,12 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.moe_imbalance = a.moe_imbalance;
     job.moe_capacity_factor = a.moe_capacity_factor;
     job.precision = a.precision;
-    job.fp8_kernels = a.fp8_kernels;
+    if let Some(k) = a.fp8_kernels {
+        if !a.precision.is_low() {
+            bail!("--fp8-kernels {k} needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
+        }
+        job.fp8_kernels = k;
+    }
     job.fp8_param_gather = a.fp8_param_gather;
     if let Some(r) = a.fp8_recipe {
         if a.precision != Precision::Fp8 {
