@@ -18,6 +18,11 @@
 //!   nothing about (e.g. `collective.inter` when every run fits in one node)
 //!   stays where it was, and three or four runs suffice.
 //!
+//! Rows with low-precision linears (FP8, MXFP8, NVFP4) are priced with the
+//! profile's `gemm_fp8` / `gemm_fp4`, which the fit keeps fixed (an overlay
+//! may still replace `gemm_fp8`); they inform the efficiencies they share
+//! with bf16 runs.
+//!
 //! The Jacobian is taken by forward differences (step 1e-4 in φ). Fractions
 //! are kept in [0.02, 1], the kernel overhead in [0.1, 200] µs. The fit stops
 //! when the step changes φ by less than 1e-6 or after 100 iterations.
@@ -38,6 +43,10 @@ pub struct EfficiencyOverlay {
     /// Replaces `efficiency.gemm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm: Option<f64>,
+    /// Replaces `efficiency.gemm_fp8` (FP8 and MXFP8 GEMMs); not fitted by
+    /// `calibrate`, which prices bf16 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_fp8: Option<f64>,
     /// Replaces `efficiency.attention`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention: Option<f64>,
@@ -139,6 +148,7 @@ impl Overlay {
             ));
         }
         check_frac(file, "efficiency.gemm", self.efficiency.gemm)?;
+        check_frac(file, "efficiency.gemm_fp8", self.efficiency.gemm_fp8)?;
         check_frac(file, "efficiency.attention", self.efficiency.attention)?;
         check_frac(file, "efficiency.memory", self.efficiency.memory)?;
         if let Some(x) = self.efficiency.kernel_overhead_us
@@ -161,6 +171,9 @@ impl Overlay {
         let o = &self.efficiency;
         if let Some(x) = o.gemm {
             e.gemm = x;
+        }
+        if let Some(x) = o.gemm_fp8 {
+            e.gemm_fp8 = Some(x);
         }
         if let Some(x) = o.attention {
             e.attention = x;
@@ -239,6 +252,7 @@ fn overlay_of(gpu: &str, th: &[f64; 6]) -> Overlay {
         source: None,
         efficiency: EfficiencyOverlay {
             gemm: Some(th[0]),
+            gemm_fp8: None,
             attention: Some(th[1]),
             memory: Some(th[2]),
             kernel_overhead_us: Some(th[3]),

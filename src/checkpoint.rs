@@ -52,6 +52,12 @@ pub struct CheckpointPlan {
     pub moments_bytes: f64,
     /// Loss-scaler, step and RNG state of every rank, bytes.
     pub small_state_bytes: f64,
+    /// Scaling state of the low-precision linears (fp32 scales and, for
+    /// delayed scaling, amax histories) on every tensor-parallel shard,
+    /// bytes ([`crate::cost::precision::checkpoint_scaling_bytes`]); absent
+    /// in bf16.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scaling_state_bytes: f64,
     /// Whole checkpoint, bytes.
     pub total_bytes: f64,
     /// Bytes of state the fullest rank owns for the checkpoint: its
@@ -80,6 +86,10 @@ pub struct CheckpointPlan {
     pub steps_between: f64,
     /// Step time of the plan, seconds.
     pub step_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Checkpoint bytes of `params` parameters under a recipe with `weight_bytes`
@@ -125,7 +135,8 @@ pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
 
 /// Checkpoint plan of layout `l` (priced as `eval`) for `pr`.
 ///
-/// Total bytes are `(b_w + b_o)·P + N·16 KiB` with P the model's parameter
+/// Total bytes are `(b_w + b_o)·P + N·16 KiB` (plus the low-precision
+/// scaling state) with P the model's parameter
 /// count (unpadded vocabulary: Megatron's padding to a multiple of 128·T
 /// adds under 0.02% for Llama 3). The per-rank figure uses the pipeline
 /// rank with the most parameters from [`cost::rank_costs`].
@@ -136,7 +147,15 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
         state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
     let n = pr.world as f64;
     let small = n * SMALL_STATE_BYTES_PER_RANK;
-    let total = weights + master + moments + small;
+    // The low-precision recipe's scaling state is saved with the model
+    // ([ref:te-fp8-primer]): every GEMM of every tensor-parallel shard.
+    let scaling = pr
+        .rates
+        .low
+        .as_ref()
+        .map(|lp| cost::precision::checkpoint_scaling_bytes(lp, pr.model, l.tp))
+        .unwrap_or(0.0);
+    let total = weights + master + moments + small + scaling;
     let shard = (l.dp as f64 * l.cp as f64).max(1.0);
     let edp = l.edp().max(1) as f64;
     let mut per_rank: f64 = 0.0;
@@ -155,8 +174,16 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
             };
             w + o
         };
-        let bytes =
-            owned(rc.params, shard) + owned(rc.expert_params, edp) + SMALL_STATE_BYTES_PER_RANK;
+        let rank_scaling = pr
+            .rates
+            .low
+            .as_ref()
+            .map(|lp| cost::precision::scaling_state_bytes(lp, rc.items.low_gemms))
+            .unwrap_or(0.0);
+        let bytes = owned(rc.params, shard)
+            + owned(rc.expert_params, edp)
+            + SMALL_STATE_BYTES_PER_RANK
+            + rank_scaling;
         if bytes > per_rank {
             per_rank = bytes;
             per_rank_stage = rc.rank;
@@ -173,6 +200,7 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
         master_bytes: master,
         moments_bytes: moments,
         small_state_bytes: small,
+        scaling_state_bytes: scaling,
         total_bytes: total,
         per_rank_bytes: per_rank,
         per_rank_stage,

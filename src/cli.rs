@@ -19,7 +19,9 @@ use crate::report::{ExplainReport, Row, SearchReport};
 use crate::rules::Policy;
 use crate::search::{self, Filter, Space, parse_size, parse_switch, parse_zero};
 use crate::spec::GIB;
-use crate::spec::{Catalog, Cluster, Gpu, Job, Model, RecipeName};
+use crate::spec::{
+    Catalog, Cluster, Fp8Kernels, Fp8Recipe, Gpu, Job, Model, Precision, RecipeName,
+};
 use crate::validate;
 use crate::{checkpoint, explain, plot};
 
@@ -111,6 +113,40 @@ struct JobArgs {
     /// (2 + (2 + 4) + 12).
     #[arg(long, default_value_t = RecipeName::Megatron, value_parser = NamedParser::<RecipeName>::new())]
     recipe: RecipeName,
+    /// Number format of the linear-layer GEMMs (QKV, attention output
+    /// projection, FC1, FC2 and experts; forward and both backward GEMMs):
+    /// `bf16`, `fp8` (needs FP8 tensor cores: Hopper, Ada or Blackwell),
+    /// `mxfp8` or `nvfp4` (Blackwell). The attention core, router,
+    /// embedding, output layer, norms and optimizer stay bf16/fp32, and so do
+    /// the master weights and gradients of `--recipe`. MFU stays reported
+    /// against the bf16 peak.
+    #[arg(long, default_value_t = Precision::Bf16, value_parser = NamedParser::<Precision>::new())]
+    precision: Precision,
+    /// FP8 scaling, with `--precision fp8` only: `delayed` (amax history of
+    /// past steps; Megatron-LM's default), `current` (this step's amax per
+    /// tensor; also spelled `tensorwise`), `rowwise` (one scale per row,
+    /// torchao) or `blockwise` (1×128 activation tiles and 128×128 weight
+    /// blocks, as DeepSeek-V3). Default `delayed`.
+    #[arg(long, value_parser = NamedParser::<Fp8Recipe>::new())]
+    fp8_recipe: Option<Fp8Recipe>,
+    /// Library running the low-precision linears: `te` (Transformer Engine,
+    /// as Megatron-LM, NeMo and Megatron-Bridge: weights cast once per step
+    /// and cached with their transposes, linear inputs saved in FP8) or
+    /// `torchao` (torchtitan's float8: cast at every use, bf16 inputs saved).
+    /// Default `te`; with a low-precision `--precision` only.
+    #[arg(long, value_parser = NamedParser::<Fp8Kernels>::new())]
+    fp8_kernels: Option<Fp8Kernels>,
+    /// All-gather parameters in the low-precision format under the
+    /// distributed optimizer or ZeRO-3/FSDP (Megatron-LM
+    /// `--fp8-param-gather`, torchtitan's FP8 all-gather).
+    #[arg(long)]
+    fp8_param_gather: bool,
+    /// MoE: dispatch tokens to the experts in the low-precision format (the
+    /// forward dispatch and the backward gradient all-to-all narrow, the
+    /// combine and its gradient bf16, as DeepSeek-V3 trained); off by
+    /// default.
+    #[arg(long)]
+    fp8_dispatch: bool,
     /// Price attention without flash attention (stores the s×s scores).
     #[arg(long)]
     no_flash_attention: bool,
@@ -632,7 +668,32 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;
     job.moe_capacity_factor = a.moe_capacity_factor;
+    job.precision = a.precision;
+    if let Some(k) = a.fp8_kernels {
+        if !a.precision.is_low() {
+            bail!("--fp8-kernels {k} needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
+        }
+        job.fp8_kernels = k;
+    }
+    job.fp8_param_gather = a.fp8_param_gather;
+    if let Some(r) = a.fp8_recipe {
+        if a.precision != Precision::Fp8 {
+            bail!(
+                "--fp8-recipe {r} applies to --precision fp8 only, and this job's precision is {} (mxfp8 and nvfp4 fix their own block scaling)",
+                a.precision
+            );
+        }
+        job.fp8_recipe = r;
+    }
+    if a.fp8_param_gather && !a.precision.is_low() {
+        bail!("--fp8-param-gather needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
+    }
+    if a.fp8_dispatch && !a.precision.is_low() {
+        bail!("--fp8-dispatch needs a low-precision --precision (fp8, mxfp8 or nvfp4)");
+    }
+    job.fp8_dispatch = a.fp8_dispatch;
     job.check()?;
+    crate::cost::precision::check(&gpu, &job)?;
     for n in notes {
         let _ = writeln!(std::io::stderr(), "{n}");
     }

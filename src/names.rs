@@ -99,7 +99,7 @@ pub fn parse<T: Named>(text: &str) -> Result<T, UnknownName> {
 mod tests {
     use super::*;
     use crate::layout::{CpComm, RankOrder, Recompute};
-    use crate::spec::RecipeName;
+    use crate::spec::{Fp8Kernels, Fp8Recipe, Precision, RecipeName};
 
     /// Every printed name parses back to its value, for every type.
     fn round_trip<T: Named + fmt::Debug + std::str::FromStr + fmt::Display>()
@@ -121,6 +121,9 @@ mod tests {
         round_trip::<RankOrder>();
         round_trip::<CpComm>();
         round_trip::<RecipeName>();
+        round_trip::<Precision>();
+        round_trip::<Fp8Recipe>();
+        round_trip::<Fp8Kernels>();
     }
 
     #[test]
@@ -142,5 +145,19 @@ mod tests {
         assert_eq!(json, "\"adam-16b\"");
         let old: RecipeName = serde_json::from_str("\"seed\"").unwrap();
         assert_eq!(old, RecipeName::Adam16b);
+        // torchtitan's and Megatron's `tensorwise` is current scaling, and is
+        // not listed.
+        assert_eq!(
+            parse::<Fp8Recipe>("tensorwise").unwrap(),
+            Fp8Recipe::Current
+        );
+        assert_eq!(
+            expected::<Fp8Recipe>(),
+            "delayed, current, rowwise or blockwise"
+        );
+        assert_eq!(
+            parse::<Precision>("fp4").unwrap_err().to_string(),
+            "`fp4` is not a GEMM precision; use bf16, fp8, mxfp8 or nvfp4"
+        );
     }
 }

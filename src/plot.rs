@@ -394,10 +394,13 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
     Ok(())
 }
 
-const PART_COLORS: [RGBColor; 6] = [
+const PART_COLORS: [RGBColor; 7] = [
     RGBColor(78, 121, 167),
     RGBColor(242, 142, 43),
     RGBColor(225, 87, 89),
+    // The low-precision weight copies (zero in bf16), so the later parts
+    // keep their colours.
+    RGBColor(176, 122, 161),
     RGBColor(118, 183, 178),
     RGBColor(89, 161, 79),
     RGBColor(237, 201, 72),

@@ -37,6 +37,14 @@ pub struct Context {
     pub memory_gib: f64,
     /// Dense bf16 peak used for MFU, TFLOP/s per GPU.
     pub peak_tflops: f64,
+    /// Precision of the linear GEMMs (`bf16`, `fp8`, `mxfp8`, `nvfp4`).
+    pub precision: String,
+    /// The precision recipe in words, e.g. `fp8 linears (delayed scaling,
+    /// te kernels)`; empty for bf16.
+    pub precision_note: String,
+    /// Dense peak of that precision, TFLOP/s per GPU (the denominator of
+    /// `mfu_own_peak`; the bf16 peak for bf16).
+    pub precision_peak_tflops: f64,
     /// FLOP convention of the reported TFLOP/s and MFU.
     pub flop_convention: &'static str,
 }
@@ -55,12 +63,56 @@ impl Context {
             usable_gib: pr.usable_bytes() / GIB,
             memory_gib: pr.gpu.memory_gib,
             peak_tflops: pr.gpu.peak_tflops_bf16,
+            precision: pr.job.precision.to_string(),
+            precision_note: precision_note(pr.job),
+            precision_peak_tflops: crate::cost::precision::dense_peak_tflops(
+                pr.gpu,
+                pr.job.precision,
+            ),
             flop_convention: if pr.model.moe.is_some() {
                 "model FLOPs (Megatron num_floating_point_operations; MoE counts active parameters only; recompute not counted)"
             } else {
                 "model FLOPs (Megatron num_floating_point_operations; recompute not counted)"
             },
         }
+    }
+}
+
+/// The low-precision recipe of `job` in words (empty for bf16):
+/// `fp8 linears (delayed scaling, te kernels)`.
+pub fn precision_note(job: &crate::spec::Job) -> String {
+    use crate::spec::Precision;
+    match job.precision {
+        Precision::Bf16 => String::new(),
+        Precision::Fp8 => format!(
+            "fp8 linears ({} scaling, {} kernels{}{})",
+            job.fp8_recipe,
+            job.fp8_kernels,
+            if job.fp8_param_gather {
+                ", fp8 parameter gathers"
+            } else {
+                ""
+            },
+            if job.fp8_dispatch {
+                ", fp8 MoE dispatch"
+            } else {
+                ""
+            }
+        ),
+        p => format!(
+            "{p} linears ({} kernels{}{})",
+            job.fp8_kernels,
+            if job.fp8_param_gather {
+                ", narrow parameter gathers"
+            } else {
+                ""
+            },
+            if job.fp8_dispatch {
+                ", narrow MoE dispatch"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
@@ -167,7 +219,10 @@ pub fn within_band(rows: &[Row]) -> Option<usize> {
 /// The trust record of layout `l`, priced as `e`, on problem `pr`: its
 /// regime's band and its MFU against the measured envelope.
 pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
-    let regime = Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some());
+    let regime = Regime {
+        precision: crate::trust::precision_class(pr.job.precision),
+        ..Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some())
+    };
     let record = Record::shipped();
     Trust {
         envelope: record.envelope(&regime, e.mfu),

@@ -31,7 +31,8 @@ const TABLE: &str = include_str!("../tests/data/published-dev-v2.csv");
 pub struct Regime {
     /// GPU class: the profile name up to its first `-` (`a100`, `h100`).
     pub gpu: String,
-    /// `16-bit` (bf16 or fp16 GEMMs) or `fp8`.
+    /// `16-bit` (bf16 or fp16 GEMMs), `fp8`, `mxfp8` or `nvfp4`
+    /// ([`precision_class`]).
     pub precision: &'static str,
     /// ZeRO band: `0–1`, `2` or `3`.
     pub zero: &'static str,
@@ -97,6 +98,12 @@ impl Regime {
             _ => value.to_string(),
         }
     }
+}
+
+/// Precision class of a job: `16-bit` (bf16 or fp16 GEMMs) or the
+/// low-precision format of its linears (`fp8`, `mxfp8`, `nvfp4`).
+pub fn precision_class(p: crate::spec::Precision) -> &'static str {
+    if p.is_low() { p.as_str() } else { "16-bit" }
 }
 
 /// GPU class of a profile name: up to its first `-` (`a100-80g` → `a100`).
@@ -295,10 +302,7 @@ impl Record {
             let Some(error) = r.speed_error else {
                 continue;
             };
-            let precision = match row.run.precision {
-                Some(validate::Precision::LowPrecision) => "fp8",
-                _ => "16-bit",
-            };
+            let precision = precision_class(case.job.precision);
             let model_flops = matches!(
                 case.convention,
                 validate::FlopConvention::Megatron | validate::FlopConvention::Korthikanti

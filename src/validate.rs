@@ -41,6 +41,7 @@ use crate::error::InputError;
 use crate::layout::{Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
+use crate::spec::{Fp8Kernels, Fp8Recipe};
 
 /// Columns of the measurement CSV, in the order of `published-dev.csv`.
 pub const COLUMNS: [&str; 27] = [
@@ -122,8 +123,18 @@ pub enum Precision {
     Fp16,
     /// bf16.
     Bf16,
-    /// fp8, mxfp8 or nvfp4: not priced yet.
-    LowPrecision,
+    /// fp8, mxfp8 or nvfp4 linear GEMMs ([`crate::cost::precision`]).
+    Low(crate::spec::Precision),
+}
+
+/// Scaling recipe of a low-precision row (`fp8_recipe` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RowRecipe {
+    /// An FP8 recipe (`delayed`, `current` = `tensorwise`, `rowwise`,
+    /// `blockwise`).
+    Fp8(crate::spec::Fp8Recipe),
+    /// MX block scaling (`mx`): the row's precision is MXFP8.
+    Mx,
 }
 
 /// What a row's `measured_mem_gb` is (`mem_kind` column).
@@ -158,8 +169,8 @@ pub struct RunColumns {
     pub etp: Option<u32>,
     /// GEMM precision.
     pub precision: Option<Precision>,
-    /// FP8 scaling recipe as written.
-    pub fp8_recipe: Option<String>,
+    /// FP8 scaling recipe (`tensorwise` read as current scaling).
+    pub fp8_recipe: Option<RowRecipe>,
     /// ZeRO / FSDP stage 0–3.
     pub zero: Option<u8>,
     /// Training software as written.
@@ -529,12 +540,22 @@ fn parse_row(c: &Cells) -> Result<MeasuredRow, InputError> {
             &[
                 ("fp16", Precision::Fp16),
                 ("bf16", Precision::Bf16),
-                ("fp8", Precision::LowPrecision),
-                ("mxfp8", Precision::LowPrecision),
-                ("nvfp4", Precision::LowPrecision),
+                ("fp8", Precision::Low(crate::spec::Precision::Fp8)),
+                ("mxfp8", Precision::Low(crate::spec::Precision::Mxfp8)),
+                ("nvfp4", Precision::Low(crate::spec::Precision::Nvfp4)),
             ],
         )?,
-        fp8_recipe: c.opt_text("fp8_recipe"),
+        fp8_recipe: c.choice(
+            "fp8_recipe",
+            &[
+                ("delayed", RowRecipe::Fp8(Fp8Recipe::Delayed)),
+                ("current", RowRecipe::Fp8(Fp8Recipe::Current)),
+                ("tensorwise", RowRecipe::Fp8(Fp8Recipe::Current)),
+                ("rowwise", RowRecipe::Fp8(Fp8Recipe::Rowwise)),
+                ("blockwise", RowRecipe::Fp8(Fp8Recipe::Blockwise)),
+                ("mx", RowRecipe::Mx),
+            ],
+        )?,
         zero: c.choice("zero", &[("0", 0u8), ("1", 1), ("2", 2), ("3", 3)])?,
         engine: c.opt_text("engine").map(|e| e.to_ascii_lowercase()),
         gpu_type: c.opt_text("gpu_type").map(|g| g.to_ascii_lowercase()),
@@ -704,6 +725,11 @@ pub enum FlopConvention {
     Megatron,
     /// Model FLOPs plus the recomputed forward (hardware FLOPs, HFU).
     Hardware,
+    /// NeMo's model FLOPs: Megatron's, but the attention core counted over
+    /// the full `s×s` score matrix, not halved for the causal mask
+    /// (`12·s·h` per layer and token; NVIDIA/NeMo `nemo/utils/flops_formulas.py`
+    /// [ref:nemo-flops], the "Model TFLOP/sec/GPU" of its performance tables).
+    NemoFullAttention,
 }
 
 impl FlopConvention {
@@ -714,6 +740,9 @@ impl FlopConvention {
             FlopConvention::Korthikanti => "Korthikanti model FLOPs (72·B·s·L·h²·(1+s/6h+V/12Lh))",
             FlopConvention::Megatron => "Megatron num_floating_point_operations (model FLOPs)",
             FlopConvention::Hardware => "model FLOPs + recomputed forward (hardware FLOPs)",
+            FlopConvention::NemoFullAttention => {
+                "NeMo flops_formulas (model FLOPs, causal attention not halved)"
+            }
         }
     }
 
@@ -735,6 +764,12 @@ impl FlopConvention {
             FlopConvention::Hardware => {
                 compute::model_flops_per_step(model, b, s)
                     + compute::recompute_flops_per_step(model, b, s, recompute, job.flash_attention)
+            }
+            FlopConvention::NemoFullAttention => {
+                // Megatron's count plus the causal half of the attention core
+                // it leaves out: 3 passes · L · B · (QKᵀ + A·V)/2.
+                compute::model_flops_per_step(model, b, s)
+                    + 3.0 * l * b * compute::attention_core_flops(model, s, s)
             }
         }
     }
@@ -993,13 +1028,6 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let mut assume: Vec<String> = Vec::new();
     let notes = &row.notes;
 
-    // --- Precision: FP8 and narrower are not modelled yet; never priced as bf16.
-    if run.precision == Some(Precision::LowPrecision) {
-        return Err(Unpriced::new(
-            "fp8 not modelled yet",
-            "fp8 not modelled yet: FP8/MXFP8/NVFP4 GEMMs are not priced (issue 14), and a low-precision run is not priced as bf16",
-        ));
-    }
     if run.arch == Some(Arch::Unmodelled) && run.card.is_none() {
         return Err(Unpriced::new(
             "arch: not modelled without a card",
@@ -1196,10 +1224,33 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.overlap_grad_reduce = has("--overlap-grad-reduce") || fam == Family::Other;
             job.overlap_param_gather = has("--overlap-param-gather") || fam == Family::Other;
             job.tp_comm_overlap = has("--tp-comm-overlap");
+            if matches!(engine, Some("nemo" | "megatron-bridge"))
+                && row.tp > 1
+                && run.tp_comm_overlap.is_none()
+                && row.sp.as_deref() != Some("no")
+            {
+                // The vendors' performance recipes run TP with sequence
+                // parallelism and userbuffers TP overlap
+                // ([ref:megatron-bridge-recipes]).
+                job.tp_comm_overlap = true;
+                assume.push(format!(
+                    "tp_comm_overlap: on (not stated; {} performance recipes overlap TP communication when TP > 1, with sequence parallelism)",
+                    engine.unwrap_or_default()
+                ));
+            }
             job.flash_attention = !has("no flash");
+            // Megatron-Bridge's performance configs keep and reduce the main
+            // gradients in bf16 (`grad_reduce_in_fp32 = False`,
+            // [ref:megatron-bridge-recipes]): the 2/2/12 recipe.
+            let bf16_grads = engine == Some("megatron-bridge");
+            if bf16_grads {
+                job.recipe = Recipe::ADAM_16B;
+                job.recipe_name = RecipeName::Adam16b;
+            }
             assume.push(format!(
-                "software: Megatron-Core{} — bf16 with fp32 main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
+                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
+                if bf16_grads { "bf16 (grad_reduce_in_fp32 off)" } else { "fp32" },
                 job.overlap_grad_reduce, job.overlap_param_gather
             ));
         }
@@ -1211,6 +1262,90 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             assume.push("async TP: priced as TP communication overlapped with the GEMMs (--tp-comm-overlap)".into());
         }
         _ => {}
+    }
+
+    // --- Precision of the linear GEMMs (`precision`, `fp8_recipe`).
+    if let Some(Precision::Low(p)) = run.precision {
+        use crate::spec::Precision as P;
+        let torchao = engine == Some("torchtitan");
+        job.precision = p;
+        job.fp8_kernels = if torchao {
+            Fp8Kernels::Torchao
+        } else {
+            Fp8Kernels::Te
+        };
+        match (p, run.fp8_recipe) {
+            (P::Fp8, Some(RowRecipe::Fp8(r))) => job.fp8_recipe = r,
+            (P::Fp8, Some(RowRecipe::Mx)) => {
+                return Err(Unpriced::new(
+                    "fp8_recipe: mx with precision fp8",
+                    "fp8_recipe `mx` is MX block scaling, but precision says fp8 (write mxfp8)",
+                ));
+            }
+            (P::Fp8, None) => {
+                let deepseek =
+                    engine == Some("other") && run.card.as_deref() == Some("deepseek-v3");
+                let (r, why) = if torchao {
+                    (
+                        Fp8Recipe::Current,
+                        "torchtitan's float8 default, tensorwise",
+                    )
+                } else if deepseek {
+                    (
+                        Fp8Recipe::Blockwise,
+                        "DeepSeek-V3's own recipe, 1×128 tiles and 128×128 blocks, arXiv 2412.19437 §3.3.2",
+                    )
+                } else if engine == Some("megatron-bridge") {
+                    (
+                        Fp8Recipe::Current,
+                        // [ref:megatron-bridge-recipes]
+                        "Megatron-Bridge's default fp8_recipe, tensorwise",
+                    )
+                } else {
+                    (
+                        Fp8Recipe::Delayed,
+                        "Megatron-LM's and Transformer Engine's default",
+                    )
+                };
+                job.fp8_recipe = r;
+                assume.push(format!("fp8_recipe: {r} (not stated; {why})"));
+            }
+            (_, Some(RowRecipe::Fp8(r))) => {
+                return Err(Unpriced::new(
+                    "fp8_recipe: not for this precision",
+                    format!(
+                        "fp8_recipe `{r}` is an FP8 recipe, but precision says {p} (which fixes its own block scaling)"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        job.fp8_param_gather = has("fp8 all-gather") || has("--fp8-param-gather");
+        crate::cost::precision::check(&gpu, &job)
+            .map_err(|e| Unpriced::new("precision: not on this GPU", e.to_string()))?;
+        assume.push(format!(
+            "precision: {p} linears{} by {}, weights {}{}",
+            if p == P::Fp8 {
+                format!(" ({} scaling)", job.fp8_recipe)
+            } else {
+                String::new()
+            },
+            if torchao {
+                "torchao float8 (torchtitan)"
+            } else {
+                "Transformer Engine"
+            },
+            if torchao {
+                "cast at every use, bf16 inputs saved"
+            } else {
+                "cast once per step and cached, FP8 inputs saved"
+            },
+            if job.fp8_param_gather {
+                ", parameters all-gathered in FP8"
+            } else {
+                ""
+            }
+        ));
     }
 
     // --- Layout.
@@ -1345,6 +1480,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         (Family::Nar21 | Family::Bloom, _) => FlopConvention::NarayananEq3,
         _ if notes.contains("Eq.3") => FlopConvention::NarayananEq3,
         (_, Some(true)) => FlopConvention::Hardware,
+        _ if engine == Some("nemo") => FlopConvention::NemoFullAttention,
         _ => FlopConvention::Megatron,
     };
     if convention == FlopConvention::NarayananEq3 && recompute != Recompute::Full {
@@ -1756,7 +1892,7 @@ impl Regime {
             precision: match case.row.run.precision {
                 Some(Precision::Fp16) => "fp16",
                 Some(Precision::Bf16) => "bf16",
-                Some(Precision::LowPrecision) => "fp8",
+                Some(Precision::Low(p)) => p.as_str(),
                 None => match case.family {
                     Family::Nar21 | Family::Kor22 => "fp16",
                     _ => "bf16",

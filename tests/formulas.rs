@@ -156,6 +156,7 @@ fn unfused_attention_off_the_tensor_core_alignment() {
         hbm: 1e12,
         overhead: 0.0,
         attn_flops_misaligned: 1e14,
+        low: None,
     };
     let slow = Rates {
         attn_flops_misaligned: 1e12,

@@ -10,7 +10,7 @@
 //! (2) every Megatron argument check that applies to these flags holds,
 //! implemented here from the conditions listed in `docs/references.md`
 //! ("Rule codes": W1, W3, W4, B1, B3, B4, T1–T7, T9, T11, C1, E1, E2, E4,
-//! P1–P16, R1–R3, D1–D3, D5, D8, D12), and so do the renderer rules of
+//! P1–P16, R1–R3, D1–D5, D8, D12), and so do the renderer rules of
 //! [ref:megatron-arguments] (no dead or ignored flags);
 //! (3) the layer ranges Megatron would build from the flags equal the
 //! plan file's stages, and the sizes equal the plan's mesh.
@@ -617,6 +617,58 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
         );
     }
     check(!(f.has("--fp16") && f.has("--bf16")), "D5: fp16 and bf16");
+    // Low precision (choices and checks of [ref:megatron-arguments] and
+    // `TransformerConfig`): FP4 and FP8 exclude each other [D5]; a recipe
+    // or an amax setting without its format is dead; narrow parameter
+    // gathers need the distributed optimizer or FSDP [D4] and their format.
+    check(
+        one_of("--fp8-format", &["e4m3", "hybrid"]),
+        "--fp8-format value",
+    );
+    check(
+        one_of(
+            "--fp8-recipe",
+            &["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
+        ),
+        "--fp8-recipe value",
+    );
+    check(
+        one_of("--fp8-amax-compute-algo", &["most_recent", "max"]),
+        "--fp8-amax-compute-algo value",
+    );
+    check(one_of("--fp4-format", &["e2m1"]), "--fp4-format value");
+    check(
+        one_of("--fp4-recipe", &["nvfp4", "custom"]),
+        "--fp4-recipe value",
+    );
+    check(
+        !(f.has("--fp8-format") && f.has("--fp4-format")),
+        "D5: fp4 together with fp8",
+    );
+    for (dep, format) in [
+        ("--fp8-recipe", "--fp8-format"),
+        ("--fp8-amax-history-len", "--fp8-format"),
+        ("--fp8-amax-compute-algo", "--fp8-format"),
+        ("--fp8-param-gather", "--fp8-format"),
+        ("--fp4-recipe", "--fp4-format"),
+        ("--fp4-param-gather", "--fp4-format"),
+    ] {
+        check(
+            !f.has(dep) || f.has(format),
+            &format!("renderer: {dep} without {format} is dead"),
+        );
+    }
+    if f.has("--fp8-param-gather") || f.has("--fp4-param-gather") {
+        check(
+            do_ || fsdp,
+            "D4: narrow parameter gathers need the distributed optimizer or FSDP",
+        );
+    }
+    check(
+        f.int("--fp8-amax-history-len").is_none()
+            || f.str("--fp8-recipe").unwrap_or("delayed") == "delayed",
+        "renderer: --fp8-amax-history-len outside delayed scaling is dead",
+    );
     (bad, d)
 }
 
@@ -865,6 +917,48 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
             l.recompute = Recompute::Full;
         }),
     ));
+    // Low-precision recipes (issue 14): FP8 delayed, current with FP8
+    // parameter gathers, block-wise on H100; MXFP8 and NVFP4 on B200.
+    let fp8 = |cluster: &str, f: &dyn Fn(&mut Setup)| {
+        let mut s = Setup::new("70b", cluster, None);
+        s.job.precision = meshplan::spec::Precision::Fp8;
+        f(&mut s);
+        s
+    };
+    use meshplan::spec::{Fp8Recipe, Precision};
+    let low = [
+        ("70b fp8 delayed T4 p4 SP", fp8("dgx-h100-64", &|_| {})),
+        (
+            "70b fp8 current, fp8 param gather",
+            fp8("dgx-h100-64", &|s| {
+                s.job.fp8_recipe = Fp8Recipe::Current;
+                s.job.fp8_param_gather = true;
+            }),
+        ),
+        (
+            "70b fp8 blockwise",
+            fp8("dgx-h100-64", &|s| s.job.fp8_recipe = Fp8Recipe::Blockwise),
+        ),
+        (
+            "70b mxfp8 on B200",
+            fp8("dgx-b200-64", &|s| s.job.precision = Precision::Mxfp8),
+        ),
+        (
+            "70b nvfp4 on B200, fp4 param gather",
+            fp8("dgx-b200-64", &|s| {
+                s.job.precision = Precision::Nvfp4;
+                s.job.fp8_param_gather = true;
+            }),
+        ),
+    ];
+    let low_layout = with(Layout::dense(4, 4, 4, 1), |l| {
+        l.sp = true;
+        l.recompute = Recompute::Selective;
+        l.zero = 2;
+    });
+    for (name, s) in &low {
+        cases.push((name.to_string(), s, low_layout.clone()));
+    }
     // Best layouts of other catalog entries, when a search finds one.
     let extra = [
         Setup::new("mixtral-8x7b", "dgx64", None),
@@ -955,6 +1049,29 @@ fn oracle_catches_broken_commands() {
         "C1",
     );
     expect(set(&good, "--seq-length", &["8196"]), &env, "T6");
+    // Low precision: narrow gathers without the distributed optimizer [D4],
+    // FP4 with FP8 [D5], a recipe Megatron does not know.
+    let fp8 = set(
+        &set(&good, "--fp8-format", &["hybrid"]),
+        "--fp8-recipe",
+        &["tensorwise"],
+    );
+    assert!(megatron_rules(&fp8, &env).0.is_empty());
+    expect(
+        set(
+            &del(&fp8, "--use-distributed-optimizer"),
+            "--fp8-param-gather",
+            &[],
+        ),
+        &env,
+        "D4",
+    );
+    expect(set(&fp8, "--fp4-format", &["e2m1"]), &env, "D5");
+    expect(
+        set(&fp8, "--fp8-recipe", &["rowwise"]),
+        &env,
+        "--fp8-recipe",
+    );
     expect(
         set(&good, "--num-virtual-stages-per-pipeline-rank", &["3"]),
         &env,

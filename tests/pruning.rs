@@ -83,3 +83,13 @@ fn the_bound_prunes_something() {
     let r = search(&pr, &Space::default());
     assert!(r.stats.pruned > 0);
 }
+
+#[test]
+fn pruned_equals_brute_force_70b_fp8_on_32() {
+    // FP8 linears (issue 14): the weight copies add memory the bounds leave
+    // out; the bounds stay lower bounds, so nothing the brute force keeps is
+    // pruned.
+    let mut job = Job::new(256, 4096);
+    job.precision = meshplan::spec::Precision::Fp8;
+    compare("70b", "dgx-h100-64", 32, job);
+}

@@ -42,10 +42,12 @@ fn rel(a: f64, b: f64) -> f64 {
 /// Per-rank time and peak memory of a split priced from the item vector
 /// equal what `cost::rank_costs` gives for the layout with that split
 /// (dense, MoE with a dense prefix, all-MoE, interleaved, every ZeRO stage,
-/// CP, no flash attention).
+/// CP, no flash attention, and FP8 linears with their weight copies and
+/// scaling state: Transformer Engine below and at ZeRO-3, torchao).
 #[test]
 fn item_vector_agrees_with_rank_costs() {
-    let cases: Vec<(&str, &str, Option<u64>, Layout)> = vec![
+    use meshplan::spec::{Fp8Kernels, Precision};
+    let mut cases: Vec<(&str, &str, Option<u64>, Layout)> = vec![
         (
             "70b",
             "dgx64",
@@ -95,9 +97,43 @@ fn item_vector_agrees_with_rank_costs() {
             layout(2, 4, 8, 1, 1, 3, 1, Recompute::Selective, 2, true),
         ),
     ];
+    // FP8 cases, told apart by the cluster name's `+fp8` / `+torchao` tag.
+    cases.extend([
+        (
+            "70b",
+            "dgx-h100-64+fp8",
+            None,
+            layout(4, 2, 4, 2, 1, 1, 1, Recompute::None, 1, true),
+        ),
+        (
+            "70b",
+            "dgx-h100-64+fp8",
+            None,
+            layout(4, 4, 4, 1, 1, 1, 1, Recompute::Selective, 3, true),
+        ),
+        (
+            "70b",
+            "dgx-h100-64+torchao",
+            None,
+            layout(4, 2, 4, 2, 1, 1, 1, Recompute::None, 3, true),
+        ),
+        (
+            "deepseek-v3",
+            "h800-2048+fp8",
+            None,
+            layout(32, 2, 32, 1, 8, 1, 1, Recompute::None, 1, true),
+        ),
+    ]);
     let mut checked = 0;
     for (m, c, w, l) in cases {
-        let s = Setup::new(m, c, w);
+        let (c, tag) = c.split_once('+').unwrap_or((c, ""));
+        let mut s = Setup::new(m, c, w);
+        if !tag.is_empty() {
+            s.job.precision = Precision::Fp8;
+            if tag == "torchao" {
+                s.job.fp8_kernels = Fp8Kernels::Torchao;
+            }
+        }
         let mut pr = s.problem();
         let job_noflash;
         if m == "gpt3-175b" && l.vpp == 1 {

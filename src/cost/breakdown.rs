@@ -137,6 +137,11 @@ parts! {
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
             "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
+        /// Casts of the low-precision linears' operands to FP8/FP4 on the
+        /// slowest stage: reads, amax passes, transposed copies and scale
+        /// factors on HBM (zero in bf16).
+        LowPrecisionCast => ("low_precision_cast", "FP8/FP4 casts (cast, transpose, amax)",
+            "src/cost/precision.rs: linear_cast_bytes, cast_bytes, weight_casts", "te-fp8-primer"),
         /// Idle time of the slowest stage while the pipeline fills and drains.
         Bubble => ("bubble", "pipeline bubble",
             "src/cost/schedule.rs: pipeline_time_of", "narayanan-2021"),
@@ -182,6 +187,11 @@ parts! {
         /// Optimizer state (fp32 master weights, Adam moments).
         Optimizer => ("optimizer", "optimizer",
             "src/cost/memory.rs: model_states", "rajbhandari-2020"),
+        /// Narrow (FP8/FP4) copies of the low-precision linears' weights and
+        /// their transposes kept between forward and backward, and the
+        /// scaling state (zero in bf16).
+        LowPrecisionWeights => ("low_precision_weights", "FP8/FP4 weight copies",
+            "src/cost/precision.rs: weight_copy_bytes, scaling_state_bytes", "te-fp8-primer"),
         /// Saved activations of the micro-batches in flight.
         Activations => ("activations", "activations",
             "src/cost/memory.rs: layer_activation_bytes, in_flight", "korthikanti-2022"),
@@ -220,6 +230,10 @@ parts! {
         /// Context-parallel K/V exchange buffers, inside temporaries.
         CpBuffers => ("cp_buffers", "CP K/V buffers",
             "src/cost/cp.rs: buffer_bytes", "liu-2023"),
+        /// Scales and amax histories of the low-precision tensors, inside
+        /// the FP8/FP4 weight copies; saved in checkpoints.
+        ScalingState => ("scaling_state", "scaling state (scales, amax history)",
+            "src/cost/precision.rs: scaling_state_bytes", "te-fp8-primer"),
     }
 }
 
@@ -234,6 +248,7 @@ impl MemoryDetail {
                 MemoryPart::Activations
             }
             MemoryDetail::DispatchBuffers | MemoryDetail::CpBuffers => MemoryPart::Temporaries,
+            MemoryDetail::ScalingState => MemoryPart::LowPrecisionWeights,
         }
     }
 }

@@ -11,8 +11,9 @@
 //! residuals, activation functions, dropout, rotary) is bytes over HBM.
 //! Backward GEMMs are 2× forward (input and weight gradients).
 
+use crate::cost::precision::{self, LowPrecision};
 use crate::layout::Recompute;
-use crate::spec::{Gpu, Model};
+use crate::spec::{Gpu, Job, Model};
 
 /// Rates of one GPU in SI units with efficiencies applied.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,6 +29,9 @@ pub struct Rates {
     /// Sustained rate of unfused attention when the head dimension is not a
     /// multiple of 8 elements, FLOP/s (`attn_flops · misaligned_attention`).
     pub attn_flops_misaligned: f64,
+    /// The linear-layer GEMMs in a narrower format than bf16 (FP8, MXFP8,
+    /// NVFP4) with their rate and casts; `None` = bf16 like every other GEMM.
+    pub low: Option<LowPrecision>,
 }
 
 impl Rates {
@@ -42,6 +46,22 @@ impl Rates {
             attn_flops_misaligned: peak
                 * gpu.efficiency.attention
                 * gpu.efficiency.misaligned_attention,
+            low: None,
+        }
+    }
+
+    /// Rates of `gpu` for `job`: [`Rates::of`] with the linear GEMMs in the
+    /// job's precision ([`LowPrecision::of`]). A job whose precision the GPU
+    /// cannot run is refused by [`precision::check`] before any pricing;
+    /// should one reach here anyway, its linear GEMMs are priced at
+    /// 1 FLOP/s (never at the bf16 rate).
+    pub fn for_job(gpu: &Gpu, job: &Job) -> Rates {
+        Rates {
+            low: match LowPrecision::of(gpu, job) {
+                Ok(low) => low,
+                Err(_) => Some(LowPrecision::unusable(job)),
+            },
+            ..Rates::of(gpu)
         }
     }
 }
@@ -54,6 +74,117 @@ pub fn gemm_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
     let flops = 2.0 * m * n * k;
     let bytes = 2.0 * (m * k + k * n + m * n);
     (flops / r.gemm_flops).max(bytes / r.hbm) + r.overhead
+}
+
+/// One linear-layer GEMM of a layer on one rank and micro-batch,
+/// `[m×k]·[k×n]` in forward: QKV (or MLA's projections), the attention
+/// output projection, FC1, FC2, and the routed experts' FC1 and FC2. These
+/// are the GEMMs a low-precision recipe narrows; the router, the attention
+/// core and the output layer are not among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Linear {
+    /// Rows (tokens, or routed token-expert pairs).
+    pub m: f64,
+    /// Output columns on this rank.
+    pub n: f64,
+    /// Contraction on this rank.
+    pub k: f64,
+    /// A routed-expert GEMM.
+    pub expert: bool,
+    /// Column-parallel under SP: the input arrives by the SP all-gather (its
+    /// local shard is `m/T` rows).
+    pub gathered_input: bool,
+    /// Row-parallel under SP: the output gradient arrives by the SP
+    /// all-gather in backward.
+    pub gathered_grad: bool,
+}
+
+/// The linear GEMMs of one layer on one rank (see [`layer_forward`] for the
+/// shapes), at most six; the second value is how many are used.
+pub fn linear_gemms(
+    model: &Model,
+    sh: &LayerShape,
+    moe: bool,
+    moe_pairs_per_rank: f64,
+    expert_etp: f64,
+) -> ([Linear; 6], usize) {
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let t = sh.tp;
+    let tok = sh.tokens;
+    let mut out = [Linear::default(); 6];
+    let mut n = 0;
+    let mut push = |lin: Linear| {
+        out[n] = lin;
+        n += 1;
+    };
+    let col = |m: f64, n: f64, k: f64| Linear {
+        m,
+        n,
+        k,
+        gathered_input: sh.sp,
+        ..Linear::default()
+    };
+    let row = |m: f64, n: f64, k: f64| Linear {
+        m,
+        n,
+        k,
+        gathered_grad: sh.sp,
+        ..Linear::default()
+    };
+    // Attention projections. Non-MLA: QKV [tok × h]·[h × (q+2kv)/T], output
+    // [tok × q/T]·[q/T × h]. MLA: one GEMM of the same FLOPs.
+    if model.mla.is_some() {
+        push(col(tok, model.attention_params() / h / t, h));
+    } else {
+        let q = model.q_width() as f64;
+        let kv_local = if (a.kv_heads as f64) < t {
+            model.head_dim() as f64
+        } else {
+            model.kv_width() as f64 / t
+        };
+        push(col(tok, q / t + 2.0 * kv_local, h));
+        push(row(tok, h, q / t));
+    }
+    // MLP (dense) or shared experts (MoE).
+    let mats = if a.gated_mlp { 2.0 } else { 1.0 };
+    let ffn = if moe {
+        model
+            .moe
+            .as_ref()
+            .map(|m| m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64)
+            .unwrap_or(0.0)
+    } else {
+        a.ffn as f64
+    };
+    if ffn > 0.0 {
+        push(col(tok, mats * ffn / t, h));
+        push(row(tok, h, ffn / t));
+    }
+    // Routed experts: the rank's token-expert pairs through fc1 and fc2 of
+    // width expert_ffn / ETP.
+    if moe && let Some(m) = &model.moe {
+        let f = m.expert_ffn as f64 / expert_etp;
+        let expert = |m: f64, n: f64, k: f64| Linear {
+            m,
+            n,
+            k,
+            expert: true,
+            ..Linear::default()
+        };
+        push(expert(moe_pairs_per_rank, mats * f, h));
+        push(expert(moe_pairs_per_rank, h, f));
+    }
+    (out, n)
+}
+
+/// Time of one linear GEMM in the job's precision, seconds: [`gemm_time`]
+/// in bf16, [`precision::gemm_time`] when the recipe narrows it.
+pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
+    match &r.low {
+        None => gemm_time(lin.m, lin.n, lin.k, r),
+        Some(lp) => precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
+    }
 }
 
 /// Time of one memory-bound kernel moving `bytes`, seconds.
@@ -127,23 +258,21 @@ pub fn layer_forward(
     let t = sh.tp;
     let tok = sh.tokens;
     let mut lt = LayerTime::default();
-    // Attention projections. Non-MLA: QKV [tok × h]·[h × (q+2kv)/T], output
-    // [tok × q/T]·[q/T × h]. MLA: one GEMM of the same FLOPs.
-    if model.mla.is_some() {
-        let n = model.attention_params() / h / t;
-        lt.gemm += gemm_time(tok, n, h, r);
-    } else {
-        let q = model.q_width() as f64;
-        let kv_local = if (a.kv_heads as f64) < t {
-            model.head_dim() as f64
+    // Linear GEMMs: attention projections, MLP or shared experts, routed
+    // experts ([`linear_gemms`]), in the job's precision.
+    let (lins, count) = linear_gemms(model, sh, moe, moe_pairs_per_rank, expert_etp);
+    for lin in &lins[..count] {
+        let dt = linear_time(lin, r);
+        if lin.expert {
+            lt.expert_gemm += dt;
         } else {
-            model.kv_width() as f64 / t
-        };
-        lt.gemm += gemm_time(tok, q / t + 2.0 * kv_local, h, r);
-        lt.gemm += gemm_time(tok, h, q / t, r);
+            lt.gemm += dt;
+        }
     }
-    // MLP (dense) or shared experts (MoE).
-    let mats = if a.gated_mlp { 2.0 } else { 1.0 };
+    // Router: [tok × h]·[h × experts], in bf16 whatever the recipe.
+    if moe && let Some(m) = &model.moe {
+        lt.gemm += gemm_time(tok / if sh.sp { t } else { 1.0 }, m.experts as f64, h, r);
+    }
     let ffn = if moe {
         model
             .moe
@@ -153,19 +282,6 @@ pub fn layer_forward(
     } else {
         a.ffn as f64
     };
-    if ffn > 0.0 {
-        lt.gemm += gemm_time(tok, mats * ffn / t, h, r);
-        lt.gemm += gemm_time(tok, h, ffn / t, r);
-    }
-    // Routed experts: the rank's token-expert pairs through fc1 and fc2 of
-    // width expert_ffn / ETP.
-    if moe && let Some(m) = &model.moe {
-        let f = m.expert_ffn as f64 / expert_etp;
-        lt.expert_gemm += gemm_time(moe_pairs_per_rank, mats * f, h, r);
-        lt.expert_gemm += gemm_time(moe_pairs_per_rank, h, f, r);
-        // Router: [tok × h]·[h × experts].
-        lt.gemm += gemm_time(tok / if sh.sp { t } else { 1.0 }, m.experts as f64, h, r);
-    }
     // Attention core for this rank's heads (1/T) and queries (1/C of s).
     let core = attention_core_flops(model, tok, sh.seq) / t;
     // Unfused attention runs QKᵀ and A·V as cuBLAS batched GEMMs whose inner

@@ -225,6 +225,7 @@ mod tests {
             hbm: 1e12,
             overhead: 1e-6,
             attn_flops_misaligned: 1e15,
+            low: None,
         };
         let (f, b) = split_overhead(m, CpComm::Ring, 8192.0, 8.0, 4, &r);
         assert!(

@@ -9,6 +9,7 @@ use crate::cost::breakdown::{PartTimes, Term, TimePart};
 use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::contention::contention;
 use crate::cost::memory::{self, ActivationTerms};
+use crate::cost::precision::{self, CastWork};
 use crate::cost::{comm, cp, moe as experts};
 use crate::layout::{Layout, Placement, Recompute};
 
@@ -36,6 +37,12 @@ pub struct ItemCost {
     /// ZeRO-3/FSDP reduce-scatter of the item's gradients, seconds; 0 below
     /// ZeRO-3.
     pub reduce_scatter: f64,
+    /// Parameters of the item's low-precision linears held by the rank
+    /// (dense and expert; 0 in bf16), for the narrow weight copies.
+    pub low_params: f64,
+    /// Low-precision GEMMs of the item on the rank (each with its own
+    /// scaling state; 0 in bf16).
+    pub low_gemms: f64,
 }
 
 impl ItemCost {
@@ -70,6 +77,8 @@ impl ItemCost {
         self.activation += n * other.activation;
         self.gather += n * other.gather;
         self.reduce_scatter += n * other.reduce_scatter;
+        self.low_params += n * other.low_params;
+        self.low_gemms += n * other.low_gemms;
         if n > 0.0 {
             self.working_set = self.working_set.max(other.working_set);
         }
@@ -284,6 +293,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     } else {
         0.0
     };
+    // A transformer layer's SP collectives with low-precision linears: the
+    // all-gather half of each all-reduce equivalent moves the narrow copy
+    // ([`precision::sp_gather_bytes_factor`]); the reduce-scatters stay bf16.
+    let tp_layer = match &pr.rates.low {
+        Some(lp) if shape.sp => tp_one * (1.0 + precision::sp_gather_bytes_factor(lp)) / 2.0,
+        _ => tp_one,
+    };
+    // Weight casts per micro-batch of the low-precision linears.
+    let m = crate::cost::micro_batches_or_floor(pr, l) as f64;
+    let weight_casts = pr
+        .rates
+        .low
+        .as_ref()
+        .map(|lp| precision::weight_casts(lp, l.zero, m, (l.dp * l.cp) as f64))
+        .unwrap_or(0.0);
     let passes = if l.recompute == Recompute::Full {
         3.0
     } else {
@@ -309,8 +333,16 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // by a capacity factor).
     let load = job.moe_load();
 
-    let dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
-    let attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
+    let mut dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
+    let mut attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
+    if let Some(lp) = &pr.rates.low {
+        // Inputs of the low-precision linears saved narrow.
+        for (terms, mlp) in [(&mut dense_terms, true), (&mut attn_terms, false)] {
+            let (rep, sh) = precision::saved_input_bytes_per_token(model, mlp, lp);
+            terms.replicated -= rep;
+            terms.sharded -= sh;
+        }
+    }
     let item = |moe: bool| -> ItemCost {
         let (pairs, etp) = if moe {
             let etp = l.etp as f64;
@@ -340,7 +372,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             0.0
         };
         let tp_term = tp_comm_exposed(
-            tp_comm_per_layer(tp_one, passes, tp_count, etp_comm),
+            tp_comm_per_layer(tp_layer, passes, tp_count, etp_comm),
             f.gemm,
             passes,
             tp,
@@ -352,6 +384,10 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         // recomputed forward), over the EP group's links.
         let ep_comm = if moe {
             experts::ep_comm_time(model, tokens, tp, load, l.recompute, pl.ep, &pr.links)
+                * pr.rates
+                    .low
+                    .as_ref()
+                    .map_or(1.0, precision::dispatch_time_factor)
         } else {
             0.0
         };
@@ -399,10 +435,45 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let working = layer_act(&dense_terms, Recompute::None);
             (params, 0.0, act, working)
         };
+        // Casts of the low-precision linears, forward and backward, and the
+        // forward's input casts again under full recompute.
+        let (cast, low_params, low_gemms) = match &pr.rates.low {
+            Some(lp) => {
+                let (lins, count) = compute::linear_gemms(model, &shape, moe, pairs, etp);
+                let mut work = CastWork::default();
+                let mut low_params = 0.0;
+                for lin in &lins[..count] {
+                    work.add(&precision::linear_cast_bytes(lin, weight_casts, tp, lp));
+                    if !lin.expert {
+                        low_params += lin.k * lin.n;
+                    }
+                }
+                let (cf, cb) = precision::cast_seconds(&work, &pr.rates);
+                let rerun = if l.recompute == Recompute::Full {
+                    cf
+                } else {
+                    0.0
+                };
+                let local_experts = model
+                    .moe
+                    .as_ref()
+                    .filter(|_| moe)
+                    .map(|m| m.experts as f64 / l.ep as f64)
+                    .unwrap_or(0.0);
+                let dense_gemms = lins[..count].iter().filter(|x| !x.expert).count() as f64;
+                (
+                    cf + cb + rerun,
+                    low_params + if moe { expert_params } else { 0.0 },
+                    dense_gemms + 2.0 * local_experts,
+                )
+            }
+            None => (0.0, 0.0, 0.0),
+        };
         let mut time = PartTimes::default();
         time[TimePart::Compute] = Term::serial(f.total() + cp_f + b.total() + cp_b);
         time[TimePart::Recompute] = Term::serial(rc);
         let cp_term = cp_cost(f.attention, b.attention);
+        time[TimePart::LowPrecisionCast] = Term::serial(cast);
         time[TimePart::TpComm] = tp_term;
         time[TimePart::CpComm] = cp_term;
         time[TimePart::EpComm] = Term::serial(ep_comm);
@@ -417,6 +488,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             expert_params,
             activation: act,
             working_set: working,
+            low_params,
+            low_gemms,
             ..ItemCost::default()
         }
     };

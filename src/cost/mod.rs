@@ -16,6 +16,7 @@ pub mod fsdp;
 pub mod layer;
 pub mod memory;
 pub mod moe;
+pub mod precision;
 pub mod schedule;
 
 use serde::Serialize;
@@ -67,7 +68,7 @@ impl<'a> Problem<'a> {
             cluster,
             job,
             world,
-            rates: Rates::of(gpu),
+            rates: Rates::for_job(gpu, job),
             links: Links::of(cluster),
             slowdown: contention::Slowdown {
                 intra: gpu.contention.intra,
@@ -110,6 +111,9 @@ pub struct Evaluation {
     pub mfu: f64,
     /// Hardware FLOPs utilisation (recompute counted).
     pub hfu: f64,
+    /// Model FLOPs utilisation against the dense peak of the linears'
+    /// precision (FP8, FP4; the bf16 MFU for a bf16 job).
+    pub mfu_own_peak: f64,
     /// Bubble share of the step.
     pub bubble_fraction: f64,
 }
@@ -301,6 +305,12 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
+    let (low, scaling) = match &pr.rates.low {
+        Some(lp) => precision::rank_memory(lp, l.zero, &items, lc, model.architecture.hidden),
+        None => (0.0, 0.0),
+    };
+    mem[MemoryPart::LowPrecisionWeights] = low;
+    mem[MemoryDetail::ScalingState] = scaling;
     mem[MemoryPart::Activations] = activations;
     mem[MemoryPart::Logits] = logits;
     mem[MemoryPart::Temporaries] = temporaries;
@@ -368,7 +378,10 @@ fn rank_data_parallel(
         grad_reduce: pr.job.overlap_grad_reduce,
         param_gather: pr.job.param_gather_overlapped(),
     };
-    let v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    let mut v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    if let Some(lp) = pr.rates.low.as_ref().filter(|lp| lp.param_gather) {
+        v = precision::narrow_param_gather(v, lp, rc, &pr.job.recipe, pr.model.architecture.hidden);
+    }
     let net = data_parallel::Net {
         pl,
         links: &pr.links,
@@ -512,6 +525,10 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
         tflops_per_gpu: pr.model_flops / step / n / 1e12,
         mfu: pr.model_flops / step / n / peak_flops,
         hfu: (pr.model_flops + recompute_flops) / step / n / peak_flops,
+        mfu_own_peak: pr.model_flops
+            / step
+            / n
+            / (precision::dense_peak_tflops(pr.gpu, pr.job.precision) * 1e12).max(1.0),
         bubble_fraction: bubble / step,
     }
 }

@@ -449,6 +449,74 @@ pub fn megatron(plan: &Plan) -> Megatron {
                 .note("adam-16b recipe: gradients kept and reduced in bf16 (2/2/12)"),
         );
     }
+    // Low-precision linears (Transformer Engine recipes, [ref:te-fp8-primer];
+    // flag names and choices from [ref:megatron-arguments]). Row-wise FP8
+    // and torchao kernels are refused before rendering (`refusals`).
+    {
+        use crate::spec::{Fp8Recipe, Precision};
+        match job.precision {
+            Precision::Bf16 => {}
+            Precision::Fp8 => {
+                let recipe = job.fp8_recipe.unwrap_or_default();
+                let (format, name, note) = match recipe {
+                    Fp8Recipe::Delayed => (
+                        "hybrid",
+                        "delayed",
+                        "delayed scaling: scales from an amax history of past steps",
+                    ),
+                    Fp8Recipe::Current | Fp8Recipe::Rowwise => (
+                        "hybrid",
+                        "tensorwise",
+                        "current scaling: each tensor's own amax, one scale per tensor",
+                    ),
+                    Fp8Recipe::Blockwise => (
+                        "e4m3",
+                        "blockwise",
+                        "1×128 activation and gradient tiles, 128×128 weight blocks",
+                    ),
+                };
+                precision.push(val("--fp8-format", format).note(if format == "hybrid" {
+                    "FP8 linears: E4M3 forward, E5M2 gradients"
+                } else {
+                    "FP8 linears: E4M3 on every tensor (block scales keep gradients in range, as DeepSeek-V3)"
+                }));
+                precision.push(val("--fp8-recipe", name).note(note));
+                if recipe == Fp8Recipe::Delayed {
+                    precision.push(
+                        val(
+                            "--fp8-amax-history-len",
+                            crate::cost::precision::AMAX_HISTORY_LEN,
+                        )
+                        .note("amax history priced by meshplan (scaling state in memory and checkpoints)"),
+                    );
+                    precision.push(val("--fp8-amax-compute-algo", "max"));
+                }
+            }
+            Precision::Mxfp8 => {
+                precision.push(
+                    val("--fp8-format", "e4m3")
+                        .note("MXFP8 linears: E4M3 elements with one E8M0 scale per 32"),
+                );
+                precision.push(val("--fp8-recipe", "mxfp8").note("Blackwell block scaling"));
+            }
+            Precision::Nvfp4 => {
+                precision.push(val("--fp4-format", "e2m1").note(
+                    "NVFP4 linears: E2M1 elements, E4M3 scales per 16 and an fp32 scale per tensor",
+                ));
+                precision.push(val("--fp4-recipe", "nvfp4"));
+            }
+        }
+        if job.precision.is_low() && job.fp8_param_gather {
+            precision.push(
+                flag(if job.precision == Precision::Nvfp4 {
+                    "--fp4-param-gather"
+                } else {
+                    "--fp8-param-gather"
+                })
+                .note("parameters kept and all-gathered in the low-precision format"),
+            );
+        }
+    }
     precision.push(if job.flash_attention {
         val("--attention-backend", "flash").note("fused attention: no s×s score matrix stored")
     } else {

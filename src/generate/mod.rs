@@ -115,6 +115,13 @@ impl fmt::Display for RefusalList<'_> {
 ///   `--grad-reduce-in-bf16`).
 /// - `megatron-position-embedding`: Megatron-LM has no ALiBi
 ///   (`--position-embedding-type` choices, [ref:megatron-arguments]).
+/// - `megatron-precision`: a low-precision recipe Megatron-LM cannot
+///   express: row-wise FP8 scaling (its `--fp8-recipe` takes `tensorwise`,
+///   `delayed`, `mxfp8`, `blockwise` or `custom`, [ref:megatron-arguments]),
+///   torchao's float8 kernels (Megatron runs FP8 through Transformer
+///   Engine), narrow parameter gathers without the distributed optimizer
+///   or FSDP [D4], or FP8 MoE dispatch (Megatron-LM has it only through the
+///   `ncclep` flex dispatcher with MXFP8 payloads).
 /// - `megatron-moe-bias` [E4]: MoE with linear biases needs ETP = 1.
 /// - `megatron-rank-mapping` [W4]: `--use-tp-pp-dp-mapping` with p > 1
 ///   needs the expert grid's DP equal to the dense DP, N/(ETP·E·p) = D
@@ -155,6 +162,38 @@ pub fn refusals(
             message: "the deepspeed precision recipe (fp16 grads plus an fp32 partition) has no Megatron-LM flags".into(),
             remedy: "plan with --recipe megatron or --recipe adam-16b".into(),
         });
+    }
+    {
+        use crate::spec::{Fp8Kernels, Fp8Recipe, Precision};
+        let job = pr.job;
+        if job.precision == Precision::Fp8 && job.fp8_recipe == Fp8Recipe::Rowwise {
+            out.push(Refusal {
+                code: "megatron-precision".into(),
+                message: "Megatron-LM has no row-wise FP8 scaling: its --fp8-recipe takes tensorwise, delayed, mxfp8, blockwise or custom".into(),
+                remedy: "plan with --fp8-recipe current (tensorwise) or blockwise".into(),
+            });
+        }
+        if job.precision.is_low() && job.fp8_kernels == Fp8Kernels::Torchao {
+            out.push(Refusal {
+                code: "megatron-precision".into(),
+                message: "the plan is priced with torchao's float8 kernels (torchtitan); Megatron-LM runs low-precision linears through Transformer Engine".into(),
+                remedy: "plan with --fp8-kernels te".into(),
+            });
+        }
+        if job.precision.is_low() && job.fp8_dispatch && model.moe.is_some() {
+            out.push(Refusal {
+                code: "megatron-precision".into(),
+                message: "the plan dispatches MoE tokens in FP8; Megatron-LM does that only through the ncclep flex dispatcher with MXFP8 wire payloads (--moe-dispatch-fwd-dtype mxfp8), which these launch files do not set up".into(),
+                remedy: "plan without --fp8-dispatch".into(),
+            });
+        }
+        if job.precision.is_low() && job.fp8_param_gather && l.zero == 0 {
+            out.push(Refusal {
+                code: "megatron-precision".into(),
+                message: "--fp8-param-gather needs the distributed optimizer or FSDP (Megatron's validate_args), and this layout is ZeRO 0".into(),
+                remedy: "plan with ZeRO 1 or more (--zero 1), or without --fp8-param-gather".into(),
+            });
+        }
     }
     if model.architecture.position_embedding == PositionEmbedding::Alibi {
         out.push(Refusal {
@@ -387,6 +426,8 @@ pub struct PlanInput {
     pub seq_len: u64,
     /// Recipe name (`megatron` or `seed`).
     pub recipe: String,
+    /// Precision of the linear GEMMs (`bf16` when the input predates it).
+    pub precision: String,
 }
 
 impl PlanInput {
@@ -424,6 +465,17 @@ impl PlanInput {
                 .as_u64()
                 .ok_or_else(|| field(path, "must be a non-negative integer".into()))
         };
+        // A precision the file does not state is bf16 (files written before
+        // `--precision` existed).
+        let optional = |path: &str| -> Result<String, InputError> {
+            match path.split('.').try_fold(&v, |x, k| x.get(k)) {
+                None => Ok("bf16".to_string()),
+                Some(x) => x
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| field(path, "must be a string".into())),
+            }
+        };
         let layout_of = |x: &Value, path: &str| -> Result<Layout, InputError> {
             serde_json::from_value(x.clone())
                 .map_err(|e| field(path, format!("not a meshplan layout: {e}")))
@@ -446,6 +498,7 @@ impl PlanInput {
                 global_batch: number("job.global_batch")?,
                 seq_len: number("job.seq_len")?,
                 recipe: string("job.recipe")?,
+                precision: optional("job.precision")?,
             });
         }
         let rows = get("rows")?.as_array().ok_or_else(|| {
@@ -475,6 +528,7 @@ impl PlanInput {
             global_batch: number("context.global_batch")?,
             seq_len: number("context.seq_len")?,
             recipe: string("context.recipe")?,
+            precision: optional("context.precision")?,
         })
     }
 
@@ -499,7 +553,7 @@ impl PlanInput {
             .recipe
             .parse::<crate::spec::RecipeName>()
             .map_or_else(|_| self.recipe.clone(), |r| r.as_str().to_string());
-        let checks: [(&str, String, String, &str); 6] = [
+        let checks: [(&str, String, String, &str); 7] = [
             ("model", self.model.clone(), model.to_string(), "--model"),
             (
                 "cluster",
@@ -521,6 +575,12 @@ impl PlanInput {
                 "--seq-len",
             ),
             ("recipe", planned_recipe, recipe.to_string(), "--recipe"),
+            (
+                "precision",
+                self.precision.clone(),
+                job.precision.to_string(),
+                "--precision",
+            ),
         ];
         for (name, planned, given, flag) in checks {
             if planned != given {

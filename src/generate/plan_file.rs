@@ -17,7 +17,7 @@ use crate::checkpoint;
 use crate::cost::{self, Evaluation, MemoryBreakdown, Problem};
 use crate::layout::{Axis, Layout, RankOrder, Recompute, order_axes, orthogonal_groups};
 use crate::spec::model::{MlaSpec, MoeSpec, Norm, PositionEmbedding};
-use crate::spec::{GIB, RecipeName};
+use crate::spec::{Fp8Kernels, Fp8Recipe, GIB, Precision, RecipeName};
 
 /// Version of the plan-file schema written by this meshplan.
 pub const SCHEMA: &str = "meshplan-plan/1";
@@ -176,6 +176,22 @@ pub struct JobInfo {
     pub overlap_param_gather: bool,
     /// TP communication overlapped with GEMMs (effective only with SP).
     pub tp_comm_overlap: bool,
+    /// Number format of the linear GEMMs (`bf16`, `fp8`, `mxfp8`,
+    /// `nvfp4`); plan files written before it read as bf16.
+    #[serde(default)]
+    pub precision: Precision,
+    /// FP8 scaling recipe, with precision `fp8` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_recipe: Option<Fp8Recipe>,
+    /// Library the low-precision linears were priced for; absent in bf16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_kernels: Option<Fp8Kernels>,
+    /// Parameters all-gathered in the low-precision format.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_param_gather: bool,
+    /// MoE tokens dispatched in the low-precision format.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_dispatch: bool,
 }
 
 /// Mesh sizes. N = D·T·p·C; E and ETP re-slice T·C·D as ETP·E·EDP.
@@ -789,6 +805,11 @@ impl Plan {
                 overlap_grad_reduce: pr.job.overlap_grad_reduce,
                 overlap_param_gather: pr.job.param_gather_overlapped(),
                 tp_comm_overlap: pr.job.tp_comm_overlap,
+                precision: pr.job.precision,
+                fp8_recipe: (pr.job.precision == Precision::Fp8).then_some(pr.job.fp8_recipe),
+                fp8_kernels: pr.job.precision.is_low().then_some(pr.job.fp8_kernels),
+                fp8_param_gather: pr.job.precision.is_low() && pr.job.fp8_param_gather,
+                fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
             },
             mesh: MeshInfo {
                 world,

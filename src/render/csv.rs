@@ -70,6 +70,7 @@ fn columns(r: &Row, rank: Option<usize>, valid: bool) -> Vec<(String, Cell)> {
         number("tflops_per_gpu", r.tflops_per_gpu),
         number("mfu", r.mfu),
         number("hfu", r.hfu),
+        number("mfu_own_peak", e.mfu_own_peak),
         number("bubble", r.bubble),
     ];
     for (p, t) in e.time.iter() {

@@ -280,6 +280,13 @@ pub fn checkpoint(
         "-".to_string(),
         bytes(c.small_state_bytes),
     ]);
+    if c.scaling_state_bytes > 0.0 {
+        t.add_row(vec![
+            "FP8/FP4 scaling state (scales, amax histories)".to_string(),
+            "-".to_string(),
+            bytes(c.scaling_state_bytes),
+        ]);
+    }
     t.add_row(vec![
         "total".to_string(),
         format!("{per_param:.0}"),

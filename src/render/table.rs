@@ -17,7 +17,7 @@ pub struct Table;
 fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
     writeln!(
         w,
-        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}, usable {:.1} GiB/GPU",
+        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}{}, usable {:.1} GiB/GPU",
         c.model,
         c.gpus,
         c.gpu,
@@ -26,8 +26,31 @@ fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
         c.seq_len,
         tokens_text((c.global_batch * c.seq_len) as f64),
         c.recipe,
+        if c.precision_note.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", c.precision_note)
+        },
         c.usable_gib
     )
+}
+
+/// The footer line naming the FLOP convention and the peaks: MFU against
+/// the dense bf16 peak (the convention), and with low-precision linears
+/// the utilisation of that precision's own dense peak beside it.
+fn peak_line(c: &Context) -> String {
+    let mut line = format!(
+        "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
+        c.flop_convention, c.peak_tflops
+    );
+    if !c.precision_note.is_empty() {
+        line.push_str(&format!(
+            " MFU is against the dense bf16 peak; `MFU {p} %` against the dense {p} peak of {} TFLOP/s.",
+            c.precision_peak_tflops,
+            p = c.precision
+        ));
+    }
+    line
 }
 
 fn table() -> CTable {
@@ -86,9 +109,13 @@ impl Exporter for Table {
             "tokens/s",
             "TFLOP/s/GPU",
             "MFU %",
-            "bubble %",
-            "trust",
         ]);
+        let own = format!("MFU {} %", r.context.precision);
+        let low = !r.context.precision_note.is_empty();
+        if low {
+            head.push(&own);
+        }
+        head.extend(["bubble %", "trust"]);
         if split {
             head.push("split");
         }
@@ -127,6 +154,11 @@ impl Exporter for Table {
                 format!("{:.0}", row.tokens_per_s),
                 format!("{:.0}", row.tflops_per_gpu),
                 pct(row.mfu),
+            ]);
+            if low {
+                cells.push(pct(row.eval.mfu_own_peak));
+            }
+            cells.extend([
                 pct(row.bubble),
                 row.trust.as_ref().map(|t| t.short()).unwrap_or_default(),
             ]);
@@ -141,11 +173,7 @@ impl Exporter for Table {
             }
         }
         writeln!(w, "{t}")?;
-        writeln!(
-            w,
-            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
-            r.context.flop_convention, r.context.peak_tflops
-        )?;
+        writeln!(w, "{}", peak_line(&r.context))?;
         writeln!(w, "{}", counters_line(&r.stats))?;
         if let Some(t) = r.rows.first().and_then(|x| x.trust.as_ref()) {
             writeln!(
@@ -321,12 +349,21 @@ impl Exporter for Table {
         let tm = &e.time;
         writeln!(
             w,
-            "Step time {:.3} s: {:.0} tokens/s, {:.0} TFLOP/s per GPU, MFU {:.1}%, HFU {:.1}%",
+            "Step time {:.3} s: {:.0} tokens/s, {:.0} TFLOP/s per GPU, MFU {:.1}%, HFU {:.1}%{}",
             tm.step,
             e.tokens_per_s,
             e.tflops_per_gpu,
             100.0 * e.mfu,
-            100.0 * e.hfu
+            100.0 * e.hfu,
+            if r.context.precision_note.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (of the bf16 peak); {:.1}% of the {} peak",
+                    100.0 * e.mfu_own_peak,
+                    r.context.precision
+                )
+            }
         )?;
         writeln!(w, "{}", time_table(tm, &mut sources))?;
         writeln!(
@@ -334,11 +371,7 @@ impl Exporter for Table {
             "exposed: on the step's critical path (the exposed parts add up to the step); total: the work itself; hidden = total − exposed, what overlap hid."
         )?;
         sources.write(w)?;
-        writeln!(
-            w,
-            "TFLOP/s and MFU: {}; peak {} TFLOP/s.",
-            r.context.flop_convention, r.context.peak_tflops
-        )?;
+        writeln!(w, "{}", peak_line(&r.context))?;
         writeln!(w)?;
         writeln!(w, "Per pipeline stage:")?;
         let mut t = table();

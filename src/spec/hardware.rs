@@ -22,6 +22,15 @@ use crate::error::InputError;
 pub struct ComputeEfficiency {
     /// Fraction of dense peak that a large bf16 GEMM sustains (0–1].
     pub gemm: f64,
+    /// Fraction of the dense FP8 peak that a large FP8 (or MXFP8) GEMM
+    /// sustains (0–1]; absent on GPUs without FP8 tensor cores. Planning an
+    /// FP8 job on a profile without it is an error, never a bf16 price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_fp8: Option<f64>,
+    /// Fraction of the dense FP4 peak that a large NVFP4 GEMM sustains
+    /// (0–1]; absent on GPUs without FP4 tensor cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_fp4: Option<f64>,
     /// Fraction of dense peak that fused (flash) attention sustains (0–1].
     pub attention: f64,
     /// Fraction of HBM bandwidth that element-wise kernels sustain (0–1].
@@ -75,6 +84,15 @@ pub struct Gpu {
     /// Dense fp8 tensor-core peak, TFLOP/s (0 if the GPU has no fp8).
     #[serde(default)]
     pub peak_tflops_fp8: f64,
+    /// Dense FP4 (NVFP4) tensor-core peak, TFLOP/s (0 if the GPU has none).
+    #[serde(default)]
+    pub peak_tflops_fp4: f64,
+    /// The tensor cores read per-block scale factors (MXFP8 with E8M0 scales
+    /// per 32 elements, NVFP4 with E4M3 scales per 16): Blackwell (sm_100)
+    /// and newer ([ref:ocp-mx]). Hopper runs only per-tensor-scaled FP8 in
+    /// its tensor cores.
+    #[serde(default)]
+    pub block_scaled_mma: bool,
     /// Achieved-fraction parameters.
     pub efficiency: ComputeEfficiency,
     /// Compute slowdown under overlapped communication.
@@ -273,7 +291,30 @@ impl Gpu {
         check_positive(file, "hbm_bandwidth_gbs", self.hbm_bandwidth_gbs)?;
         check_positive(file, "peak_tflops_bf16", self.peak_tflops_bf16)?;
         check_non_negative(file, "peak_tflops_fp8", self.peak_tflops_fp8)?;
+        check_non_negative(file, "peak_tflops_fp4", self.peak_tflops_fp4)?;
         check_fraction(file, "efficiency.gemm", self.efficiency.gemm)?;
+        for (field, v) in [
+            ("efficiency.gemm_fp8", self.efficiency.gemm_fp8),
+            ("efficiency.gemm_fp4", self.efficiency.gemm_fp4),
+        ] {
+            if let Some(v) = v {
+                check_fraction(file, field, v)?;
+            }
+        }
+        if self.efficiency.gemm_fp8.is_some() && self.peak_tflops_fp8 == 0.0 {
+            return Err(InputError::field(
+                file,
+                "efficiency.gemm_fp8",
+                "is set but peak_tflops_fp8 is 0 (a GPU without FP8 tensor cores has no FP8 GEMM efficiency)",
+            ));
+        }
+        if self.efficiency.gemm_fp4.is_some() && self.peak_tflops_fp4 == 0.0 {
+            return Err(InputError::field(
+                file,
+                "efficiency.gemm_fp4",
+                "is set but peak_tflops_fp4 is 0 (a GPU without FP4 tensor cores has no FP4 GEMM efficiency)",
+            ));
+        }
         check_fraction(file, "efficiency.attention", self.efficiency.attention)?;
         check_fraction(file, "efficiency.memory", self.efficiency.memory)?;
         check_non_negative(

@@ -120,6 +120,170 @@ impl Named for RecipeName {
 
 crate::names::display_and_parse_by_name!(RecipeName);
 
+/// Number format of the transformer's linear-layer GEMMs (`--precision`,
+/// the `precision` column of `validate`): QKV, attention output projection,
+/// FC1, FC2 and the expert GEMMs, forward and both backward GEMMs. The
+/// attention core, router, embedding, output layer, norms and optimizer stay
+/// in bf16/fp32 whatever this says, as DeepSeek-V3 kept them
+/// ([ref:deepseek-v3] §3.3.1) and Transformer Engine does
+/// ([ref:te-fp8-primer]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// bf16 operands, fp32 accumulation (the default; every GEMM as before).
+    #[default]
+    Bf16,
+    /// FP8 operands (E4M3 forward, E5M2 gradients under the hybrid format)
+    /// scaled per tensor, per row or per block ([`Fp8Recipe`])
+    /// ([ref:micikevicius-2022]).
+    Fp8,
+    /// MXFP8: FP8 elements with one E8M0 scale per 32 consecutive elements
+    /// ([ref:ocp-mx]); Blackwell tensor cores read the scales natively.
+    Mxfp8,
+    /// NVFP4: E2M1 elements with one E4M3 scale per 16 elements and an fp32
+    /// scale per tensor ([ref:nvfp4-2025]).
+    Nvfp4,
+}
+
+impl Precision {
+    /// Every precision, in the order listed.
+    pub const ALL: [Precision; 4] = [
+        Precision::Bf16,
+        Precision::Fp8,
+        Precision::Mxfp8,
+        Precision::Nvfp4,
+    ];
+
+    /// The name as printed and accepted by `--precision`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "bf16",
+            Precision::Fp8 => "fp8",
+            Precision::Mxfp8 => "mxfp8",
+            Precision::Nvfp4 => "nvfp4",
+        }
+    }
+
+    /// Whether the linear GEMMs run narrower than bf16.
+    pub fn is_low(self) -> bool {
+        self != Precision::Bf16
+    }
+}
+
+impl Named for Precision {
+    const KIND: &'static str = "GEMM precision";
+    const VALUES: &'static [Precision] = &Precision::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+crate::names::display_and_parse_by_name!(Precision);
+
+/// How FP8 tensors are scaled (`--fp8-recipe`; Megatron-LM and Transformer
+/// Engine names [ref:te-fp8-primer], torchtitan's `tensorwise` is an alias
+/// of `current`). Ignored unless the precision is `fp8`: MXFP8 and NVFP4
+/// fix their own block scaling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fp8Recipe {
+    /// Delayed scaling: each tensor's scale comes from an amax history of
+    /// earlier steps, so the cast needs one pass and the amax is a by-product
+    /// (Transformer Engine `DelayedScaling`; Megatron-LM's default).
+    #[default]
+    Delayed,
+    /// Current (just-in-time) scaling per tensor: the amax of the tensor
+    /// itself, one extra read before the cast (Transformer Engine
+    /// `Float8CurrentScaling`, Megatron `tensorwise`, torchao `tensorwise`).
+    Current,
+    /// Current scaling per row (torchao `rowwise`): one scale per row of each
+    /// operand along the GEMM's contraction, so every transposed copy is
+    /// cast again from the high-precision tensor.
+    Rowwise,
+    /// Block scaling: 1×128 tiles for activations and gradients, 128×128
+    /// blocks for weights, as DeepSeek-V3 trained ([ref:deepseek-v3]
+    /// §3.3.2; Transformer Engine `Float8BlockScaling`).
+    Blockwise,
+}
+
+impl Fp8Recipe {
+    /// Every recipe, in the order listed.
+    pub const ALL: [Fp8Recipe; 4] = [
+        Fp8Recipe::Delayed,
+        Fp8Recipe::Current,
+        Fp8Recipe::Rowwise,
+        Fp8Recipe::Blockwise,
+    ];
+
+    /// The name as printed and accepted by `--fp8-recipe`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fp8Recipe::Delayed => "delayed",
+            Fp8Recipe::Current => "current",
+            Fp8Recipe::Rowwise => "rowwise",
+            Fp8Recipe::Blockwise => "blockwise",
+        }
+    }
+}
+
+/// torchtitan's `tensorwise` (and Megatron's spelling of current scaling)
+/// is accepted for `current`.
+impl Named for Fp8Recipe {
+    const KIND: &'static str = "FP8 scaling recipe";
+    const VALUES: &'static [Fp8Recipe] = &Fp8Recipe::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Fp8Recipe::Current => &["tensorwise"],
+            _ => &[],
+        }
+    }
+}
+
+crate::names::display_and_parse_by_name!(Fp8Recipe);
+
+/// Which library runs the low-precision linears (`--fp8-kernels`). They
+/// differ in what they keep between forward and backward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fp8Kernels {
+    /// NVIDIA Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge): the
+    /// FP8 weight and its transpose are cast once per step and cached for
+    /// every micro-batch; the inputs of the linears are saved for backward in
+    /// FP8 ([ref:te-fp8-primer]).
+    #[default]
+    Te,
+    /// torchao float8 (torchtitan): weights cast again at every use, the
+    /// linears' inputs saved in bf16 and cast again in backward
+    /// ([ref:torchao-float8]).
+    Torchao,
+}
+
+impl Fp8Kernels {
+    /// Every implementation, in the order listed.
+    pub const ALL: [Fp8Kernels; 2] = [Fp8Kernels::Te, Fp8Kernels::Torchao];
+
+    /// The name as printed and accepted by `--fp8-kernels`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fp8Kernels::Te => "te",
+            Fp8Kernels::Torchao => "torchao",
+        }
+    }
+}
+
+impl Named for Fp8Kernels {
+    const KIND: &'static str = "low-precision kernel library";
+    const VALUES: &'static [Fp8Kernels] = &Fp8Kernels::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+crate::names::display_and_parse_by_name!(Fp8Kernels);
+
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -155,6 +319,26 @@ pub struct Job {
     /// busiest rank's load is `min(moe_imbalance, c)` times the mean.
     #[serde(default)]
     pub moe_capacity_factor: Option<f64>,
+    /// Number format of the linear-layer GEMMs (bf16 by default).
+    #[serde(default)]
+    pub precision: Precision,
+    /// FP8 scaling recipe (read only when `precision` is `fp8`).
+    #[serde(default)]
+    pub fp8_recipe: Fp8Recipe,
+    /// Library running the low-precision linears.
+    #[serde(default)]
+    pub fp8_kernels: Fp8Kernels,
+    /// Parameters all-gathered in the low-precision format under ZeRO-3 /
+    /// FSDP and the distributed optimizer (Megatron `--fp8-param-gather`,
+    /// torchtitan `enable_fsdp_float8_all_gather`); off by default.
+    #[serde(default)]
+    pub fp8_param_gather: bool,
+    /// MoE token dispatch in the low-precision format: the activations
+    /// entering the experts' up-projections and the gradients entering their
+    /// down-projections cross the all-to-all narrow, the other two
+    /// all-to-alls stay bf16 ([ref:deepseek-v3] §3.3.3); off by default.
+    #[serde(default)]
+    pub fp8_dispatch: bool,
 }
 
 impl Job {
@@ -180,6 +364,11 @@ impl Job {
             async_tp_backward: true,
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            precision: Precision::Bf16,
+            fp8_recipe: Fp8Recipe::Delayed,
+            fp8_kernels: Fp8Kernels::Te,
+            fp8_param_gather: false,
+            fp8_dispatch: false,
         }
     }
 

@@ -8,5 +8,5 @@ pub mod model;
 
 pub use catalog::Catalog;
 pub use hardware::{Cluster, GIB, Gpu};
-pub use job::{Job, Recipe, RecipeName};
+pub use job::{Fp8Kernels, Fp8Recipe, Job, Precision, Recipe, RecipeName};
 pub use model::Model;

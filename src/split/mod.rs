@@ -258,7 +258,8 @@ impl SplitProblem {
         let item = |ic: &layer::ItemCost, is_layer: bool, expert: bool| Item {
             time: ic.time(),
             states: memory::model_states(ic.params, recipe, l.zero, shard, 0.0).total()
-                + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total(),
+                + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total()
+                + low_item_bytes(pr, l, ic),
             activation: ic.activation,
             working_set: ic.working_set.min(cap),
             layer: is_layer,
@@ -469,11 +470,29 @@ impl SplitProblem {
 }
 
 /// ZeRO-3's transient bytes of pipeline rank `r` (gathered units and one
-/// unit's unsharded gradients, [`cost::zero3_transients`]); zero below
-/// ZeRO-3.
+/// unit's unsharded gradients, [`cost::zero3_transients`]; zero below
+/// ZeRO-3), and the low-precision copies every rank holds whatever its
+/// layers (the gathered unit's; [`cost::precision::unit_bytes`]).
 fn zero3_units(pr: &Problem, l: &Layout, lc: &layer::LayerCosts, r: usize) -> f64 {
+    let low = pr
+        .rates
+        .low
+        .as_ref()
+        .map(|lp| cost::precision::unit_bytes(lp, l.zero, lc, pr.model.architecture.hidden))
+        .unwrap_or(0.0);
     let (weights, grads) = cost::zero3_transients(pr, l, lc, r == 0, r == l.pp as usize - 1);
-    weights + grads
+    weights + grads + low
+}
+
+/// The low-precision weight copies and scaling state one item adds to its
+/// rank, bytes ([`cost::precision::item_bytes`]; zero in bf16), as
+/// [`cost::rank_cost`] adds them.
+fn low_item_bytes(pr: &Problem, l: &Layout, ic: &layer::ItemCost) -> f64 {
+    pr.rates
+        .low
+        .as_ref()
+        .map(|lp| cost::precision::item_bytes(lp, l.zero, ic, pr.model.architecture.hidden))
+        .unwrap_or(0.0)
 }
 
 /// The cheapest transformer layer of a problem, attribute by attribute.
@@ -592,6 +611,7 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     let states = |ic: &layer::ItemCost| {
         memory::model_states(ic.params, recipe, l.zero, shard, 0.0).total()
             + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total()
+            + low_item_bytes(pr, l, ic)
     };
     let (dense, moe) = (
         pr.model.dense_layers() as usize,

@@ -1,0 +1,657 @@
+//! Low-precision linear layers: FP8 (delayed, current, row-wise or
+//! block-wise scaling), MXFP8 and NVFP4.
+//!
+//! What a recipe narrows: the linear GEMMs of every transformer layer (QKV,
+//! attention output projection, FC1, FC2, the routed and shared experts;
+//! forward and both backward GEMMs, [`crate::cost::compute::linear_gemms`]).
+//! What stays bf16/fp32: the attention core, the router, the embedding and
+//! the output layer, norms, residuals and the optimizer with its fp32 master
+//! weights, as DeepSeek-V3 kept its sensitive operators ([ref:deepseek-v3]
+//! §3.3.1) and as Transformer Engine applies its recipes to its linear
+//! modules only ([ref:te-fp8-primer]).
+//!
+//! Each term is one function below, with its source:
+//! - the GEMM rate: the precision's dense peak times a per-GPU efficiency
+//!   ([`gemm_time`]; roofline with 1-byte (FP8) or half-byte (FP4) operands,
+//!   so small GEMMs stay bound by bandwidth and launches and gain less);
+//! - the casts: every high-precision operand is read (once more for the
+//!   amax under current scaling) and written as one or two narrow copies with
+//!   their scale factors ([`cast_bytes`], [`linear_cast_bytes`]); weights
+//!   once per step when the library caches them, at every use otherwise;
+//! - memory: the narrow weight copies kept between forward and backward
+//!   ([`weight_copy_bytes`]), the scaling state ([`scaling_state_bytes`]),
+//!   and the linears' inputs saved in the narrow format where the library
+//!   does it ([`saved_input_bytes_per_token`]).
+
+use crate::cost::RankCost;
+use crate::cost::compute::{Linear, Rates};
+use crate::cost::data_parallel::DpVolumes;
+use crate::cost::layer::{ItemCost, LayerCosts};
+use crate::error::InputError;
+use crate::spec::{Fp8Kernels, Fp8Recipe, Gpu, Job, Model, Precision, Recipe};
+
+/// Amax history length of delayed scaling: 1024 steps with the `max`
+/// reduction, as Megatron-LM's Llama 3 FP8 example launches it
+/// (`examples/llama/train_llama3_8b_h100_fp8.sh`: `--fp8-amax-history-len
+/// 1024 --fp8-amax-compute-algo max`, [ref:megatron-arguments]).
+pub const AMAX_HISTORY_LEN: u32 = 1024;
+
+/// Tensors with their own scale per low-precision GEMM under per-tensor
+/// scaling: the input, the weight and the output gradient
+/// ([ref:te-fp8-primer]: the forward meta holds input and weight, the
+/// backward meta the gradient).
+pub const SCALED_TENSORS_PER_GEMM: f64 = 3.0;
+
+/// Elements per scale of the block formats: 1×128 tiles for activations and
+/// gradients, 128×128 blocks for weights ([ref:deepseek-v3] §3.3.2).
+pub const BLOCKWISE_TILE: f64 = 128.0;
+
+/// Elements per E8M0 scale of MXFP8 ([ref:ocp-mx] §5.2, block size 32).
+pub const MX_BLOCK: f64 = 32.0;
+
+/// Elements per E4M3 scale of NVFP4 ([ref:nvfp4-2025] §2, block size 16).
+pub const NVFP4_BLOCK: f64 = 16.0;
+
+/// The job's low-precision recipe on one GPU, fixed for a problem.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LowPrecision {
+    /// Number format (never bf16 here).
+    pub precision: Precision,
+    /// FP8 scaling recipe (for MXFP8 and NVFP4 their block scaling).
+    pub recipe: Fp8Recipe,
+    /// Library running the linears.
+    pub kernels: Fp8Kernels,
+    /// Parameters gathered in the narrow format (`--fp8-param-gather`).
+    pub param_gather: bool,
+    /// MoE tokens dispatched in the narrow format (`--fp8-dispatch`).
+    pub dispatch: bool,
+    /// Sustained rate of a large narrow GEMM, FLOP/s
+    /// ([`gemm_flops`]).
+    pub gemm_flops: f64,
+    /// Bytes per narrow element ([`operand_bytes`]).
+    pub operand_bytes: f64,
+    /// Extra reads of the high-precision tensor before a cast
+    /// ([`amax_reads`]).
+    pub amax_reads: f64,
+}
+
+impl LowPrecision {
+    /// The recipe of `job` on `gpu`: `None` for bf16.
+    ///
+    /// # Errors
+    /// [`InputError::Job`] naming the GPU when it has no tensor cores for the
+    /// precision, or its profile has no GEMM efficiency for it ([`check`]).
+    pub fn of(gpu: &Gpu, job: &Job) -> Result<Option<LowPrecision>, InputError> {
+        if !job.precision.is_low() {
+            return Ok(None);
+        }
+        let flops = gemm_flops(gpu, job.precision)?;
+        Ok(Some(LowPrecision {
+            precision: job.precision,
+            recipe: job.fp8_recipe,
+            kernels: job.fp8_kernels,
+            param_gather: job.fp8_param_gather,
+            dispatch: job.fp8_dispatch,
+            gemm_flops: flops,
+            operand_bytes: operand_bytes(job.precision),
+            amax_reads: amax_reads_of(job),
+        }))
+    }
+
+    /// The recipe of `job` priced at 1 FLOP/s: what [`Rates::for_job`] uses
+    /// when [`check`] was skipped and the GPU cannot run it.
+    pub fn unusable(job: &Job) -> LowPrecision {
+        LowPrecision {
+            precision: job.precision,
+            recipe: job.fp8_recipe,
+            kernels: job.fp8_kernels,
+            param_gather: job.fp8_param_gather,
+            dispatch: job.fp8_dispatch,
+            gemm_flops: 1.0,
+            operand_bytes: operand_bytes(job.precision),
+            amax_reads: amax_reads_of(job),
+        }
+    }
+
+    /// Scale-factor bytes per element of an activation or gradient whose
+    /// rows (along the GEMM's contraction) are `row` elements long
+    /// ([`scale_bytes_per_element`]).
+    pub fn act_scale_bytes(&self, row: f64) -> f64 {
+        scale_bytes_per_element(self.precision, self.recipe, false, row)
+    }
+
+    /// Scale-factor bytes per element of a weight with rows of `row`.
+    pub fn weight_scale_bytes(&self, row: f64) -> f64 {
+        scale_bytes_per_element(self.precision, self.recipe, true, row)
+    }
+}
+
+/// Refuse a job whose precision `gpu` cannot run, in one sentence naming the
+/// GPU: FP8 needs FP8 tensor cores (`peak_tflops_fp8` > 0: Hopper, Ada,
+/// Blackwell; not Ampere), MXFP8 block-scaled tensor cores
+/// (`block_scaled_mma`, Blackwell), NVFP4 both those and an FP4 peak; and the
+/// profile must carry the GEMM efficiency of that precision. The row-wise
+/// and block-wise recipes need FP8 as well.
+///
+/// # Errors
+/// [`InputError::Job`].
+pub fn check(gpu: &Gpu, job: &Job) -> Result<(), InputError> {
+    gemm_flops(gpu, job.precision).map(|_| ())
+}
+
+/// Sustained rate of a large GEMM in `precision` on `gpu`, FLOP/s: the dense
+/// peak of the format times its efficiency (`[efficiency] gemm_fp8` for
+/// FP8 and MXFP8, `gemm_fp4` for NVFP4; bf16 `gemm`). Vendor sheets give
+/// the same dense peak for FP8 and MXFP8 on Blackwell; NVFP4 doubles it.
+///
+/// # Errors
+/// [`InputError::Job`] when the GPU has no such tensor cores or its profile
+/// no efficiency for them.
+pub fn gemm_flops(gpu: &Gpu, precision: Precision) -> Result<f64, InputError> {
+    let name = format!("GPU `{}` ({})", gpu.name, gpu.display);
+    let instead = if gpu.peak_tflops_fp8 > 0.0 && precision != Precision::Fp8 {
+        "fp8 or bf16"
+    } else {
+        "bf16"
+    };
+    let no = |what: &str| {
+        Err(InputError::Job(format!(
+            "--precision {precision} needs {what}; {name} has none, so it cannot be priced (use --precision {instead})"
+        )))
+    };
+    let missing = |field: &str| {
+        Err(InputError::Job(format!(
+            "--precision {precision}: the profile of {name} has no `[efficiency] {field}` (the fraction of its {precision} peak a large GEMM sustains); add it to the profile"
+        )))
+    };
+    match precision {
+        Precision::Bf16 => Ok(gpu.peak_tflops_bf16 * 1e12 * gpu.efficiency.gemm),
+        Precision::Fp8 | Precision::Mxfp8 => {
+            if gpu.peak_tflops_fp8 <= 0.0 {
+                return no("FP8 tensor cores (peak_tflops_fp8 > 0 in its profile)");
+            }
+            if precision == Precision::Mxfp8 && !gpu.block_scaled_mma {
+                return no(
+                    "tensor cores that read MXFP8 block scales (block_scaled_mma, Blackwell or newer)",
+                );
+            }
+            match gpu.efficiency.gemm_fp8 {
+                Some(e) => Ok(gpu.peak_tflops_fp8 * 1e12 * e),
+                None => missing("gemm_fp8"),
+            }
+        }
+        Precision::Nvfp4 => {
+            if gpu.peak_tflops_fp4 <= 0.0 || !gpu.block_scaled_mma {
+                return no(
+                    "FP4 tensor cores with block scales (peak_tflops_fp4 > 0 and block_scaled_mma, Blackwell or newer)",
+                );
+            }
+            match gpu.efficiency.gemm_fp4 {
+                Some(e) => Ok(gpu.peak_tflops_fp4 * 1e12 * e),
+                None => missing("gemm_fp4"),
+            }
+        }
+    }
+}
+
+/// Dense tensor-core peak of `precision` on `gpu`, TFLOP/s: bf16, FP8 (also
+/// MXFP8) or FP4; the denominator of [`crate::cost::Evaluation::mfu_own_peak`].
+pub fn dense_peak_tflops(gpu: &Gpu, precision: Precision) -> f64 {
+    match precision {
+        Precision::Bf16 => gpu.peak_tflops_bf16,
+        Precision::Fp8 | Precision::Mxfp8 => gpu.peak_tflops_fp8,
+        Precision::Nvfp4 => gpu.peak_tflops_fp4,
+    }
+}
+
+/// Bytes per element of a narrow operand: 1 for FP8 (E4M3 or E5M2,
+/// [ref:micikevicius-2022]) and MXFP8 ([ref:ocp-mx]), ½ for NVFP4's E2M1
+/// ([ref:nvfp4-2025]); bf16 2.
+pub fn operand_bytes(precision: Precision) -> f64 {
+    match precision {
+        Precision::Bf16 => 2.0,
+        Precision::Fp8 | Precision::Mxfp8 => 1.0,
+        Precision::Nvfp4 => 0.5,
+    }
+}
+
+/// Scale-factor bytes per element of a narrow tensor whose rows along the
+/// GEMM's contraction are `row` elements long:
+/// - per-tensor (delayed, current): 0 per element (one fp32 per tensor,
+///   counted in [`scaling_state_bytes`]);
+/// - row-wise: one fp32 per row, `4/row`;
+/// - block-wise: one fp32 per 1×128 tile of an activation or gradient,
+///   `4/128`, per 128×128 block of a weight, `4/128²` ([ref:deepseek-v3]
+///   §3.3.2);
+/// - MXFP8: one E8M0 byte per 32 elements, `1/32` ([ref:ocp-mx]);
+/// - NVFP4: one E4M3 byte per 16 elements, `1/16` ([ref:nvfp4-2025]).
+pub fn scale_bytes_per_element(
+    precision: Precision,
+    recipe: Fp8Recipe,
+    weight: bool,
+    row: f64,
+) -> f64 {
+    match precision {
+        Precision::Bf16 => 0.0,
+        Precision::Mxfp8 => 1.0 / MX_BLOCK,
+        Precision::Nvfp4 => 1.0 / NVFP4_BLOCK,
+        Precision::Fp8 => match recipe {
+            Fp8Recipe::Delayed | Fp8Recipe::Current => 0.0,
+            Fp8Recipe::Rowwise => 4.0 / row.max(1.0),
+            Fp8Recipe::Blockwise if weight => 4.0 / (BLOCKWISE_TILE * BLOCKWISE_TILE),
+            Fp8Recipe::Blockwise => 4.0 / BLOCKWISE_TILE,
+        },
+    }
+}
+
+/// Scale factors of a `rows × cols` tensor scaled in `block_rows ×
+/// block_cols` blocks: `⌈rows/block_rows⌉·⌈cols/block_cols⌉`.
+///
+/// Example: an 8192 × 28672 weight (Llama-3-70B's FC2, or FC1 up or gate)
+/// in 128×128 blocks ([ref:deepseek-v3] §3.3.2): `64 · 224 = 14,336`
+/// fp32 scales (56 KiB).
+pub fn block_scale_count(rows: u64, cols: u64, block_rows: u64, block_cols: u64) -> u64 {
+    rows.div_ceil(block_rows.max(1)) * cols.div_ceil(block_cols.max(1))
+}
+
+/// Extra reads of a high-precision tensor before it is cast: current
+/// scaling (per tensor or per row) needs the tensor's own amax first, one
+/// pass more; delayed scaling casts with last steps' amax history and takes
+/// the new amax in the same pass ([ref:te-fp8-primer]); block formats find
+/// each block's amax inside the cast kernel (the block is on chip). NVFP4
+/// adds a per-tensor fp32 scale from the tensor's amax ([ref:nvfp4-2025]
+/// §2), one pass more.
+pub fn amax_reads(precision: Precision, recipe: Fp8Recipe) -> f64 {
+    match precision {
+        Precision::Bf16 | Precision::Mxfp8 => 0.0,
+        Precision::Nvfp4 => 1.0,
+        Precision::Fp8 => match recipe {
+            Fp8Recipe::Delayed | Fp8Recipe::Blockwise => 0.0,
+            Fp8Recipe::Current | Fp8Recipe::Rowwise => 1.0,
+        },
+    }
+}
+
+/// [`amax_reads`] of the job's recipe as its library runs it: torchao's
+/// float8 runs under `torch.compile` (torchtitan requires it for float8),
+/// which fuses the amax reduction into the kernel that produces the tensor
+/// ([ref:torchao-float8]), so no cast reads a tensor for its amax alone;
+/// Transformer Engine's current scaling reads it once more.
+pub fn amax_reads_of(job: &Job) -> f64 {
+    match job.fp8_kernels {
+        Fp8Kernels::Torchao => 0.0,
+        Fp8Kernels::Te => amax_reads(job.precision, job.fp8_recipe),
+    }
+}
+
+/// Time of one narrow GEMM `[m×k]·[k×n]`, seconds: the roofline of
+/// [`crate::cost::compute::gemm_time`] with narrow operands (`b` bytes per
+/// element plus their scales) and a bf16 output, at the narrow rate:
+/// `max(2mnk / rate, (b·(mk + kn) + 2mn) / hbm) + launch`.
+pub fn gemm_time(m: f64, n: f64, k: f64, lp: &LowPrecision, r: &Rates) -> f64 {
+    if m <= 0.0 || n <= 0.0 || k <= 0.0 {
+        return 0.0;
+    }
+    let flops = 2.0 * m * n * k;
+    let b_act = lp.operand_bytes + lp.act_scale_bytes(k);
+    let b_w = lp.operand_bytes + lp.weight_scale_bytes(k);
+    let bytes = b_act * m * k + b_w * k * n + 2.0 * m * n;
+    (flops / lp.gemm_flops).max(bytes / r.hbm) + r.overhead
+}
+
+/// HBM bytes of casting one bf16 tensor of `elements` to the narrow format:
+/// the tensor is read `1 + amax_reads` times ([`amax_reads`]) and `copies`
+/// narrow copies are written with `scale` bytes of scale factors per
+/// element: `elements·(2·(1 + a) + copies·(b + scale))`.
+///
+/// Example (the input of Llama-3-70B's FC1, 8192 tokens × h 8192, current
+/// scaling, Transformer Engine's fused cast-transpose writing the row-wise
+/// copy for the forward GEMM and the transposed copy for the weight
+/// gradient): `67,108,864 · (2·2 + 2·1) = 402,653,184` bytes.
+pub fn cast_bytes(elements: f64, copies: f64, scale: f64, lp: &LowPrecision) -> f64 {
+    elements * (2.0 * (1.0 + lp.amax_reads) + copies * (lp.operand_bytes + scale))
+}
+
+/// Kernels of one cast: one per read pass (the amax reduction is its own
+/// kernel under current scaling).
+pub fn cast_kernels(lp: &LowPrecision) -> f64 {
+    1.0 + lp.amax_reads
+}
+
+/// Cast work of one linear GEMM per micro-batch: HBM bytes and kernels, in
+/// forward and in backward.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CastWork {
+    /// Forward bytes (input, and the weight's share).
+    pub forward_bytes: f64,
+    /// Forward kernels.
+    pub forward_kernels: f64,
+    /// Backward bytes (output gradient, and what is cast again).
+    pub backward_bytes: f64,
+    /// Backward kernels.
+    pub backward_kernels: f64,
+}
+
+impl CastWork {
+    /// Add `other`.
+    pub fn add(&mut self, other: &CastWork) {
+        self.forward_bytes += other.forward_bytes;
+        self.forward_kernels += other.forward_kernels;
+        self.backward_bytes += other.backward_bytes;
+        self.backward_kernels += other.backward_kernels;
+    }
+}
+
+/// Casts of one linear GEMM `lin` per micro-batch. `weight_casts` is how
+/// many times per micro-batch its weight is cast ([`weight_casts`]); `tp`
+/// the TP size (under SP the all-gathered operands are cast on the local
+/// `m/T` shard before the narrow all-gather).
+///
+/// Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge)
+/// ([ref:te-fp8-primer]): one fused cast-transpose of the input writing the
+/// row-wise copy (forward GEMM) and the column-wise copy (weight gradient,
+/// saved for backward); the weight likewise, into its cached copies; in
+/// backward one cast-transpose of the output gradient (input-gradient and
+/// weight-gradient GEMMs).
+///
+/// torchao float8 (torchtitan) ([ref:torchao-float8]): forward casts the
+/// input and the weight; backward casts the output gradient twice (one
+/// layout per GEMM; tensor-wise shares the amax, row-wise scales along
+/// other axes and reads it again), and casts the saved bf16 input and the
+/// weight again.
+pub fn linear_cast_bytes(lin: &Linear, weight_casts: f64, tp: f64, lp: &LowPrecision) -> CastWork {
+    let x_rows = if lin.gathered_input {
+        lin.m / tp
+    } else {
+        lin.m
+    };
+    let dy_rows = if lin.gathered_grad { lin.m / tp } else { lin.m };
+    let x = x_rows * lin.k;
+    let w = lin.k * lin.n;
+    let dy = dy_rows * lin.n;
+    let sx = lp.act_scale_bytes(lin.k);
+    let sw = lp.weight_scale_bytes(lin.k);
+    let sdy = lp.act_scale_bytes(lin.n);
+    let k1 = cast_kernels(lp);
+    match lp.kernels {
+        Fp8Kernels::Te => CastWork {
+            forward_bytes: cast_bytes(x, 2.0, sx, lp) + weight_casts * cast_bytes(w, 2.0, sw, lp),
+            forward_kernels: k1 * (1.0 + weight_casts.min(1.0)),
+            backward_bytes: cast_bytes(dy, 2.0, sdy, lp),
+            backward_kernels: k1,
+        },
+        Fp8Kernels::Torchao => {
+            // The second cast of the output gradient: tensor-wise reuses the
+            // amax, row-wise reads the tensor again for the other axis.
+            let (dy_again, dy_again_kernels) = if lp.recipe == Fp8Recipe::Rowwise {
+                (cast_bytes(dy, 1.0, sdy, lp), k1)
+            } else {
+                (dy * (2.0 + lp.operand_bytes + sdy), 1.0)
+            };
+            let w_bytes = weight_casts * cast_bytes(w, 1.0, sw, lp);
+            CastWork {
+                forward_bytes: cast_bytes(x, 1.0, sx, lp) + w_bytes,
+                forward_kernels: k1 * (1.0 + weight_casts.min(1.0)),
+                backward_bytes: cast_bytes(dy, 1.0, sdy, lp)
+                    + dy_again
+                    + cast_bytes(x, 1.0, sx, lp)
+                    + w_bytes,
+                backward_kernels: k1 * (2.0 + weight_casts.min(1.0)) + dy_again_kernels,
+            }
+        }
+    }
+}
+
+/// Casts of a weight per micro-batch: Transformer Engine caches the narrow
+/// weight and its transpose for the whole step, so its cast is shared by the
+/// `m` micro-batches, `1/m` ([ref:te-fp8-primer]; Megatron-LM's
+/// `is_first_microbatch`), except under ZeRO-3 / FSDP where every gather
+/// brings a fresh bf16 weight (one cast per micro-batch). torchao casts at
+/// every use (forward and again in backward, counted by
+/// [`linear_cast_bytes`]: one here). With narrow parameter gathers the cast
+/// happens once per step on the rank's `1/shard` of the weight before the
+/// gather (the gathered copy is already narrow).
+pub fn weight_casts(lp: &LowPrecision, zero: u8, micro_batches: f64, shard: f64) -> f64 {
+    let m = micro_batches.max(1.0);
+    match (lp.param_gather && zero >= 1, lp.kernels, zero) {
+        (true, _, _) => 1.0 / (m * shard.max(1.0)),
+        (false, Fp8Kernels::Te, 0..=2) => 1.0 / m,
+        _ => 1.0,
+    }
+}
+
+/// Seconds of `work` on HBM: bytes over the sustained bandwidth plus one
+/// launch per kernel, forward and backward.
+pub fn cast_seconds(work: &CastWork, r: &Rates) -> (f64, f64) {
+    (
+        work.forward_bytes / r.hbm + work.forward_kernels * r.overhead,
+        work.backward_bytes / r.hbm + work.backward_kernels * r.overhead,
+    )
+}
+
+/// Narrow weight copies a rank keeps, bytes, for `params` parameters of
+/// low-precision linears: Transformer Engine caches the weight and its
+/// transpose (Hopper's FP8 tensor cores take only the K-major layout) or
+/// the row-wise and column-wise MX copies, each `b + scale` bytes per
+/// element, for the whole step ([ref:te-fp8-primer]); under ZeRO-3 only the
+/// gathered unit is materialised (`unit_params`). torchao keeps no copy
+/// between uses: one narrow copy of the gathered unit is alive while it runs.
+pub fn weight_copy_bytes(
+    lp: &LowPrecision,
+    params: f64,
+    unit_params: f64,
+    zero: u8,
+    row: f64,
+) -> f64 {
+    let per = lp.operand_bytes + lp.weight_scale_bytes(row);
+    match (lp.kernels, zero) {
+        (Fp8Kernels::Te, 0..=2) => 2.0 * per * params,
+        (Fp8Kernels::Te, _) => 2.0 * per * unit_params,
+        (Fp8Kernels::Torchao, _) => per * unit_params,
+    }
+}
+
+/// Scaling state of `gemms` low-precision GEMMs, bytes: under per-tensor
+/// scaling every scaled tensor ([`SCALED_TENSORS_PER_GEMM`]) keeps an fp32
+/// scale and its inverse, and delayed scaling also its amax history of
+/// [`AMAX_HISTORY_LEN`] fp32 values ([ref:te-fp8-primer]); this state is
+/// saved in checkpoints. Block formats keep their scales with the data
+/// (in [`weight_copy_bytes`] and the casts), row-wise ones with the rows.
+pub fn scaling_state_bytes(lp: &LowPrecision, gemms: f64) -> f64 {
+    let per_tensor = match (lp.precision, lp.recipe) {
+        (Precision::Fp8, Fp8Recipe::Delayed) => 4.0 * AMAX_HISTORY_LEN as f64 + 8.0,
+        (Precision::Fp8, Fp8Recipe::Current) | (Precision::Nvfp4, _) => 8.0,
+        _ => 0.0,
+    };
+    gemms * SCALED_TENSORS_PER_GEMM * per_tensor
+}
+
+/// Low-precision GEMMs of the whole model: four per dense layer (QKV or
+/// MLA's projection counted once, output projection, FC1, FC2), per MoE
+/// layer two attention GEMMs, two per shared-expert MLP and two per routed
+/// expert.
+pub fn model_low_gemms(model: &Model) -> f64 {
+    let moe = model
+        .moe
+        .as_ref()
+        .map(|m| {
+            let shared = if m.shared_experts > 0 { 2.0 } else { 0.0 };
+            2.0 + shared + 2.0 * m.experts as f64
+        })
+        .unwrap_or(0.0);
+    4.0 * model.dense_layers() as f64 + moe * model.moe_layers() as f64
+}
+
+/// Scaling state a checkpoint saves, bytes: [`scaling_state_bytes`] of
+/// every low-precision GEMM ([`model_low_gemms`]) on each of the `tp`
+/// tensor-parallel shards (Transformer Engine keeps one state per module
+/// instance, [ref:te-fp8-primer]; data-parallel replicas save it once).
+pub fn checkpoint_scaling_bytes(lp: &LowPrecision, model: &Model, tp: u32) -> f64 {
+    scaling_state_bytes(lp, model_low_gemms(model) * tp as f64)
+}
+
+/// Bytes per token that saving the linears' inputs in the narrow format
+/// removes from a layer's saved activations, split as
+/// [`crate::cost::memory::ActivationTerms`] (replicated, sharded).
+/// Transformer Engine keeps the input of every low-precision linear for the
+/// weight gradient as its narrow column-wise copy instead of bf16
+/// ([ref:te-fp8-primer]): the QKV input and the FC1 input (replicated
+/// unless SP, `h` each) and the output-projection and FC2 inputs (sharded,
+/// `q` and `f`); each saves `2 − b − scale` bytes per element. torchao saves
+/// the bf16 inputs ([ref:torchao-float8]): nothing changes.
+pub fn saved_input_bytes_per_token(
+    model: &Model,
+    include_mlp: bool,
+    lp: &LowPrecision,
+) -> (f64, f64) {
+    if lp.kernels != Fp8Kernels::Te {
+        return (0.0, 0.0);
+    }
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let out = model.attn_out_width() as f64;
+    let f = a.ffn as f64;
+    let save = |row: f64| 2.0 - lp.operand_bytes - lp.act_scale_bytes(row);
+    let mut replicated = save(h) * h;
+    let mut sharded = save(out) * out;
+    if include_mlp {
+        replicated += save(h) * h;
+        sharded += save(f) * f;
+    }
+    (replicated, sharded)
+}
+
+/// Element bytes of the SP all-gathers (forward input gathers, backward
+/// output-gradient gathers) over the bf16 two: Transformer Engine and
+/// torchao's tensor-wise float8 tensor parallelism cast before gathering
+/// and move the narrow copy ([ref:te-fp8-primer], [ref:torchao-float8]);
+/// torchao's row-wise recipe gathers bf16 and casts after.
+pub fn sp_gather_bytes_factor(lp: &LowPrecision) -> f64 {
+    if lp.kernels == Fp8Kernels::Torchao && lp.recipe == Fp8Recipe::Rowwise {
+        1.0
+    } else {
+        lp.operand_bytes / 2.0
+    }
+}
+
+/// A pipeline rank's narrow weight copies and scaling state, bytes, from
+/// the items it holds ([`ItemCost::low_params`], [`ItemCost::low_gemms`]):
+/// `(copies + scaling state, scaling state)`, the sum of [`item_bytes`]
+/// over the rank's items plus [`unit_bytes`]. The stage-split problem
+/// (`crate::split`) adds the same two terms.
+pub fn rank_memory(
+    lp: &LowPrecision,
+    zero: u8,
+    items: &ItemCost,
+    lc: &LayerCosts,
+    hidden: u64,
+) -> (f64, f64) {
+    let scaling = scaling_state_bytes(lp, items.low_gemms);
+    (
+        item_bytes(lp, zero, items, hidden) + unit_bytes(lp, zero, lc, hidden),
+        scaling,
+    )
+}
+
+/// The part of [`rank_memory`] that grows with the items a rank holds:
+/// Transformer Engine's cached weight copies below ZeRO-3
+/// ([`weight_copy_bytes`]) and every GEMM's scaling state
+/// ([`scaling_state_bytes`]), bytes.
+pub fn item_bytes(lp: &LowPrecision, zero: u8, ic: &ItemCost, hidden: u64) -> f64 {
+    let copies = match (lp.kernels, zero) {
+        (Fp8Kernels::Te, 0..=2) => weight_copy_bytes(lp, ic.low_params, 0.0, zero, hidden as f64),
+        _ => 0.0,
+    };
+    copies + scaling_state_bytes(lp, ic.low_gemms)
+}
+
+/// The part of [`rank_memory`] every rank holds whatever its layers: the
+/// narrow copies of the gathered unit (two of the larger layer kind, as
+/// [`crate::cost::zero3_largest_unit`]) under ZeRO-3 or with torchao, bytes.
+pub fn unit_bytes(lp: &LowPrecision, zero: u8, lc: &LayerCosts, hidden: u64) -> f64 {
+    match (lp.kernels, zero) {
+        (Fp8Kernels::Te, 0..=2) => 0.0,
+        _ => weight_copy_bytes(
+            lp,
+            0.0,
+            2.0 * lc.dense.low_params.max(lc.moe.low_params),
+            zero,
+            hidden as f64,
+        ),
+    }
+}
+
+/// Expert all-to-all time over its bf16 price with narrow dispatch
+/// ([ref:deepseek-v3] §3.3.3): of the four all-to-alls of an MoE layer, the
+/// forward dispatch and the backward all-to-all of the gradients entering
+/// the down-projections move `b + scale` bytes per element (1×128 tiles)
+/// instead of 2; the forward combine and the dispatch's gradient stay bf16:
+/// `(1 + (b + 4/128)/2)/2`, 0.758 for FP8. 1 without `--fp8-dispatch`.
+pub fn dispatch_time_factor(lp: &LowPrecision) -> f64 {
+    if !lp.dispatch {
+        return 1.0;
+    }
+    let narrow = lp.operand_bytes + 4.0 / BLOCKWISE_TILE;
+    (1.0 + narrow / 2.0) / 2.0
+}
+
+/// Parameter all-gather volumes when parameters are gathered narrow
+/// (Megatron-LM `--fp8-param-gather`, torchtitan's FP8 all-gather under
+/// FSDP2 [ref:torchao-float8]): the rank's low-precision linear weights
+/// move at `b + scale` bytes per element, the rest (norms, embedding,
+/// output layer) at the recipe's weight bytes; gradients are unchanged.
+pub fn narrow_param_gather(
+    v: DpVolumes,
+    lp: &LowPrecision,
+    rc: &RankCost,
+    recipe: &Recipe,
+    hidden: u64,
+) -> DpVolumes {
+    let per = lp.operand_bytes + lp.weight_scale_bytes(hidden as f64);
+    let dense_low = (rc.items.low_params - rc.expert_params).clamp(0.0, rc.params);
+    DpVolumes {
+        params: (rc.params - dense_low) * recipe.weight_bytes + dense_low * per,
+        expert_params: rc.expert_params * per,
+        ..v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp8(recipe: Fp8Recipe) -> LowPrecision {
+        LowPrecision {
+            precision: Precision::Fp8,
+            recipe,
+            kernels: Fp8Kernels::Te,
+            param_gather: false,
+            dispatch: false,
+            gemm_flops: 1e15,
+            operand_bytes: 1.0,
+            amax_reads: amax_reads(Precision::Fp8, recipe),
+        }
+    }
+
+    #[test]
+    fn blockwise_scales_of_an_ffn_weight() {
+        // 8192 × 28672 in 128 × 128 blocks: 64 · 224.
+        assert_eq!(block_scale_count(8192, 28672, 128, 128), 14_336);
+        // 1 × 128 tiles of 8192 tokens × 8192: 8192 · 64.
+        assert_eq!(block_scale_count(8192, 8192, 1, 128), 524_288);
+    }
+
+    #[test]
+    fn current_scaling_reads_the_input_twice() {
+        let x = 8192.0 * 8192.0;
+        assert_eq!(
+            cast_bytes(x, 2.0, 0.0, &fp8(Fp8Recipe::Current)),
+            402_653_184.0
+        );
+        // Delayed scaling: one read, 4 + 2 bytes per element.
+        assert_eq!(
+            cast_bytes(x, 2.0, 0.0, &fp8(Fp8Recipe::Delayed)),
+            268_435_456.0
+        );
+    }
+}

@@ -1,0 +1,531 @@
+//! Low-precision training (issue 14): the FP8/MXFP8/NVFP4 terms worked by
+//! hand, the published FP8 rows priced and their errors bounded, the FP8
+//! search on H100 against the published Llama-3-70B FP8 runs, and the
+//! errors a user gets for a precision the hardware or Megatron-LM lacks.
+
+mod common;
+
+use std::path::Path;
+
+use common::Setup;
+use meshplan::cost::compute::linear_gemms;
+use meshplan::cost::layer::layer_costs;
+use meshplan::cost::precision::{self, LowPrecision};
+use meshplan::cost::{self, MemoryDetail, MemoryPart, Problem, TimePart};
+use meshplan::layout::{Layout, Placement, Recompute};
+use meshplan::spec::{Catalog, Fp8Kernels, Fp8Recipe, Job, Precision};
+use meshplan::validate;
+
+const V2: &str = include_str!("data/published-dev-v2.csv");
+const FILE: &str = "tests/data/published-dev-v2.csv";
+
+/// Llama-3-70B on the 64 H100 of `dgx-h100-64`, FP8 with `recipe`.
+fn fp8_70b(recipe: Fp8Recipe) -> Setup {
+    let mut s = Setup::new("llama3-70b", "dgx-h100-64", None);
+    s.job.precision = Precision::Fp8;
+    s.job.fp8_recipe = recipe;
+    s
+}
+
+fn low(pr: &Problem) -> LowPrecision {
+    pr.rates.low.expect("a low-precision job")
+}
+
+/// FP8 weight copies of one Llama-3-70B layer at T = 4 (Transformer Engine,
+/// ZeRO-1: the weight and its transpose cached for the step, one byte each).
+/// h = 8192, 64 query heads and 8 KV heads of 128, FFN 28672 gated:
+/// QKV 8192·(8192 + 2·1024)/4 = 20,971,520; output 8192·8192/4 =
+/// 16,777,216; FC1 8192·2·28672/4 = 117,440,512; FC2 28672·8192/4 =
+/// 58,720,256; 213,909,504 parameters per rank, 2 bytes each:
+/// 427,819,008 bytes (0.398 GiB). A stage of 10 such layers (p = 8) holds
+/// ten of them plus ten layers' scaling state, 4 GEMMs × 3 tensors × (1024
+/// fp32 amax history + scale + inverse) = 10·4·3·4,104 = 492,480 bytes.
+#[test]
+fn fp8_weight_copies_of_one_llama3_70b_layer_at_t4() {
+    let s = fp8_70b(Fp8Recipe::Delayed);
+    let pr = s.problem();
+    let l = Layout {
+        sp: true,
+        ..Layout::dense(2, 4, 8, 1)
+    };
+    let pl = Placement::new(&l, pr.cluster.fast_domain());
+    let lc = layer_costs(&pr, &l, &pl);
+    assert_eq!(lc.dense.low_params, 213_909_504.0);
+    let lp = low(&pr);
+    assert_eq!(
+        precision::weight_copy_bytes(&lp, lc.dense.low_params, 0.0, 1, 8192.0),
+        427_819_008.0
+    );
+    let ranks = cost::rank_costs(&pr, &l);
+    let mid = &ranks[1];
+    assert_eq!(mid.layers, 10);
+    assert_eq!(mid.memory[MemoryDetail::ScalingState], 492_480.0);
+    assert_eq!(
+        mid.memory[MemoryPart::LowPrecisionWeights],
+        10.0 * 427_819_008.0 + 492_480.0
+    );
+    // bf16: no copies, no casts.
+    let b = Setup::new("llama3-70b", "dgx-h100-64", None);
+    let bpr = b.problem();
+    let e = cost::evaluate(&bpr, &l);
+    assert_eq!(e.memory[MemoryPart::LowPrecisionWeights], 0.0);
+    assert_eq!(e.time[TimePart::LowPrecisionCast].total, 0.0);
+}
+
+/// Cast bytes of one FC1 GEMM's input under current scaling: Llama-3-70B,
+/// b = 1, s = 8192, no CP, so 8192 tokens × h = 8192 = 67,108,864 bf16
+/// elements. The amax pass reads them (2 bytes), the cast reads them again
+/// (2) and writes the row-wise and the transposed FP8 copies (1 + 1):
+/// 6 bytes per element, 402,653,184 bytes. Delayed scaling skips the amax
+/// read: 268,435,456. Under T = 4 with SP the input is cast on the local
+/// 2048-token shard before the FP8 all-gather: 100,663,296.
+#[test]
+fn cast_bytes_of_one_fc1_input_under_current_scaling() {
+    let fc1_input = |recipe: Fp8Recipe, tp: u32, sp: bool| {
+        let s = fp8_70b(recipe);
+        let pr = s.problem();
+        let sh = cost::compute::LayerShape {
+            tokens: 8192.0,
+            seq: 8192.0,
+            tp: tp as f64,
+            sp,
+            cp: 1.0,
+            flash: true,
+        };
+        let (lins, n) = linear_gemms(&s.model, &sh, false, 0.0, 1.0);
+        assert_eq!(n, 4);
+        // QKV, output projection, FC1, FC2.
+        let fc1 = lins[2];
+        assert_eq!((fc1.m, fc1.k), (8192.0, 8192.0));
+        assert_eq!(fc1.n, 2.0 * 28672.0 / tp as f64);
+        // No weight cast (weight_casts = 0): the input's cast alone.
+        precision::linear_cast_bytes(&fc1, 0.0, tp as f64, &low(&pr)).forward_bytes
+    };
+    assert_eq!(fc1_input(Fp8Recipe::Current, 1, false), 402_653_184.0);
+    assert_eq!(fc1_input(Fp8Recipe::Delayed, 1, false), 268_435_456.0);
+    assert_eq!(fc1_input(Fp8Recipe::Current, 4, true), 100_663_296.0);
+}
+
+/// Block-wise scale factors of an 8192 × 28672 weight (Llama-3-70B's FC2)
+/// in 128 × 128 blocks (DeepSeek-V3 §3.3.2): ⌈8192/128⌉·⌈28672/128⌉ =
+/// 64·224 = 14,336 fp32 scales, 57,344 bytes, which is what the per-element
+/// scale bytes 4/128² give over the weight; activations in 1 × 128 tiles
+/// carry 4/128 bytes per element, MXFP8 1/32, NVFP4 1/16.
+#[test]
+fn blockwise_scale_factors_of_an_8192_by_28672_weight() {
+    assert_eq!(precision::block_scale_count(8192, 28672, 128, 128), 14_336);
+    let per =
+        precision::scale_bytes_per_element(Precision::Fp8, Fp8Recipe::Blockwise, true, 8192.0);
+    assert_eq!(per * 8192.0 * 28672.0, 14_336.0 * 4.0);
+    let act =
+        precision::scale_bytes_per_element(Precision::Fp8, Fp8Recipe::Blockwise, false, 8192.0);
+    assert_eq!(act, 4.0 / 128.0);
+    let mx = precision::scale_bytes_per_element(Precision::Mxfp8, Fp8Recipe::Delayed, true, 8192.0);
+    assert_eq!(mx, 1.0 / 32.0);
+    let nv = precision::scale_bytes_per_element(Precision::Nvfp4, Fp8Recipe::Delayed, true, 8192.0);
+    assert_eq!(nv, 1.0 / 16.0);
+    // Per-tensor recipes keep no per-element scales.
+    for r in [Fp8Recipe::Delayed, Fp8Recipe::Current] {
+        assert_eq!(
+            precision::scale_bytes_per_element(Precision::Fp8, r, true, 8192.0),
+            0.0
+        );
+    }
+}
+
+/// Which GEMMs FP8 narrows: the linears (QKV, projection, FC1, FC2) run at
+/// the FP8 rate; the attention core, the output layer and the optimizer are
+/// priced exactly as in bf16.
+#[test]
+fn only_the_linears_run_narrow() {
+    let l = Layout {
+        sp: true,
+        recompute: Recompute::Selective,
+        ..Layout::dense(2, 4, 8, 1)
+    };
+    let b = Setup::new("llama3-70b", "dgx-h100-64", None);
+    let f = fp8_70b(Fp8Recipe::Delayed);
+    let (bp, fp) = (b.problem(), f.problem());
+    let pl = Placement::new(&l, bp.cluster.fast_domain());
+    let sh = cost::compute::LayerShape {
+        tokens: 8192.0,
+        seq: 8192.0,
+        tp: 4.0,
+        sp: true,
+        cp: 1.0,
+        flash: true,
+    };
+    let bf = cost::compute::layer_forward(&b.model, &sh, false, 0.0, 1.0, &bp.rates);
+    let ff = cost::compute::layer_forward(&f.model, &sh, false, 0.0, 1.0, &fp.rates);
+    assert_eq!(bf.attention, ff.attention);
+    assert_eq!(bf.elementwise, ff.elementwise);
+    // FP8 linears: 1979·0.51 against 989·0.68 TFLOP/s, 1.50× faster when
+    // compute-bound; these shards are.
+    let ratio = bf.gemm / ff.gemm;
+    assert!((1.4..1.51).contains(&ratio), "{ratio}");
+    // Output layer (bf16 whatever the recipe) costs the same.
+    let (bl, fl) = (layer_costs(&bp, &l, &pl), layer_costs(&fp, &l, &pl));
+    assert_eq!(
+        bl.output.time[TimePart::Compute],
+        fl.output.time[TimePart::Compute]
+    );
+    // Same optimizer step.
+    let (be, fe) = (cost::evaluate(&bp, &l), cost::evaluate(&fp, &l));
+    assert_eq!(be.time[TimePart::Optimizer], fe.time[TimePart::Optimizer]);
+    assert!(fe.time.step < be.time.step);
+    // MFU stays against the bf16 peak; the FP8 peak's utilisation is half
+    // of it (1979 = 2·989.5).
+    assert!((fe.mfu_own_peak / fe.mfu - 989.0 / 1979.0).abs() < 1e-12);
+    assert_eq!(be.mfu_own_peak, be.mfu);
+}
+
+/// Delayed scaling keeps an amax history; current scaling reads every
+/// tensor once more; torchao keeps no cached copies but casts at every use;
+/// narrow parameter gathers move fewer bytes.
+#[test]
+fn recipes_differ_where_they_should() {
+    let l = Layout {
+        sp: true,
+        ..Layout::dense(2, 4, 8, 1)
+    };
+    let eval = |f: &dyn Fn(&mut Job)| {
+        let mut s = fp8_70b(Fp8Recipe::Delayed);
+        f(&mut s.job);
+        cost::evaluate(&s.problem(), &l)
+    };
+    let delayed = eval(&|_| {});
+    let current = eval(&|j| j.fp8_recipe = Fp8Recipe::Current);
+    let torchao = eval(&|j| j.fp8_kernels = Fp8Kernels::Torchao);
+    let cast = |e: &cost::Evaluation| e.time[TimePart::LowPrecisionCast].total;
+    assert!(cast(&current) > cast(&delayed));
+    assert!(
+        current.memory[MemoryDetail::ScalingState] < delayed.memory[MemoryDetail::ScalingState]
+    );
+    // torchao: no step-long weight cache, one gathered unit's copy.
+    assert!(
+        torchao.memory[MemoryPart::LowPrecisionWeights]
+            < delayed.memory[MemoryPart::LowPrecisionWeights]
+    );
+    // Transformer Engine saves the linears' inputs in FP8, torchao in bf16.
+    assert!(torchao.memory[MemoryPart::Activations] > delayed.memory[MemoryPart::Activations]);
+    // FP8 parameter gathers under the distributed optimizer: the gather
+    // moves fewer bytes.
+    let gathered = eval(&|j| j.fp8_param_gather = true);
+    assert!(gathered.time[TimePart::ParamGather].total < delayed.time[TimePart::ParamGather].total);
+}
+
+/// FP8 MoE dispatch (off by default): two of the four expert all-to-alls
+/// per layer move FP8 with 1×128 scales, (1 + (1 + 4/128)/2)/2 = 0.7578 of
+/// the bf16 time; nothing else changes. DeepSeek-V3 on 2,048 H800.
+#[test]
+fn fp8_dispatch_shrinks_two_of_the_four_all_to_alls() {
+    let mut s = Setup::new("deepseek-v3", "h800-2048", None);
+    s.job.precision = Precision::Fp8;
+    let l = Layout {
+        ep: 8,
+        sp: true,
+        ..Layout::dense(32, 2, 32, 1)
+    };
+    let off = cost::evaluate(&s.problem(), &l);
+    s.job.fp8_dispatch = true;
+    let on = cost::evaluate(&s.problem(), &l);
+    let ratio = on.time[TimePart::EpComm].total / off.time[TimePart::EpComm].total;
+    assert!((ratio - 0.757_812_5).abs() < 1e-12, "{ratio}");
+    assert_eq!(on.time[TimePart::Compute], off.time[TimePart::Compute]);
+    assert_eq!(
+        on.time[TimePart::LowPrecisionCast],
+        off.time[TimePart::LowPrecisionCast]
+    );
+}
+
+/// The published FP8 rows are priced, not skipped; the calibration rows
+/// (four of the 38, named in hardware/gpus/h100-sxm.toml) fit within 3%;
+/// on the Transformer Engine rows (NeMo 24.07, Megatron-Bridge 25.09/25.11
+/// on H100, B200 and GB200) the median |error| is at most 8% and every
+/// dense row within 20%. The two MoE rows off by more (Megatron-Bridge
+/// DeepSeek-V3: the expert all-to-all priced exposed; Qwen3-30B-A3B 25.11:
+/// the dropless run measured at half the 25.09 token-dropping one, which
+/// the cost model cannot tell apart) are named in docs/fidelity.md.
+/// torchtitan's rows are judged against their bf16 twins: the bf16 twins
+/// themselves are 52–100% optimistic on h100-96g (issue 15), and the
+/// tensor-wise FP8 speed-up over the twin is predicted within 12%.
+#[test]
+fn published_fp8_rows_are_priced_within_the_issue_bounds() {
+    let cat = Catalog::shipped().unwrap();
+    let t = validate::read_table(V2, Path::new(FILE)).unwrap();
+    let r = validate::validate_table(&t, &cat, None);
+    let low: Vec<&validate::MeasuredRow> = t
+        .rows
+        .iter()
+        .filter(|x| matches!(x.run.precision, Some(validate::Precision::Low(_))))
+        .collect();
+    assert_eq!(low.len(), 38);
+    let err = |id: &str| -> f64 {
+        r.rows
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.speed_error)
+            .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
+    };
+    // Calibration rows: at most a third of the FP8 rows.
+    let calibration = [
+        "NEMO2407-LLAMA2-7B-8",
+        "NEMO2407-GPT3-175B-128",
+        "NEMO2407-LLAMA3-70B-64",
+        "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
+    ];
+    assert!(3 * calibration.len() <= low.len());
+    for id in calibration {
+        assert!(err(id).abs() < 0.03, "{id}: {:+.3}", err(id));
+    }
+    let te: Vec<(&str, f64, bool)> = low
+        .iter()
+        .filter(|x| matches!(x.run.engine.as_deref(), Some("nemo" | "megatron-bridge")))
+        .filter_map(|x| {
+            r.rows
+                .iter()
+                .find(|y| y.id == x.id)
+                .and_then(|y| y.speed_error.map(|e| (x.id.as_str(), e, y.regime.moe)))
+        })
+        .collect();
+    assert_eq!(te.len(), 19);
+    let abs: Vec<f64> = te.iter().map(|x| x.1.abs()).collect();
+    let med = validate::median(&abs);
+    assert!(
+        med <= 0.08,
+        "median |error| on the Transformer Engine FP8 rows {med:.3}"
+    );
+    for (id, e, moe) in &te {
+        if !moe {
+            assert!(e.abs() <= 0.20, "{id}: {e:+.3}");
+        }
+    }
+    // Blackwell (no calibration row there): both within 10%.
+    for id in [
+        "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
+        "MBRIDGE-25.11-DGX-GB200-LLAMA3_70B-FP8-CS-64",
+    ] {
+        assert!(err(id).abs() <= 0.10, "{id}: {:+.3}", err(id));
+    }
+    // torchtitan, against the bf16 twin of the same table.
+    let twin = |fp8: &str, bf16: &str| (1.0 + err(fp8)) / (1.0 + err(bf16)) - 1.0;
+    for (fp8, bf16) in [
+        ("TT-8B-8-c", "TT-8B-8-b"),
+        ("TT-8B-128-c", "TT-8B-128-b"),
+        (
+            "TT-8B-asyncTP-fp8-tensorwise-vanillaTP",
+            "TT-8B-asyncTP-bf16-vanillaTP",
+        ),
+        (
+            "TT-8B-asyncTP-fp8-tensorwise-asyncTP",
+            "TT-8B-asyncTP-bf16-asyncTP",
+        ),
+    ] {
+        let e = twin(fp8, bf16);
+        assert!(e.abs() <= 0.12, "{fp8} against {bf16}: {e:+.3}");
+    }
+}
+
+/// `search --model llama3-70b --cluster dgx-h100-64 --precision fp8`: the
+/// winner's model TFLOP/s per GPU lies within what the published H100 FP8
+/// Llama-3-70B runs measured in Megatron's FLOP convention —
+/// MBRIDGE-25.09-DGX-H100-LLAMA3_70B-FP8(default)-64 (727),
+/// MBRIDGE-25.11-DGX-H100-LLAMA3_70B-FP8-CS-64 (719) and
+/// NEMO2407-LLAMA3-70B-64 (738 in NeMo's convention, which counts the causal
+/// attention unhalved: 688 in Megatron's) — and every listed plan within 5%
+/// of that range. `explain` shows the cast time and the FP8 weight copies as
+/// their own parts.
+#[test]
+fn fp8_search_on_h100_matches_the_published_llama3_70b_runs() {
+    let cat = Catalog::shipped().unwrap();
+    let t = validate::read_table(V2, Path::new(FILE)).unwrap();
+    let measured: Vec<f64> = [
+        "MBRIDGE-25.09-DGX-H100-LLAMA3_70B-FP8(default)-64",
+        "MBRIDGE-25.11-DGX-H100-LLAMA3_70B-FP8-CS-64",
+        "NEMO2407-LLAMA3-70B-64",
+    ]
+    .iter()
+    .map(|id| {
+        let row = t.rows.iter().find(|r| &r.id == id).unwrap();
+        let case = validate::build_case(row, &cat, None).unwrap();
+        let (step, _) = case.measured_step().unwrap();
+        let flops = cost::compute::model_flops_per_step(
+            &case.model,
+            case.job.global_batch as f64,
+            case.job.seq_len as f64,
+        );
+        flops / step / row.num_gpus as f64 / 1e12
+    })
+    .collect();
+    let lo = measured.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = measured.iter().copied().fold(0.0, f64::max);
+    assert!(
+        (680.0..700.0).contains(&lo) && (720.0..730.0).contains(&hi),
+        "{measured:?}"
+    );
+    let out = common::meshplan(&[
+        "search",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--precision",
+        "fp8",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let best = rows[0]["tflops_per_gpu"].as_f64().unwrap();
+    assert!(
+        (lo..=hi).contains(&best),
+        "winner {best:.0} outside {lo:.0}–{hi:.0}"
+    );
+    for r in rows {
+        let tf = r["tflops_per_gpu"].as_f64().unwrap();
+        assert!(
+            tf >= 0.95 * lo && tf <= 1.05 * hi,
+            "{tf:.0}: {}",
+            r["layout"]
+        );
+    }
+    // The same job in bf16 is slower: FP8 gains 1.2–1.4× end to end.
+    let out = common::meshplan(&[
+        "search",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bf16 = v["rows"][0]["tflops_per_gpu"].as_f64().unwrap();
+    assert!(
+        (1.2..1.4).contains(&(best / bf16)),
+        "{best:.0} vs bf16 {bf16:.0}"
+    );
+
+    let out = common::meshplan(&[
+        "explain",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--precision",
+        "fp8",
+        "--tp",
+        "4",
+        "--pp",
+        "8",
+        "--sp",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |label: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.contains(label))
+            .unwrap_or_else(|| panic!("no `{label}` line:\n{text}"));
+        line.split_whitespace()
+            .find_map(|w| w.parse::<f64>().ok())
+            .unwrap()
+    };
+    assert!(value("FP8/FP4 casts") > 0.0);
+    assert!(value("FP8/FP4 weight copies") > 3.9);
+    assert!(text.contains("of the fp8 peak"), "{text}");
+}
+
+/// One clear error for a precision the GPU cannot run, naming the GPU; an
+/// FP8 recipe without FP8; a recipe Megatron-LM cannot launch.
+#[test]
+fn impossible_precisions_are_refused_in_one_sentence() {
+    let run = |args: &[&str]| {
+        let out = common::meshplan(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    };
+    let e = run(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--precision",
+        "fp8",
+    ]);
+    assert!(
+        e.contains("a100-80g") && e.contains("FP8 tensor cores") && e.lines().count() == 1,
+        "{e}"
+    );
+    let e = run(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--precision",
+        "mxfp8",
+    ]);
+    assert!(
+        e.contains("h100-sxm") && e.contains("--precision fp8"),
+        "{e}"
+    );
+    let e = run(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--fp8-recipe",
+        "current",
+    ]);
+    assert!(e.contains("--fp8-recipe") && e.contains("bf16"), "{e}");
+    let e = run(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--precision",
+        "fp8",
+        "--fp8-recipe",
+        "rowwise",
+        "--tp",
+        "4",
+        "--pp",
+        "8",
+        "--sp",
+        "--out",
+        common::temp_dir("rowwise").to_str().unwrap(),
+    ]);
+    assert!(e.contains("row-wise"), "{e}");
+    // tensorwise is accepted as current scaling.
+    let out = common::meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-h100-64",
+        "--precision",
+        "fp8",
+        "--fp8-recipe",
+        "tensorwise",
+        "--tp",
+        "4",
+        "--pp",
+        "8",
+        "--sp",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("current scaling"));
+}
