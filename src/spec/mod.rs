@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod hardware;
+pub mod hf;
 pub mod job;
 pub mod model;
 
