@@ -474,7 +474,13 @@ impl Cfg<'_> {
             Some(f) if f < 0.0 => {
                 Err(self.err(key, format!("must be a non-negative integer, found {v}")))
             }
-            Some(f) if f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(Some(f as u64)),
+            // An integral float; one beyond u64 reads as u64::MAX, which
+            // every size limit refuses with its own sentence.
+            Some(f) if f.fract() == 0.0 => Ok(Some(if f >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                f as u64
+            })),
             _ => Err(self.err(key, format!("must be an integer, found {}", short(v)))),
         }
     }
@@ -1140,6 +1146,9 @@ fn moe(
                 ));
             }
             b.from("moe.shared_experts", "n_shared_experts");
+            if n > 0 {
+                b.from("moe.shared_expert_ffn", "moe_intermediate_size");
+            }
             // transformers builds one MLP of n · moe_intermediate_size: the
             // same parameters and FLOPs as n experts of that width.
             (n, (n > 0).then_some(expert_ffn))

@@ -1,5 +1,6 @@
-//! Inputs: model cards, hardware profiles, the training job, and the catalog
-//! that loads them.
+//! Inputs: model cards, hardware profiles, the training job, the catalog
+//! that loads them, and Hugging Face `config.json` files read as model
+//! cards ([`hf`]).
 
 pub mod catalog;
 pub mod hardware;
