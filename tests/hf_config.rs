@@ -712,6 +712,31 @@ fn unrepresentable_patterns_are_refused() {
     })
     .unwrap_err();
     assert!(err.contains("field `num_local_experts`: missing"), "{err}");
+    // The card's own checks, restated with the key they come from.
+    let err = import_edited("llama-3.1-8b", |m| {
+        m.insert("hidden_size".into(), 4095.into());
+    })
+    .unwrap_err();
+    assert!(
+        err.contains("field `head_dim`: hidden 4095 is not divisible by heads 32; give head_dim explicitly (card field architecture.head_dim)"),
+        "{err}"
+    );
+    let err = import_edited("gpt2", |m| {
+        m.insert("n_head".into(), 7.into());
+    })
+    .unwrap_err();
+    assert!(
+        err.contains("field `n_head`: hidden 768 is not divisible by heads 7"),
+        "{err}"
+    );
+    let err = import_edited("qwen3-30b-a3b", |m| {
+        m.insert("num_experts_per_tok".into(), 129.into());
+    })
+    .unwrap_err();
+    assert!(
+        err.contains("field `num_experts_per_tok`: top_k 129 exceeds the number of experts 128"),
+        "{err}"
+    );
 }
 
 /// Biases the card's one switch can express exactly map to it.

@@ -526,20 +526,6 @@ impl Cfg<'_> {
         }
     }
 
-    /// The first of `keys` present, with its name.
-    fn first_size(
-        &self,
-        keys: &[&'static str],
-        max: u64,
-    ) -> Result<Option<(u64, &'static str)>, InputError> {
-        for k in keys {
-            if let Some(x) = self.size(k, max)? {
-                return Ok(Some((x, k)));
-            }
-        }
-        Ok(None)
-    }
-
     /// An integer list (`mlp_only_layers`), absent as empty.
     fn uint_list(&self, key: &str) -> Result<Vec<u64>, InputError> {
         match self.get(key) {
@@ -940,7 +926,11 @@ fn decoder(
                 b.from("architecture.head_dim", "head_dim");
                 Some(d)
             }
-            None => None,
+            None => {
+                // hidden / heads; the card's check says when it does not divide.
+                b.from("architecture.head_dim", "head_dim");
+                None
+            }
         },
     };
     let head_width = head_dim.unwrap_or(hidden / heads);
@@ -1097,15 +1087,16 @@ fn moe(
             (e, f)
         }
         _ => {
-            // A dense family naming experts is a file meshplan misreads.
-            if let Some((_, key)) = c.first_size(
-                &["num_local_experts", "num_experts", "n_routed_experts"],
-                u64::MAX,
-            )? {
-                return Err(c.err(
-                    key,
-                    format!("gives experts, but model_type {mt} is a dense model in transformers"),
-                ));
+            // A dense family naming experts is a file meshplan would misread.
+            for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
+                if c.uint(key)?.is_some_and(|e| e > 0) {
+                    return Err(c.err(
+                        key,
+                        format!(
+                            "gives experts, but model_type {mt} is a dense model in transformers"
+                        ),
+                    ));
+                }
             }
             return Ok(None);
         }
@@ -1273,6 +1264,7 @@ fn gpt2(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     let heads = c.req("n_head", MAX_HEADS as u64, mt)?;
     b.from("architecture.heads", "n_head");
     b.from("architecture.kv_heads", "n_head");
+    b.from("architecture.head_dim", "n_head");
     let ffn = match c.size("n_inner", MAX_WIDTH)? {
         Some(f) => {
             b.from("architecture.ffn", "n_inner");
@@ -1321,6 +1313,7 @@ fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     let heads = c.req("num_attention_heads", MAX_HEADS as u64, mt)?;
     b.from("architecture.heads", "num_attention_heads");
     b.from("architecture.kv_heads", "num_attention_heads");
+    b.from("architecture.head_dim", "num_attention_heads");
     let ffn = c.req("intermediate_size", MAX_WIDTH, mt)?;
     b.from("architecture.ffn", "intermediate_size");
     let vocab = c.req("vocab_size", MAX_VOCAB, mt)?;
