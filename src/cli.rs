@@ -47,6 +47,30 @@ enum Command {
     Validate(ValidateArgs),
     /// Fit a GPU's efficiencies to measured runs and write a profile overlay.
     Calibrate(CalibrateArgs),
+    /// Print the model card (TOML) of a Hugging Face config.json:
+    /// `meshplan import-model config.json > models/NAME.toml`.
+    ImportModel(ImportModelArgs),
+}
+
+/// `import-model`: a Hugging Face `config.json` as a model card.
+#[derive(Debug, Args)]
+struct ImportModelArgs {
+    /// The Hugging Face `config.json` (model_types llama, mistral, mixtral,
+    /// qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v3, gpt2, gpt_neox).
+    /// The card goes to stdout, its notes (approximations, keys the card
+    /// does not carry) to stderr and into the card as comments.
+    file: PathBuf,
+    /// Card name (default: the folder holding config.json, lower-case).
+    #[arg(long)]
+    name: Option<String>,
+    /// The card's default sequence length, `[defaults] seq_len` (default:
+    /// 4096, or max_position_embeddings when shorter).
+    #[arg(long, value_parser = parse_count)]
+    seq_len: Option<u64>,
+    /// The card's default global batch in sequences, `[defaults]
+    /// global_batch` (default: 4M tokens per step at the sequence length).
+    #[arg(long, value_parser = parse_count)]
+    global_batch: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -92,7 +116,15 @@ struct CalibrateArgs {
 /// Model, hardware and job: shared by every planning command.
 #[derive(Debug, Args)]
 struct JobArgs {
-    /// Model card name or alias (`meshplan list models`), e.g. `70b`.
+    /// Model card name or alias (`meshplan list models`), e.g. `70b`, or
+    /// the path of a Hugging Face `config.json` (any value ending in
+    /// `.json`), read as `meshplan import-model` reads it: the same model a
+    /// card of that architecture gives (model_types llama, mistral,
+    /// mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v3, gpt2,
+    /// gpt_neox; see src/spec/hf.rs for the key mapping). Its
+    /// approximations are printed as notes on stderr; a config.json holds no
+    /// training job, so give --seq-len and --global-batch (default: 4096
+    /// tokens, 4M tokens per step).
     #[arg(long)]
     model: String,
     /// Cluster profile name (`meshplan list clusters`), e.g. `dgx64`.
@@ -603,9 +635,31 @@ fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Resu
     Ok(c)
 }
 
+/// The model `--model` names: a catalog card, or a Hugging Face
+/// `config.json` (a value ending in `.json`) with its notes.
+fn resolve_model(cat: &Catalog, a: &JobArgs) -> Result<(Model, Vec<String>)> {
+    if !crate::spec::hf::looks_like_config(&a.model) {
+        return Ok((cat.model(&a.model)?.clone(), Vec::new()));
+    }
+    let file = std::path::Path::new(&a.model);
+    let imp = crate::spec::hf::read(file, &Default::default())?;
+    let mut notes: Vec<String> = imp
+        .all_notes()
+        .into_iter()
+        .map(|n| format!("note: {}: {n}", file.display()))
+        .collect();
+    if a.seq_len.is_none() || a.global_batch.is_none() {
+        notes.extend(
+            imp.job_note()
+                .map(|n| format!("note: {}: {n}", file.display())),
+        );
+    }
+    Ok((imp.model, notes))
+}
+
 fn setup(a: &JobArgs) -> Result<Setup> {
     let cat = catalog(&a.models_dir, &a.hardware_dir)?;
-    let model = cat.model(&a.model)?.clone();
+    let (model, model_notes) = resolve_model(&cat, a)?;
     let mut cluster = cat.cluster(&a.cluster)?.clone();
     let mut gpu = cat.gpu(&cluster.gpu)?.clone();
     if let Some(path) = &a.profile {
@@ -629,7 +683,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     }
     let seq_len = a.seq_len.unwrap_or(model.defaults.seq_len);
     // Notes wait until the job is known to be possible.
-    let mut notes = Vec::new();
+    let mut notes = model_notes;
     let global_batch = match (a.global_batch, a.seq_len) {
         (Some(b), _) => b,
         // A new sequence length alone keeps the card's tokens per step, as
@@ -1221,6 +1275,32 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+fn run_import_model(a: &ImportModelArgs, out: &mut dyn Write) -> Result<()> {
+    let opts = crate::spec::hf::Options {
+        name: a.name.clone(),
+        seq_len: a.seq_len,
+        global_batch: a.global_batch,
+    };
+    let imp = crate::spec::hf::read(&a.file, &opts)?;
+    let text = crate::spec::hf::card_toml(&imp);
+    // The card must read back as the model it describes.
+    let back = Model::from_toml(&text, &a.file)?;
+    if back != imp.model {
+        bail!(
+            "{}: the card written does not read back to the same model (a meshplan bug)",
+            a.file.display()
+        );
+    }
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    let mut notes = imp.all_notes();
+    notes.extend(imp.job_note());
+    for n in notes {
+        let _ = writeln!(std::io::stderr(), "note: {}: {n}", a.file.display());
+    }
+    Ok(())
+}
+
 /// Run a parsed command line, writing to standard output.
 ///
 /// # Errors
@@ -1236,6 +1316,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => run_generate(a, &mut out),
         Command::Validate(a) => run_validate(a, &mut out),
         Command::Calibrate(a) => run_calibrate(a, &mut out),
+        Command::ImportModel(a) => run_import_model(a, &mut out),
     }
 }
 

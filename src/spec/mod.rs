@@ -1,8 +1,10 @@
-//! Inputs: model cards, hardware profiles, the training job, and the catalog
-//! that loads them.
+//! Inputs: model cards, hardware profiles, the training job, the catalog
+//! that loads them, and Hugging Face `config.json` files read as model
+//! cards ([`hf`]).
 
 pub mod catalog;
 pub mod hardware;
+pub mod hf;
 pub mod job;
 pub mod model;
 

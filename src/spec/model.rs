@@ -174,7 +174,7 @@ impl Model {
         Ok(model)
     }
 
-    fn check(&self, file: &Path) -> Result<(), InputError> {
+    pub(crate) fn check(&self, file: &Path) -> Result<(), InputError> {
         let a = &self.architecture;
         let err = |field: &str, problem: String| Err(InputError::field(file, field, problem));
         for (field, v) in [
