@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::Named;
-
 /// Activation recomputation (Korthikanti et al. 2022).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -22,29 +20,7 @@ pub enum Recompute {
     Full,
 }
 
-impl Recompute {
-    /// All variants, in search order.
-    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
-
-    /// Short name as printed.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Recompute::None => "none",
-            Recompute::Selective => "selective",
-            Recompute::Full => "full",
-        }
-    }
-}
-
-impl Named for Recompute {
-    const KIND: &'static str = "recompute mode";
-    const VALUES: &'static [Recompute] = &Recompute::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-crate::names::display_and_parse_by_name!(Recompute);
+crate::names::named!(Recompute, "recompute mode", [None => "none", Selective => "selective", Full => "full"]);
 
 /// Rank order: which axis varies fastest over consecutive global ranks.
 /// Megatron's default is `tp-cp-ep-dp-pp`; `--use-tp-pp-dp-mapping` switches
@@ -59,28 +35,7 @@ pub enum RankOrder {
     TpCpEpPpDp,
 }
 
-impl RankOrder {
-    /// Both orders, in search order.
-    pub const ALL: [RankOrder; 2] = [RankOrder::TpCpEpDpPp, RankOrder::TpCpEpPpDp];
-
-    /// The order string as Megatron spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RankOrder::TpCpEpDpPp => "tp-cp-ep-dp-pp",
-            RankOrder::TpCpEpPpDp => "tp-cp-ep-pp-dp",
-        }
-    }
-}
-
-impl Named for RankOrder {
-    const KIND: &'static str = "rank order";
-    const VALUES: &'static [RankOrder] = &RankOrder::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-crate::names::display_and_parse_by_name!(RankOrder);
+crate::names::named!(RankOrder, "rank order", [TpCpEpDpPp => "tp-cp-ep-dp-pp", TpCpEpPpDp => "tp-cp-ep-pp-dp"]);
 
 /// How context-parallel ranks exchange keys and values inside attention
 /// (Megatron `--cp-comm-type`, implemented by Transformer Engine's
@@ -103,18 +58,9 @@ pub enum CpComm {
     AllGather,
 }
 
+crate::names::named!(CpComm, "context-parallel K/V exchange", [Ring => "ring" | "p2p", AllGather => "all-gather" | "allgather"]);
+
 impl CpComm {
-    /// Both kinds, in search order.
-    pub const ALL: [CpComm; 2] = [CpComm::Ring, CpComm::AllGather];
-
-    /// Short name as printed and accepted by `--cp-comm`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CpComm::Ring => "ring",
-            CpComm::AllGather => "all-gather",
-        }
-    }
-
     /// Value of Megatron's `--cp-comm-type` ([ref:megatron-arguments]).
     pub fn megatron(self) -> &'static str {
         match self {
@@ -123,23 +69,6 @@ impl CpComm {
         }
     }
 }
-
-/// Also accepts Megatron's spellings, `p2p` and `allgather`.
-impl Named for CpComm {
-    const KIND: &'static str = "context-parallel K/V exchange";
-    const VALUES: &'static [CpComm] = &CpComm::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-    fn aliases(self) -> &'static [&'static str] {
-        match self {
-            CpComm::Ring => &["p2p"],
-            CpComm::AllGather => &["allgather"],
-        }
-    }
-}
-
-crate::names::display_and_parse_by_name!(CpComm);
 
 /// A parallel layout: everything the search chooses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

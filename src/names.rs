@@ -39,6 +39,42 @@ macro_rules! display_and_parse_by_name {
 }
 pub(crate) use display_and_parse_by_name;
 
+/// One list per closed enum, its variants with their printed names and any
+/// other spellings accepted (`Variant => "name" | "alias"`), gives the
+/// enum's `ALL` (the values in the order listed), `as_str` (the printed
+/// name), its [`Named`] impl and `Display`/`FromStr`.
+macro_rules! named {
+    ($t:ident, $kind:literal, [$($v:ident => $name:literal $(| $alias:literal)*),+ $(,)?]) => {
+        impl $t {
+            /// Every value, in the order listed.
+            pub const ALL: [$t; [$(stringify!($v)),+].len()] = [$($t::$v),+];
+
+            /// The name as printed and accepted.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($t::$v => $name),+
+                }
+            }
+        }
+
+        impl $crate::names::Named for $t {
+            const KIND: &'static str = $kind;
+            const VALUES: &'static [$t] = &$t::ALL;
+            fn name(self) -> &'static str {
+                self.as_str()
+            }
+            fn aliases(self) -> &'static [&'static str] {
+                match self {
+                    $($t::$v => &[$($alias),*]),+
+                }
+            }
+        }
+
+        $crate::names::display_and_parse_by_name!($t);
+    };
+}
+pub(crate) use named;
+
 /// A name that matches no value of a [`Named`] type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownName {

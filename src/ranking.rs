@@ -25,7 +25,6 @@
 
 use std::cmp::Ordering;
 
-use crate::names::{Named, display_and_parse_by_name};
 use crate::trust::{Record, Trust};
 
 /// What orders the listed plans.
@@ -39,18 +38,7 @@ pub enum RankBy {
     Robust,
 }
 
-impl Named for RankBy {
-    const KIND: &'static str = "ranking";
-    const VALUES: &'static [RankBy] = &[RankBy::Predicted, RankBy::Robust];
-    fn name(self) -> &'static str {
-        match self {
-            RankBy::Predicted => "predicted",
-            RankBy::Robust => "robust",
-        }
-    }
-}
-
-display_and_parse_by_name!(RankBy);
+crate::names::named!(RankBy, "ranking", [Predicted => "predicted", Robust => "robust"]);
 
 /// The band of a plan that no measured run covers.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::InputError;
-use crate::names::Named;
 
 /// Bytes per parameter of the persistent model states (the terms of ZeRO's
 /// model-state table, [ref:rajbhandari-2020] Figure 1:
@@ -76,14 +75,9 @@ pub enum RecipeName {
     Deepspeed,
 }
 
-impl RecipeName {
-    /// Every recipe, in the order listed.
-    pub const ALL: [RecipeName; 3] = [
-        RecipeName::Megatron,
-        RecipeName::Adam16b,
-        RecipeName::Deepspeed,
-    ];
+crate::names::named!(RecipeName, "precision recipe", [Megatron => "megatron", Adam16b => "adam-16b" | "seed", Deepspeed => "deepspeed"]);
 
+impl RecipeName {
     /// The byte counts of this recipe.
     pub fn recipe(self) -> Recipe {
         match self {
@@ -92,33 +86,7 @@ impl RecipeName {
             RecipeName::Deepspeed => Recipe::DEEPSPEED,
         }
     }
-
-    /// The name as printed and accepted by `--recipe`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecipeName::Megatron => "megatron",
-            RecipeName::Adam16b => "adam-16b",
-            RecipeName::Deepspeed => "deepspeed",
-        }
-    }
 }
-
-/// `seed`, the recipe's name before it was called `adam-16b`, is accepted.
-impl Named for RecipeName {
-    const KIND: &'static str = "precision recipe";
-    const VALUES: &'static [RecipeName] = &RecipeName::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-    fn aliases(self) -> &'static [&'static str] {
-        match self {
-            RecipeName::Adam16b => &["seed"],
-            _ => &[],
-        }
-    }
-}
-
-crate::names::display_and_parse_by_name!(RecipeName);
 
 /// Number format of the transformer's linear-layer GEMMs (`--precision`,
 /// the `precision` column of `validate`): QKV, attention output projection,
@@ -145,40 +113,14 @@ pub enum Precision {
     Nvfp4,
 }
 
+crate::names::named!(Precision, "GEMM precision", [Bf16 => "bf16", Fp8 => "fp8", Mxfp8 => "mxfp8", Nvfp4 => "nvfp4"]);
+
 impl Precision {
-    /// Every precision, in the order listed.
-    pub const ALL: [Precision; 4] = [
-        Precision::Bf16,
-        Precision::Fp8,
-        Precision::Mxfp8,
-        Precision::Nvfp4,
-    ];
-
-    /// The name as printed and accepted by `--precision`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Bf16 => "bf16",
-            Precision::Fp8 => "fp8",
-            Precision::Mxfp8 => "mxfp8",
-            Precision::Nvfp4 => "nvfp4",
-        }
-    }
-
     /// Whether the linear GEMMs run narrower than bf16.
     pub fn is_low(self) -> bool {
         self != Precision::Bf16
     }
 }
-
-impl Named for Precision {
-    const KIND: &'static str = "GEMM precision";
-    const VALUES: &'static [Precision] = &Precision::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-crate::names::display_and_parse_by_name!(Precision);
 
 /// How FP8 tensors are scaled (`--fp8-recipe`; Megatron-LM and Transformer
 /// Engine names [ref:te-fp8-primer], torchtitan's `tensorwise` is an alias
@@ -206,43 +148,7 @@ pub enum Fp8Recipe {
     Blockwise,
 }
 
-impl Fp8Recipe {
-    /// Every recipe, in the order listed.
-    pub const ALL: [Fp8Recipe; 4] = [
-        Fp8Recipe::Delayed,
-        Fp8Recipe::Current,
-        Fp8Recipe::Rowwise,
-        Fp8Recipe::Blockwise,
-    ];
-
-    /// The name as printed and accepted by `--fp8-recipe`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fp8Recipe::Delayed => "delayed",
-            Fp8Recipe::Current => "current",
-            Fp8Recipe::Rowwise => "rowwise",
-            Fp8Recipe::Blockwise => "blockwise",
-        }
-    }
-}
-
-/// torchtitan's `tensorwise` (and Megatron's spelling of current scaling)
-/// is accepted for `current`.
-impl Named for Fp8Recipe {
-    const KIND: &'static str = "FP8 scaling recipe";
-    const VALUES: &'static [Fp8Recipe] = &Fp8Recipe::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-    fn aliases(self) -> &'static [&'static str] {
-        match self {
-            Fp8Recipe::Current => &["tensorwise"],
-            _ => &[],
-        }
-    }
-}
-
-crate::names::display_and_parse_by_name!(Fp8Recipe);
+crate::names::named!(Fp8Recipe, "FP8 scaling recipe", [Delayed => "delayed", Current => "current" | "tensorwise", Rowwise => "rowwise", Blockwise => "blockwise"]);
 
 /// Which library runs the low-precision linears (`--fp8-kernels`). They
 /// differ in what they keep between forward and backward.
@@ -261,28 +167,7 @@ pub enum Fp8Kernels {
     Torchao,
 }
 
-impl Fp8Kernels {
-    /// Every implementation, in the order listed.
-    pub const ALL: [Fp8Kernels; 2] = [Fp8Kernels::Te, Fp8Kernels::Torchao];
-
-    /// The name as printed and accepted by `--fp8-kernels`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fp8Kernels::Te => "te",
-            Fp8Kernels::Torchao => "torchao",
-        }
-    }
-}
-
-impl Named for Fp8Kernels {
-    const KIND: &'static str = "low-precision kernel library";
-    const VALUES: &'static [Fp8Kernels] = &Fp8Kernels::ALL;
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-crate::names::display_and_parse_by_name!(Fp8Kernels);
+crate::names::named!(Fp8Kernels, "low-precision kernel library", [Te => "te", Torchao => "torchao"]);
 
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
