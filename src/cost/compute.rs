@@ -148,15 +148,7 @@ pub fn linear_gemms(
     }
     // MLP (dense) or shared experts (MoE).
     let mats = if a.gated_mlp { 2.0 } else { 1.0 };
-    let ffn = if moe {
-        model
-            .moe
-            .as_ref()
-            .map(|m| m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64)
-            .unwrap_or(0.0)
-    } else {
-        a.ffn as f64
-    };
+    let ffn = dense_mlp_width(model, moe);
     if ffn > 0.0 {
         push(col(tok, mats * ffn / t, h));
         push(row(tok, h, ffn / t));
@@ -185,6 +177,20 @@ pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
         None => gemm_time(lin.m, lin.n, lin.k, r),
         Some(lp) => precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
     }
+}
+
+/// Width of a layer's dense MLP, elements: `ffn` for a dense layer, and
+/// for an MoE layer its shared experts' total width (0 without shared
+/// experts); the routed experts are priced apart.
+pub fn dense_mlp_width(model: &Model, moe: bool) -> f64 {
+    if !moe {
+        return model.architecture.ffn as f64;
+    }
+    model
+        .moe
+        .as_ref()
+        .map(|m| m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64)
+        .unwrap_or(0.0)
 }
 
 /// Time of one memory-bound kernel moving `bytes`, seconds.
@@ -273,15 +279,7 @@ pub fn layer_forward(
     if moe && let Some(m) = &model.moe {
         lt.gemm += gemm_time(tok / if sh.sp { t } else { 1.0 }, m.experts as f64, h, r);
     }
-    let ffn = if moe {
-        model
-            .moe
-            .as_ref()
-            .map(|m| m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64)
-            .unwrap_or(0.0)
-    } else {
-        a.ffn as f64
-    };
+    let ffn = dense_mlp_width(model, moe);
     // Attention core for this rank's heads (1/T) and queries (1/C of s).
     let core = attention_core_flops(model, tok, sh.seq) / t;
     // Unfused attention runs QKᵀ and A·V as cuBLAS batched GEMMs whose inner
