@@ -57,6 +57,10 @@ pub enum Rule {
     /// [E1, E2, W3]; with `tp-cp-ep-pp-dp` and p > 1, E·ETP ≠ T·C [W4, W5];
     /// ETP > 1 on experts with biases [E4].
     Experts,
+    /// A dense model with `tp-cp-ep-pp-dp`, p > 1 and C > 1: Megatron builds
+    /// its expert grid with ETP = T and E = 1, whose data-parallel size
+    /// N/(T·p) = D·C differs from D [W4].
+    RankMapping,
     /// TP > 1 with EP > 1 needs sequence parallelism (Megatron parallelism guide).
     EpNeedsSp,
     /// A user bound (`--max-tp`, fixed values) excludes it.
@@ -67,7 +71,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in check order.
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 18] = [
         Rule::MeshSize,
         Rule::TpDomain,
         Rule::HeadsTp,
@@ -82,6 +86,7 @@ impl Rule {
         Rule::CpAttention,
         Rule::MaxSeq,
         Rule::Experts,
+        Rule::RankMapping,
         Rule::EpNeedsSp,
         Rule::Policy,
         Rule::Memory,
@@ -354,7 +359,7 @@ const INTERLEAVE_REMEDY: &str =
     "use v = 1, or a global batch / micro-batch giving m a multiple of p";
 
 /// Every rule, in check order ([`Rule::ALL`]), each condition once.
-const RULES: [RuleDef; 17] = [
+const RULES: [RuleDef; 18] = [
     RuleDef {
         rule: Rule::MeshSize,
         code: "mesh-size",
@@ -671,6 +676,26 @@ const RULES: [RuleDef; 17] = [
                 remedy: |_| "use ETP = 1 (or a bias-free model, --disable-bias-linear)".into(),
             },
         ],
+    },
+    RuleDef {
+        rule: Rule::RankMapping,
+        code: "rank-mapping",
+        clauses: &[Clause {
+            broken: |x| {
+                x.model.moe.is_none() && x.l.order == RankOrder::TpCpEpPpDp && x.l.pp > 1 && x.c > 1
+            },
+            message: |x| {
+                format!(
+                    "with order tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping) and p = {}, Megatron builds a dense model's expert grid with ETP = T = {} and E = 1, whose data-parallel size N/(T·p) = D·C = {} differs from D = {} when C = {} > 1 [Megatron W4]",
+                    x.l.pp,
+                    x.t,
+                    x.l.dp as u64 * x.c,
+                    x.l.dp,
+                    x.c
+                )
+            },
+            remedy: |_| "use order tp-cp-ep-dp-pp, or C = 1".into(),
+        }],
     },
     RuleDef {
         rule: Rule::EpNeedsSp,

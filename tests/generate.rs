@@ -161,12 +161,13 @@ fn generate_refuses_layouts_that_break_a_rule() {
     assert_eq!(refusal_codes(&s, &l), ["layers-pp"]);
     let l = Layout::dense(2, 16, 2, 1);
     assert_eq!(refusal_codes(&s, &l), ["tp-domain"]);
-    // Megatron-only: tp-pp-dp mapping with C > 1 and p > 1 on a dense model
-    // [W4: N/(ETP·E·p) = 64/(4·1·2) = 8 ≠ D = 4]; meshplan's rules accept it.
+    // tp-pp-dp mapping with C > 1 and p > 1 on a dense model [W4:
+    // N/(ETP·E·p) = 64/(4·1·2) = 8 ≠ D = 4]: a rule since the search ranked
+    // such layouts first that generate then refused.
     let mut l = Layout::dense(4, 4, 2, 2);
     l.recompute = Recompute::Full;
     l.order = RankOrder::TpCpEpPpDp;
-    assert_eq!(refusal_codes(&s, &l), ["megatron-rank-mapping"]);
+    assert_eq!(refusal_codes(&s, &l), ["rank-mapping"]);
     l.order = RankOrder::TpCpEpDpPp;
     assert!(refusal_codes(&s, &l).is_empty());
     // Launch: 12 GPUs do not fill whole 8-GPU nodes.

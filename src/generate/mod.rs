@@ -32,7 +32,7 @@ use include_dir::{Dir, include_dir};
 use serde::Serialize;
 
 use crate::cost::{self, Problem};
-use crate::layout::{Layout, RankOrder};
+use crate::layout::Layout;
 use crate::report::memory_note;
 use crate::rules::{self, Policy};
 use crate::spec::model::PositionEmbedding;
@@ -123,9 +123,6 @@ impl fmt::Display for RefusalList<'_> {
 ///   or FSDP [D4], or FP8 MoE dispatch (Megatron-LM has it only through the
 ///   `ncclep` flex dispatcher with MXFP8 payloads).
 /// - `megatron-moe-bias` [E4]: MoE with linear biases needs ETP = 1.
-/// - `megatron-rank-mapping` [W4]: `--use-tp-pp-dp-mapping` with p > 1
-///   needs the expert grid's DP equal to the dense DP, N/(ETP·E·p) = D
-///   (for a dense model Megatron's ETP defaults to T, so C must be 1).
 pub fn refusals(
     pr: &Problem,
     policy: &Policy,
@@ -213,28 +210,6 @@ pub fn refusals(
                 model.name, l.etp
             ),
             remedy: "use ETP = 1".into(),
-        });
-    }
-    let (etp, ep) = if model.moe.is_some() {
-        (l.etp, l.ep)
-    } else {
-        (l.tp, 1)
-    };
-    let per = etp as u64 * ep as u64 * l.pp as u64;
-    if l.order == RankOrder::TpCpEpPpDp && l.pp > 1 && world / per.max(1) != l.dp as u64 {
-        out.push(Refusal {
-            code: "megatron-rank-mapping".into(),
-            message: format!(
-                "rank order tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping) with p = {} needs N/(ETP·E·p) = {}/({}·{}·{}) = {} to equal D = {} [W4]",
-                l.pp,
-                world,
-                etp,
-                ep,
-                l.pp,
-                world / per.max(1),
-                l.dp
-            ),
-            remedy: "use the default order tp-cp-ep-dp-pp".into(),
         });
     }
     out
