@@ -15,7 +15,7 @@ use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::names::{self, Named};
 use crate::ranking::RankBy;
 use crate::render::{self, Format};
-use crate::report::{ExplainReport, Row, SearchReport};
+use crate::report::{ExplainReport, SearchReport};
 use crate::rules::Policy;
 use crate::search::{self, Filter, Space, parse_size, parse_switch, parse_zero};
 use crate::spec::GIB;
@@ -533,8 +533,9 @@ struct GenerateArgs {
     /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
     #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = parse_positive)]
     rank: Option<u64>,
-    /// The ranking `--rank` counts in, as `search --rank-by`.
-    #[arg(long, default_value_t = RankBy::Predicted, value_parser = NamedParser::<RankBy>::new())]
+    /// The ranking `--rank` (or the best layout) is taken from, as `search
+    /// --rank-by`; not with `--plan` or layout flags, which name the layout.
+    #[arg(long, default_value_t = RankBy::Predicted, value_parser = NamedParser::<RankBy>::new(), conflicts_with_all = ["plan", "layout"])]
     rank_by: RankBy,
     /// A `search --format json` output (or a plan.json written by generate) to take the layout from.
     #[arg(long, value_name = "FILE.json", conflicts_with = "layout")]
@@ -785,7 +786,10 @@ fn space(a: &SearchArgs) -> Result<Space> {
             max_cp,
             allow_tp_across_domains: a.allow_tp_across_nodes,
         },
-        top_k: a.top.max(1) as usize,
+        // Rank at least the default ten, and list the first `--top`: the
+        // tie groups depend on the plans ranked together, and `generate
+        // --rank K` ranks max(K, 10) the same way.
+        top_k: (a.top.max(1) as usize).max(Space::default().top_k),
         ..Space::default()
     })
 }
@@ -801,6 +805,9 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
     let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by);
+    report
+        .rows
+        .truncate(a.top.max(1).min(usize::MAX as u64) as usize);
     report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
     search_extras(
         &pr,
@@ -857,7 +864,12 @@ fn search_extras(
     tokens: Option<f64>,
     plot: Option<&std::path::Path>,
 ) -> Result<()> {
-    let Some(win) = result.top.first() else {
+    // The winner is the table's first row (the ranking with tie groups),
+    // not merely the fastest predicted.
+    let Some(win) = report.rows.first().map(|r| search::Candidate {
+        layout: r.layout.clone(),
+        eval: r.eval,
+    }) else {
         if let Some(q) = why_not {
             report.why_not = Some(
                 explain::why_not(pr, space, &result.all, q)
@@ -878,8 +890,15 @@ fn search_extras(
         tokens_per_s: win.eval.tokens_per_s,
     }];
     if let Some(q) = why_not {
-        let w = explain::why_not(pr, space, &result.all, q)
+        let mut w = explain::why_not(pr, space, &result.all, q)
             .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
+        if let Some(first) = report.rows.first() {
+            w.gap = w
+                .best
+                .as_ref()
+                .map(|b| explain::gap(&first.eval.time, &b.eval.time));
+            w.winner = Some(first.clone());
+        }
         if let Some(b) = &w.best {
             marks.push(plot::Mark {
                 label: format!("best with {q} (#{})", b.rank),
@@ -953,12 +972,15 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         ..Space::default()
     };
     let result = search::search(&pr, &space);
-    if let Some(best) = result.top.first() {
-        report.best = Some(Row::of(1, best));
+    // The best is the first row of `search`'s table (ranked with tie
+    // groups); the rank counts the layouts predicted faster.
+    let ranked = crate::report::ranked_rows(&pr, &result.top, RankBy::default());
+    if let Some(best) = ranked.first() {
         if report.is_valid() {
             report.rank_among_valid = Some(search::rank_among(&result.all, &report.eval));
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
+        report.best = Some(best.clone());
     }
     if !report.is_valid() {
         report.fixes = Some(explain::smallest_fixes(&pr, policy, &layout));
@@ -980,7 +1002,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
             peak_gib: report.eval.peak_bytes / GIB,
             tokens_per_s: report.eval.tokens_per_s,
         }];
-        if let Some(best) = result.top.first() {
+        if let Some(best) = ranked.first() {
             marks.push(plot::Mark {
                 label: format!("#1 {}", best.layout.short()),
                 peak_gib: best.eval.peak_bytes / GIB,

@@ -209,8 +209,9 @@ pub struct GroupSpan {
     /// The outermost scale-out tier (`[[tiers]]` of the cluster, 1-based)
     /// whose switch groups the worst group of the axis spans more than one
     /// of; 0 when it stays under one group of every tier (or the cluster
-    /// lists none). Its cross-node phase runs at the NIC bandwidth over
-    /// that tier's oversubscription ([`crate::cost::comm::Links`]).
+    /// lists none). Its cross-node phase runs at the NIC bandwidth over the
+    /// product of the oversubscriptions up to that tier
+    /// ([`crate::cost::comm::Links`]).
     pub tier: u8,
 }
 

@@ -134,20 +134,21 @@ pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
             .total_cmp(&plans[a].key(by))
             .then(a.cmp(&b))
     });
+    // A group is the first plan left and every later plan whose band
+    // reaches its lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`, whether or not
+    // the plans between them do.
     let mut out = Vec::with_capacity(plans.len());
     let mut group = 0;
-    let mut i = 0;
-    while i < idx.len() {
+    let mut left = idx;
+    while let Some(&first) = left.first() {
         group += 1;
-        let leader = plans[idx[i]];
-        let mut j = i + 1;
-        while j < idx.len() && plans[idx[j]].upper() >= leader.lower() {
-            j += 1;
-        }
-        let mut members = idx[i..j].to_vec();
+        let floor = plans[first].lower();
+        let (mut members, rest): (Vec<usize>, Vec<usize>) = left
+            .iter()
+            .partition(|&&j| j == first || plans[j].upper() >= floor);
         members.sort_by(|&a, &b| better_validated(&plans[a], &plans[b]));
         out.extend(members.into_iter().map(|m| (m, group)));
-        i = j;
+        left = rest;
     }
     out
 }
@@ -187,10 +188,10 @@ mod tests {
         let o = order(&plans, RankBy::Predicted);
         assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
         // Robust: lower edges A 90, C 76, B 66.5 → A, C, B. C's upper 84
-        // is below A's 90, so A stands alone; C leads group 2 and B ties
-        // with it (123.5 ≥ 76), validated C first.
+        // is below A's 90, but B's 123.5 reaches it: group 1 is {A, B}
+        // although C comes between them, then C alone.
         let o = order(&plans, RankBy::Robust);
-        assert_eq!(o, vec![(1, 1), (2, 2), (0, 2)]);
+        assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
     }
 
     #[test]

@@ -614,6 +614,12 @@ fn generate_rank_follows_the_search_ranking() {
             assert_eq!(g["layout"], rows[k - 1]["layout"], "{by} #{k}");
         }
     }
+    // `--top 3` lists the first three rows of the same ranking.
+    let v = json(&on_70b("search", &["--top", "3", "--format", "json"]));
+    let ten = json(&on_70b("search", &["--format", "json"]));
+    for k in 0..3 {
+        assert_eq!(v["rows"][k]["layout"], ten["rows"][k]["layout"], "row {k}");
+    }
     let o = on_70b("search", &["--rank-by", "best"]);
     assert!(!o.status.success());
     assert!(

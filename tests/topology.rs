@@ -59,6 +59,18 @@ fn bad_tiers_name_the_field() {
             "[[tiers]]\nname = \"pod\"\ngpus = 3072\noversubscription = 0.5\n",
             "tiers[0].oversubscription",
         ),
+        (
+            "[[tiers]]\nname = \"pod\"\ngpus = 3072\noversubscription = 1e12\n",
+            "tiers[0].oversubscription",
+        ),
+        (
+            "[[tiers]]\nname = \"\"\ngpus = 3072\noversubscription = 2.0\n",
+            "tiers[0].name",
+        ),
+        (
+            "[[tiers]]\nname = \"pod\"\ngpus = 4294967288\noversubscription = 2.0\n",
+            "tiers[0].gpus",
+        ),
     ] {
         let d = hardware_dir_with("tiers", "clusters/h100-16k.toml", |t| {
             let cut = t.find("[[tiers]]").unwrap();

@@ -211,7 +211,7 @@ fn search_accepts_and_places_the_published_layouts() {
             row.id
         );
         assert!(
-            rank >= 1 && rank as u64 <= p.valid,
+            rank >= 1 && rank as u64 <= p.valid, // the published layout counts
             "{}: rank {rank} of {}",
             row.id,
             p.valid

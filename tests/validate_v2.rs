@@ -349,6 +349,14 @@ fn plan_check_re_splits_layers_that_do_not_divide() {
         "{split:?}"
     );
     assert!(p.rejected_by.is_empty() && p.rank.is_some());
+    // Re-split outside the search's split budget, the published layout is
+    // still one of the valid layouts its rank counts in.
+    assert!(
+        p.rank.unwrap() as u64 <= p.valid,
+        "{} of {}",
+        p.rank.unwrap(),
+        p.valid
+    );
 }
 
 /// The trust record (issue 16): the main job's former winner — ZeRO-3, no

@@ -34,8 +34,8 @@ pub struct Links {
     /// Latency of one inter-node message step, seconds.
     pub inter_lat: f64,
     /// Uplink oversubscription by tier (`[[tiers]]` of the cluster): entry
-    /// 0 is 1 (no tier crossed), entry `k` the oversubscription above tier
-    /// `k` (at least that of every tier below it).
+    /// 0 is 1 (no tier crossed), entry `k` the product of the
+    /// oversubscriptions of tiers 1…k ([`tier_oversubscription`]).
     pub oversub: [f64; MAX_TIERS + 1],
 }
 
@@ -52,8 +52,8 @@ impl Links {
     }
 
     /// NIC bandwidth per GPU for the cross-domain phase of group `g`,
-    /// bytes/s: `inter_bw` over the oversubscription of the outermost tier
-    /// it crosses. A ring's throughput is its slowest hop's, and with every
+    /// bytes/s: `inter_bw` over the oversubscription up to the outermost
+    /// tier it crosses. A ring's throughput is its slowest hop's, and with every
     /// GPU of a crossing group sending at once the uplinks of that tier are
     /// the slowest hop.
     pub fn inter_bw_of(&self, g: GroupSpan) -> f64 {
@@ -61,15 +61,16 @@ impl Links {
     }
 }
 
-/// [`Links::oversub`] of `cluster`: 1 for no tier, then the running maximum
-/// of the tiers' oversubscriptions (a group that crosses a pod also crosses
-/// everything inside it).
+/// [`Links::oversub`] of `cluster`: 1 for no tier, then the running
+/// product of the tiers' oversubscriptions: traffic that leaves a building
+/// first shares its pod's uplinks (1/o₁ of the NIC rate per GPU) and then
+/// the building's (1/o₂ of what reached it), `1/(o₁·o₂)` in all.
 pub fn tier_oversubscription(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
     let mut out = [1.0; MAX_TIERS + 1];
-    let mut worst: f64 = 1.0;
+    let mut product: f64 = 1.0;
     for (slot, t) in out[1..].iter_mut().zip(&cluster.tiers) {
-        worst = worst.max(t.oversubscription);
-        *slot = worst;
+        product *= t.oversubscription;
+        *slot = product;
     }
     out
 }
@@ -247,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn tiers_take_the_running_worst_oversubscription() {
+    fn tiers_multiply_their_oversubscriptions() {
         use crate::spec::hardware::Tier;
         let mut c = crate::spec::Catalog::shipped()
             .unwrap()
@@ -261,7 +262,8 @@ mod tests {
             gpus: 12288,
             oversubscription: 2.0,
         });
-        // Crossing buildings crosses pods too: still 1/7.
-        assert_eq!(tier_oversubscription(&c), [1.0, 7.0, 7.0, 1.0]);
+        // Crossing buildings crosses pods too: 1/7 of the NIC rate leaves
+        // the pod, half of that the building, 1/14.
+        assert_eq!(tier_oversubscription(&c), [1.0, 7.0, 14.0, 1.0]);
     }
 }

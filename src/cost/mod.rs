@@ -378,10 +378,14 @@ fn rank_data_parallel(
         grad_reduce: pr.job.overlap_grad_reduce,
         param_gather: pr.job.param_gather_overlapped(),
     };
-    let mut v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    let wide = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
+    let mut v = wide;
     if let Some(lp) = pr.rates.low.as_ref().filter(|lp| lp.param_gather) {
         v = precision::narrow_param_gather(v, lp, rc, &pr.job.recipe, pr.model.architecture.hidden);
     }
+    // ZeRO-3's per-unit gathers shrink as the rank's whole gather does
+    // under a narrow parameter gather.
+    let narrow = (v.params + v.expert_params) / (wide.params + wide.expert_params).max(1.0);
     let net = data_parallel::Net {
         pl,
         links: &pr.links,
@@ -389,7 +393,11 @@ fn rank_data_parallel(
     };
     // Only ZeRO-3 reads the per-unit timeline.
     let units = if l.zero >= 3 {
-        fsdp_units(lc, rc)
+        let mut u = fsdp_units(lc, rc);
+        for r in &mut u {
+            r.unit.gather *= narrow;
+        }
+        u
     } else {
         Default::default()
     };

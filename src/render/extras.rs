@@ -168,14 +168,14 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         (Some(b), Some(win)) => {
             writeln!(
                 w,
-                "Best matching layout: {} — rank {} of {}, {:.0} tokens/s, peak {:.1} GiB",
+                "Best matching layout: {} — rank {} of {} by predicted tokens/s, {:.0} tokens/s, peak {:.1} GiB",
                 b.layout.short(),
                 b.rank,
                 q.valid_total,
                 b.tokens_per_s,
                 b.peak_gib
             )?;
-            if b.rank == 1 || (win.tokens_per_s - b.tokens_per_s).abs() < 1e-9 {
+            if win.layout == b.layout || (win.tokens_per_s - b.tokens_per_s).abs() < 1e-9 {
                 writeln!(w, "It is (tied with) the winner.")?;
             } else {
                 writeln!(

@@ -297,7 +297,7 @@ impl Exporter for Table {
             if best.tokens_per_s > e.tokens_per_s {
                 writeln!(
                     w,
-                    "Rank among valid layouts: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
+                    "Rank among valid layouts by predicted tokens/s: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
                     rank,
                     best.layout.short(),
                     best.tokens_per_s,

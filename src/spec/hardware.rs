@@ -153,6 +153,10 @@ pub struct Tier {
 /// Most `[[tiers]]` a cluster profile may list.
 pub const MAX_TIERS: usize = 3;
 
+/// Largest uplink oversubscription of one tier a profile may state (1:1000;
+/// real fabrics stay below 1:10).
+pub const MAX_OVERSUBSCRIPTION: f64 = 1000.0;
+
 /// Storage and failure figures for checkpoint planning (`[reliability]`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -468,12 +472,33 @@ impl Cluster {
                     ),
                 ));
             }
-            if !(t.oversubscription.is_finite() && t.oversubscription >= 1.0) {
+            if t.name.trim().is_empty() {
+                return Err(InputError::field(
+                    file,
+                    &field("name"),
+                    "is empty; name the switch group (pod, building)".to_string(),
+                ));
+            }
+            if t.gpus as u64 > crate::limits::MAX_GPUS {
+                return Err(InputError::field(
+                    file,
+                    &field("gpus"),
+                    format!(
+                        "{} exceeds meshplan's limit of {} GPUs (see src/limits.rs)",
+                        t.gpus,
+                        crate::limits::MAX_GPUS
+                    ),
+                ));
+            }
+            if !(t.oversubscription.is_finite()
+                && t.oversubscription >= 1.0
+                && t.oversubscription <= MAX_OVERSUBSCRIPTION)
+            {
                 return Err(InputError::field(
                     file,
                     &field("oversubscription"),
                     format!(
-                        "must be at least 1 (1 = full bisection), found {}",
+                        "must be between 1 (full bisection) and {MAX_OVERSUBSCRIPTION}, found {}",
                         t.oversubscription
                     ),
                 ));
