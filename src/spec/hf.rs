@@ -474,13 +474,13 @@ impl Cfg<'_> {
             Some(f) if f < 0.0 => {
                 Err(self.err(key, format!("must be a non-negative integer, found {v}")))
             }
-            // An integral float; one beyond u64 reads as u64::MAX, which
-            // every size limit refuses with its own sentence.
-            Some(f) if f.fract() == 0.0 => Ok(Some(if f >= u64::MAX as f64 {
-                u64::MAX
-            } else {
-                f as u64
-            })),
+            // An integral float beyond u64 is refused as written, not as
+            // the u64::MAX it would saturate to.
+            Some(f) if f.fract() == 0.0 && f >= u64::MAX as f64 => Err(self.err(
+                key,
+                format!("{} is beyond any size meshplan can hold", short(v)),
+            )),
+            Some(f) if f.fract() == 0.0 => Ok(Some(f as u64)),
             _ => Err(self.err(key, format!("must be an integer, found {}", short(v)))),
         }
     }
