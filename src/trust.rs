@@ -87,10 +87,11 @@ impl Regime {
             .count()
     }
 
-    /// A dimension as a note names it: `ZeRO 3`, `m ≥ 64`, `on a100`.
+    /// A dimension as a note names it after "no measured run with": `ZeRO
+    /// 3`, `m ≥ 64`, `a100 GPUs`.
     fn phrase(dim: &str, value: &str) -> String {
         match dim {
-            "gpu" => format!("on {value}"),
+            "gpu" => format!("{value} GPUs"),
             "zero" => format!("ZeRO {value}"),
             "recompute" => format!("recompute {value}"),
             "scale" => format!("{value} GPUs"),
