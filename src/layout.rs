@@ -854,83 +854,55 @@ mod tests {
         );
     }
 
-    #[test]
-    fn placement_matches_brute_force_rank_generator() {
-        // Every axis' span from Placement equals the span counted over the
-        // groups that an independent RankGenerator builds, for dense and
-        // expert grids, both orders, several domain sizes.
-        let mut checked = 0;
-        for &(dp, tp, pp, cp) in &[
-            (2, 2, 2, 2),
-            (4, 2, 1, 2),
-            (8, 1, 2, 1),
-            (2, 4, 2, 1),
-            (16, 1, 1, 1),
-            (2, 8, 2, 1),
-            (4, 1, 4, 2),
-        ] {
+    /// Every layout of the `(dp, tp, pp, cp)` grids with each `etp`/`ep`
+    /// that Megatron's expert grid accepts (E·ETP divides T·C·D, ETP
+    /// divides T; W4: with tp-cp-ep-pp-dp and p > 1 the expert block is
+    /// T·C), in both rank orders.
+    fn expert_grids(grids: &[(u32, u32, u32, u32)], etps: &[u32], eps: &[u32]) -> Vec<Layout> {
+        let mut out = Vec::new();
+        for &(dp, tp, pp, cp) in grids {
             for order in RankOrder::ALL {
-                let tcd = tp * cp * dp;
-                for etp in [1, 2, 4, 8] {
-                    for ep in [1, 2, 4, 8, 16] {
-                        if tcd % (etp * ep) != 0 || etp > tp {
+                for &etp in etps {
+                    for &ep in eps {
+                        let tcd = tp * cp * dp;
+                        if tcd % (etp * ep) != 0 || etp > tp || tp % etp != 0 {
                             continue;
                         }
-                        // W4: with tp-cp-ep-pp-dp and p > 1 the expert block must equal T·C.
                         if order == RankOrder::TpCpEpPpDp && pp > 1 && etp * ep != tp * cp {
                             continue;
                         }
                         let mut l = layout(dp, tp, pp, cp, order);
                         l.ep = ep;
                         l.etp = etp;
-                        let dense = match order {
-                            RankOrder::TpCpEpDpPp => vec![tp, cp, 1, dp, pp],
-                            RankOrder::TpCpEpPpDp => vec![tp, cp, 1, pp, dp],
-                        };
-                        let (i_dp, i_pp) = match order {
-                            RankOrder::TpCpEpDpPp => (3, 4),
-                            RankOrder::TpCpEpPpDp => (4, 3),
-                        };
-                        let expert = expert_sizes(&l);
-                        let (e_dp, e_pp) = (i_dp, i_pp);
-                        // Dense and expert PP groups coincide (W5).
-                        assert_eq!(
-                            generator_groups(&dense, &[i_pp]),
-                            generator_groups(&expert, &[e_pp])
-                        );
-                        for domain in [2u32, 4, 8] {
-                            let pl = Placement::new(&l, domain);
-                            let d = domain as u64;
-                            let cases = [
-                                ("tp", pl.tp, generator_groups(&dense, &[0])),
-                                ("cp", pl.cp, generator_groups(&dense, &[1])),
-                                ("dp", pl.dp, generator_groups(&dense, &[i_dp])),
-                                ("dp_cp", pl.dp_cp, generator_groups(&dense, &[1, i_dp])),
-                                ("pp", pl.pp, generator_groups(&dense, &[i_pp])),
-                                ("etp", pl.etp, generator_groups(&expert, &[0])),
-                                ("ep", pl.ep, generator_groups(&expert, &[2])),
-                                ("edp", pl.edp, generator_groups(&expert, &[e_dp])),
-                            ];
-                            for (name, span, groups) in cases {
-                                for g in &groups {
-                                    assert_eq!(
-                                        span,
-                                        span_of(g, d),
-                                        "{name} of {} on domain {domain}: group {g:?}",
-                                        l.short()
-                                    );
-                                }
-                                checked += 1;
-                            }
-                            for r in 0..l.world() {
-                                assert_eq!(coords_of(&l, r).ep, generator_coords(&expert, r)[2]);
-                            }
-                        }
+                        out.push(l);
                     }
                 }
             }
         }
-        assert!(checked > 300, "{checked}");
+        out
+    }
+
+    /// Each axis' span from [`Placement`] next to the groups an independent
+    /// RankGenerator builds for that axis: dense grid
+    /// [T, C, 1, D, p] or [T, C, 1, p, D] by rank order, expert grid from
+    /// [`expert_sizes`].
+    fn axis_cases(l: &Layout, domain: u32) -> Vec<(&'static str, GroupSpan, Vec<Vec<u64>>)> {
+        let (dense, i_dp, i_pp) = match l.order {
+            RankOrder::TpCpEpDpPp => (vec![l.tp, l.cp, 1, l.dp, l.pp], 3, 4),
+            RankOrder::TpCpEpPpDp => (vec![l.tp, l.cp, 1, l.pp, l.dp], 4, 3),
+        };
+        let expert = expert_sizes(l);
+        let pl = Placement::new(l, domain);
+        vec![
+            ("tp", pl.tp, generator_groups(&dense, &[0])),
+            ("cp", pl.cp, generator_groups(&dense, &[1])),
+            ("dp", pl.dp, generator_groups(&dense, &[i_dp])),
+            ("dp_cp", pl.dp_cp, generator_groups(&dense, &[1, i_dp])),
+            ("pp", pl.pp, generator_groups(&dense, &[i_pp])),
+            ("etp", pl.etp, generator_groups(&expert, &[0])),
+            ("ep", pl.ep, generator_groups(&expert, &[2])),
+            ("edp", pl.edp, generator_groups(&expert, &[i_dp])),
+        ]
     }
 
     /// The worst span over `groups`: most domains of any group, fewest
@@ -954,14 +926,67 @@ mod tests {
         w
     }
 
+    /// Checks every axis of every layout on every domain size against the
+    /// oracle: Placement's span is the worst group's, counted over the
+    /// groups an independent RankGenerator builds. Returns (axes checked,
+    /// axes whose groups do not all sit alike).
+    fn check_placement(layouts: &[Layout], domains: &[u32]) -> (usize, usize) {
+        let (mut checked, mut uneven) = (0, 0);
+        for l in layouts {
+            for &domain in domains {
+                let d = domain as u64;
+                for (name, span, groups) in axis_cases(l, domain) {
+                    let want = worst_of(&groups, d);
+                    assert_eq!(span, want, "{name} of {} on domain {domain}", l.short());
+                    if groups.iter().any(|g| span_of(g, d) != want) {
+                        uneven += 1;
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        (checked, uneven)
+    }
+
+    #[test]
+    fn placement_matches_brute_force_rank_generator() {
+        // Powers of two: every group of an axis sits alike, and Placement
+        // gives that span, for dense and expert grids, both orders.
+        let grids = [
+            (2, 2, 2, 2),
+            (4, 2, 1, 2),
+            (8, 1, 2, 1),
+            (2, 4, 2, 1),
+            (16, 1, 1, 1),
+            (2, 8, 2, 1),
+            (4, 1, 4, 2),
+        ];
+        let layouts = expert_grids(&grids, &[1, 2, 4, 8], &[1, 2, 4, 8, 16]);
+        let (checked, uneven) = check_placement(&layouts, &[2, 4, 8]);
+        assert!(checked > 300, "{checked}");
+        assert_eq!(uneven, 0);
+        for l in &layouts {
+            // Dense and expert PP groups coincide (W5); EP coordinates
+            // match the expert grid's.
+            let i_pp = if l.order == RankOrder::TpCpEpDpPp {
+                4
+            } else {
+                3
+            };
+            let dense_pp = axis_cases(l, 8).swap_remove(4).2;
+            let expert = expert_sizes(l);
+            assert_eq!(dense_pp, generator_groups(&expert, &[i_pp]));
+            for r in 0..l.world() {
+                assert_eq!(coords_of(l, r).ep, generator_coords(&expert, r)[2]);
+            }
+        }
+    }
+
     #[test]
     fn placement_is_the_worst_group_on_awkward_sizes() {
-        // Oracle: list every group of every axis (independent generator)
-        // and take the worst; sizes that are not powers of two, so groups
-        // of one axis sit differently; both orders; several domains.
-        let mut checked = 0;
-        let mut uneven = 0;
-        for &(dp, tp, pp, cp) in &[
+        // Sizes that are not powers of two, so groups of one axis sit
+        // differently; both orders; several domains.
+        let grids = [
             (8, 3, 1, 1),
             (4, 3, 2, 1),
             (2, 3, 2, 3),
@@ -972,59 +997,9 @@ mod tests {
             (7, 3, 1, 2),
             (4, 1, 2, 3),
             (3, 6, 2, 1),
-        ] {
-            for order in RankOrder::ALL {
-                let tcd = tp * cp * dp;
-                for etp in [1, 2, 3] {
-                    for ep in [1, 2, 3, 4, 5, 6] {
-                        if tcd % (etp * ep) != 0 || etp > tp || tp % etp != 0 {
-                            continue;
-                        }
-                        if order == RankOrder::TpCpEpPpDp && pp > 1 && etp * ep != tp * cp {
-                            continue;
-                        }
-                        let mut l = layout(dp, tp, pp, cp, order);
-                        l.ep = ep;
-                        l.etp = etp;
-                        let (dense, i_dp, i_pp) = match order {
-                            RankOrder::TpCpEpDpPp => (vec![tp, cp, 1, dp, pp], 3, 4),
-                            RankOrder::TpCpEpPpDp => (vec![tp, cp, 1, pp, dp], 4, 3),
-                        };
-                        let expert = expert_sizes(&l);
-                        for domain in [2u32, 4, 6, 8] {
-                            let pl = Placement::new(&l, domain);
-                            let d = domain as u64;
-                            let cases = [
-                                ("tp", pl.tp, generator_groups(&dense, &[0])),
-                                ("cp", pl.cp, generator_groups(&dense, &[1])),
-                                ("dp", pl.dp, generator_groups(&dense, &[i_dp])),
-                                ("dp_cp", pl.dp_cp, generator_groups(&dense, &[1, i_dp])),
-                                ("pp", pl.pp, generator_groups(&dense, &[i_pp])),
-                                ("etp", pl.etp, generator_groups(&expert, &[0])),
-                                ("ep", pl.ep, generator_groups(&expert, &[2])),
-                                ("edp", pl.edp, generator_groups(&expert, &[i_dp])),
-                            ];
-                            for (name, span, groups) in cases {
-                                let want = worst_of(&groups, d);
-                                assert_eq!(
-                                    span,
-                                    want,
-                                    "{name} of {} on domain {domain}",
-                                    l.short()
-                                );
-                                if groups
-                                    .iter()
-                                    .any(|g| span_of(g, d) != span_of(&groups[0], d))
-                                {
-                                    uneven += 1;
-                                }
-                                checked += 1;
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        ];
+        let layouts = expert_grids(&grids, &[1, 2, 3], &[1, 2, 3, 4, 5, 6]);
+        let (checked, uneven) = check_placement(&layouts, &[2, 4, 6, 8]);
         assert!(checked > 400, "{checked}");
         // The oracle really sees groups of one axis that sit differently.
         assert!(uneven > 50, "{uneven}");

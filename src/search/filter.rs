@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::names;
+use KeyDefault::{Derived, Value};
 
 /// Values a search may take; `None` means "search all". Also a partial
 /// layout: the values a user gave, the rest to be filled from defaults.
@@ -147,6 +148,23 @@ fn named<T: names::Named>(value: &str) -> Result<T, String> {
     names::parse(value).map_err(|e| e.to_string())
 }
 
+/// One [`LayoutKey`] row whose value sets `field` of the filter through
+/// `parse`: `key!(name, [aliases], default, example, field, parse)`.
+macro_rules! key {
+    ($name:literal, [$($alias:literal),*], $default:expr, $example:literal, $field:ident, $parse:ident) => {
+        LayoutKey {
+            name: $name,
+            aliases: &[$($alias),*],
+            default: $default,
+            example: $example,
+            set: |f, v| {
+                f.$field = Some($parse(v)?);
+                Ok(())
+            },
+        }
+    };
+}
+
 /// Every layout key, in the order flags are listed.
 ///
 /// SP is off unless asked for, as Megatron-LM's `--sequence-parallel`: the
@@ -154,136 +172,54 @@ fn named<T: names::Named>(value: &str) -> Result<T, String> {
 /// it off for published runs that do not state it, and the search tries
 /// both (it has no default).
 pub const LAYOUT_KEYS: &[LayoutKey] = &[
-    LayoutKey {
-        name: "dp",
-        aliases: &["d"],
-        default: KeyDefault::Derived("what the GPUs leave, N/(T·p·C)"),
-        example: "4",
-        set: |f, v| {
-            f.dp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "tp",
-        aliases: &["t"],
-        default: KeyDefault::Value("1"),
-        example: "8",
-        set: |f, v| {
-            f.tp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "pp",
-        aliases: &["p"],
-        default: KeyDefault::Value("1"),
-        example: "2",
-        set: |f, v| {
-            f.pp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "cp",
-        aliases: &["c"],
-        default: KeyDefault::Value("1"),
-        example: "2",
-        set: |f, v| {
-            f.cp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "ep",
-        aliases: &["e"],
-        default: KeyDefault::Value("1"),
-        example: "8",
-        set: |f, v| {
-            f.ep = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "etp",
-        aliases: &[],
-        default: KeyDefault::Value("1"),
-        example: "2",
-        set: |f, v| {
-            f.etp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "cp_comm",
-        aliases: &["cp-comm"],
-        default: KeyDefault::Value("ring"),
-        example: "all-gather",
-        set: |f, v| {
-            f.cp_comm = Some(named(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "vpp",
-        aliases: &["v"],
-        default: KeyDefault::Value("1"),
-        example: "2",
-        set: |f, v| {
-            f.vpp = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "mbs",
-        aliases: &["b", "micro_batch"],
-        default: KeyDefault::Value("1"),
-        example: "2",
-        set: |f, v| {
-            f.micro_batch = Some(parse_size(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "recompute",
-        aliases: &[],
-        default: KeyDefault::Value("none"),
-        example: "selective",
-        set: |f, v| {
-            f.recompute = Some(named(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "zero",
-        aliases: &[],
-        default: KeyDefault::Value("1"),
-        example: "3",
-        set: |f, v| {
-            f.zero = Some(parse_zero(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "sp",
-        aliases: &[],
-        default: KeyDefault::Value("off"),
-        example: "on",
-        set: |f, v| {
-            f.sp = Some(parse_switch(v)?);
-            Ok(())
-        },
-    },
-    LayoutKey {
-        name: "order",
-        aliases: &[],
-        default: KeyDefault::Value("tp-cp-ep-dp-pp"),
-        example: "tp-cp-ep-pp-dp",
-        set: |f, v| {
-            f.order = Some(named(v)?);
-            Ok(())
-        },
-    },
+    key!(
+        "dp",
+        ["d"],
+        Derived("what the GPUs leave, N/(T·p·C)"),
+        "4",
+        dp,
+        parse_size
+    ),
+    key!("tp", ["t"], Value("1"), "8", tp, parse_size),
+    key!("pp", ["p"], Value("1"), "2", pp, parse_size),
+    key!("cp", ["c"], Value("1"), "2", cp, parse_size),
+    key!("ep", ["e"], Value("1"), "8", ep, parse_size),
+    key!("etp", [], Value("1"), "2", etp, parse_size),
+    key!(
+        "cp_comm",
+        ["cp-comm"],
+        Value("ring"),
+        "all-gather",
+        cp_comm,
+        named
+    ),
+    key!("vpp", ["v"], Value("1"), "2", vpp, parse_size),
+    key!(
+        "mbs",
+        ["b", "micro_batch"],
+        Value("1"),
+        "2",
+        micro_batch,
+        parse_size
+    ),
+    key!(
+        "recompute",
+        [],
+        Value("none"),
+        "selective",
+        recompute,
+        named
+    ),
+    key!("zero", [], Value("1"), "3", zero, parse_zero),
+    key!("sp", [], Value("off"), "on", sp, parse_switch),
+    key!(
+        "order",
+        [],
+        Value("tp-cp-ep-dp-pp"),
+        "tp-cp-ep-pp-dp",
+        order,
+        named
+    ),
     LayoutKey {
         name: "split",
         aliases: &[],

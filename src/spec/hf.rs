@@ -853,6 +853,95 @@ fn dropout(c: &Cfg, keys: &[&str], default: f64, b: &mut Builder) -> Result<bool
     Ok(on)
 }
 
+/// The config.json keys of the sizes every model type states.
+struct SizeKeys {
+    layers: &'static str,
+    hidden: &'static str,
+    heads: &'static str,
+    max_seq: &'static str,
+}
+
+/// Hugging Face's `PretrainedConfig` names (Llama, Qwen, Mistral, NeoX …).
+const PRETRAINED_KEYS: SizeKeys = SizeKeys {
+    layers: "num_hidden_layers",
+    hidden: "hidden_size",
+    heads: "num_attention_heads",
+    max_seq: "max_position_embeddings",
+};
+
+/// The sizes every model type states, each bounded and recorded with the
+/// key it came from.
+struct Sizes {
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    vocab: u64,
+    max_seq: u64,
+    tied: bool,
+}
+
+impl Sizes {
+    /// The GPT-2 / GPT-NeoX block: LayerNorm, multi-head attention (KV
+    /// heads = heads, head dim = hidden / heads), an ungated MLP of `ffn`.
+    fn layernorm_mha(
+        &self,
+        ffn: u64,
+        position_embedding: PositionEmbedding,
+        rope_theta: Option<f64>,
+        linear_bias: bool,
+        dropout: bool,
+    ) -> Architecture {
+        Architecture {
+            layers: u32_of(self.layers),
+            hidden: self.hidden,
+            heads: u32_of(self.heads),
+            kv_heads: u32_of(self.heads),
+            head_dim: None,
+            ffn,
+            gated_mlp: false,
+            vocab: self.vocab,
+            tied_embeddings: self.tied,
+            norm: Norm::Layernorm,
+            position_embedding,
+            max_seq: self.max_seq,
+            rope_theta,
+            linear_bias,
+            dropout,
+        }
+    }
+}
+
+/// Reads [`Sizes`] under `keys`; `tied_default` is the model type's
+/// `tie_word_embeddings` default (true for GPT-2, false elsewhere).
+fn sizes(
+    c: &Cfg,
+    b: &mut Builder,
+    mt: &str,
+    keys: &SizeKeys,
+    tied_default: bool,
+) -> Result<Sizes, InputError> {
+    let mut req = |field: &'static str, key: &'static str, max: u64| {
+        let v = c.req(key, max, mt)?;
+        b.from(field, key);
+        Ok::<u64, InputError>(v)
+    };
+    let layers = req("architecture.layers", keys.layers, MAX_LAYERS as u64)?;
+    let hidden = req("architecture.hidden", keys.hidden, MAX_WIDTH)?;
+    let heads = req("architecture.heads", keys.heads, MAX_HEADS as u64)?;
+    let vocab = req("architecture.vocab", "vocab_size", MAX_VOCAB)?;
+    let max_seq = req("architecture.max_seq", keys.max_seq, MAX_SEQ)?;
+    let tied = c.boolean("tie_word_embeddings")?.unwrap_or(tied_default);
+    b.from("architecture.tied_embeddings", "tie_word_embeddings");
+    Ok(Sizes {
+        layers,
+        hidden,
+        heads,
+        vocab,
+        max_seq,
+        tied,
+    })
+}
+
 /// The Llama family: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3,
 /// qwen3_moe, deepseek_v3.
 fn decoder(
@@ -865,12 +954,13 @@ fn decoder(
         .get("model_type")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let layers = c.req("num_hidden_layers", MAX_LAYERS as u64, mt)?;
-    b.from("architecture.layers", "num_hidden_layers");
-    let hidden = c.req("hidden_size", MAX_WIDTH, mt)?;
-    b.from("architecture.hidden", "hidden_size");
-    let heads = c.req("num_attention_heads", MAX_HEADS as u64, mt)?;
-    b.from("architecture.heads", "num_attention_heads");
+    let sz = sizes(c, b, mt, &PRETRAINED_KEYS, false)?;
+    let Sizes {
+        layers,
+        hidden,
+        heads,
+        ..
+    } = sz;
     let kv_heads = match c.size("num_key_value_heads", MAX_HEADS as u64)? {
         Some(k) => {
             b.from("architecture.kv_heads", "num_key_value_heads");
@@ -883,12 +973,6 @@ fn decoder(
     };
     let ffn = c.req("intermediate_size", MAX_WIDTH, mt)?;
     b.from("architecture.ffn", "intermediate_size");
-    let vocab = c.req("vocab_size", MAX_VOCAB, mt)?;
-    b.from("architecture.vocab", "vocab_size");
-    let max_seq = c.req("max_position_embeddings", MAX_SEQ, mt)?;
-    b.from("architecture.max_seq", "max_position_embeddings");
-    let tied = c.boolean("tie_word_embeddings")?.unwrap_or(false);
-    b.from("architecture.tied_embeddings", "tie_word_embeddings");
     let rope_theta = rope_theta(c, b)?;
 
     let mla = if family == Family::DeepseekV3 {
@@ -1028,11 +1112,11 @@ fn decoder(
         head_dim,
         ffn,
         gated_mlp: true,
-        vocab,
-        tied_embeddings: tied,
+        vocab: sz.vocab,
+        tied_embeddings: sz.tied,
         norm: Norm::Rmsnorm,
         position_embedding: PositionEmbedding::Rope,
-        max_seq,
+        max_seq: sz.max_seq,
         rope_theta,
         linear_bias,
         dropout,
@@ -1257,12 +1341,13 @@ fn moe(
 /// GPT-2 (`gpt2`): LayerNorm, learned positions, biases, tied embeddings.
 fn gpt2(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     let mt = "gpt2";
-    let layers = c.req("n_layer", MAX_LAYERS as u64, mt)?;
-    b.from("architecture.layers", "n_layer");
-    let hidden = c.req("n_embd", MAX_WIDTH, mt)?;
-    b.from("architecture.hidden", "n_embd");
-    let heads = c.req("n_head", MAX_HEADS as u64, mt)?;
-    b.from("architecture.heads", "n_head");
+    let keys = SizeKeys {
+        layers: "n_layer",
+        hidden: "n_embd",
+        heads: "n_head",
+        max_seq: "n_positions",
+    };
+    let sz = sizes(c, b, mt, &keys, true)?;
     b.from("architecture.kv_heads", "n_head");
     b.from("architecture.head_dim", "n_head");
     let ffn = match c.size("n_inner", MAX_WIDTH)? {
@@ -1272,56 +1357,23 @@ fn gpt2(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
         }
         None => {
             b.from("architecture.ffn", "n_embd");
-            4 * hidden
+            4 * sz.hidden
         }
     };
-    let vocab = c.req("vocab_size", MAX_VOCAB, mt)?;
-    b.from("architecture.vocab", "vocab_size");
-    let max_seq = c.req("n_positions", MAX_SEQ, mt)?;
-    b.from("architecture.max_seq", "n_positions");
-    let tied = c.boolean("tie_word_embeddings")?.unwrap_or(true);
-    b.from("architecture.tied_embeddings", "tie_word_embeddings");
     let dropout = dropout(c, &["resid_pdrop", "embd_pdrop", "attn_pdrop"], 0.1, b)?;
     keep_out_unless(c, "activation_function", "gelu_new", b);
     c.keep_out("layer_norm_epsilon", b);
-    Ok(Architecture {
-        layers: u32_of(layers),
-        hidden,
-        heads: u32_of(heads),
-        kv_heads: u32_of(heads),
-        head_dim: None,
-        ffn,
-        gated_mlp: false,
-        vocab,
-        tied_embeddings: tied,
-        norm: Norm::Layernorm,
-        position_embedding: PositionEmbedding::Learned,
-        max_seq,
-        rope_theta: None,
-        linear_bias: true,
-        dropout,
-    })
+    Ok(sz.layernorm_mha(ffn, PositionEmbedding::Learned, None, true, dropout))
 }
 
 /// GPT-NeoX (`gpt_neox`, Pythia): LayerNorm, rotary, biases.
 fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     let mt = "gpt_neox";
-    let layers = c.req("num_hidden_layers", MAX_LAYERS as u64, mt)?;
-    b.from("architecture.layers", "num_hidden_layers");
-    let hidden = c.req("hidden_size", MAX_WIDTH, mt)?;
-    b.from("architecture.hidden", "hidden_size");
-    let heads = c.req("num_attention_heads", MAX_HEADS as u64, mt)?;
-    b.from("architecture.heads", "num_attention_heads");
+    let sz = sizes(c, b, mt, &PRETRAINED_KEYS, false)?;
     b.from("architecture.kv_heads", "num_attention_heads");
     b.from("architecture.head_dim", "num_attention_heads");
     let ffn = c.req("intermediate_size", MAX_WIDTH, mt)?;
     b.from("architecture.ffn", "intermediate_size");
-    let vocab = c.req("vocab_size", MAX_VOCAB, mt)?;
-    b.from("architecture.vocab", "vocab_size");
-    let max_seq = c.req("max_position_embeddings", MAX_SEQ, mt)?;
-    b.from("architecture.max_seq", "max_position_embeddings");
-    let tied = c.boolean("tie_word_embeddings")?.unwrap_or(false);
-    b.from("architecture.tied_embeddings", "tie_word_embeddings");
     let mut rope_theta = rope_theta(c, b)?;
     if let Some(t) = c.float("rotary_emb_base")? {
         rope_theta = Some(t);
@@ -1336,8 +1388,8 @@ fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     let linear_bias = linear_bias(
         attn,
         true,
-        layers,
-        (hidden, 3 * hidden),
+        sz.layers,
+        (sz.hidden, 3 * sz.hidden),
         "attention_bias",
         b,
     );
@@ -1361,23 +1413,13 @@ fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     for key in ["layer_norm_eps", "classifier_dropout"] {
         c.keep_out(key, b);
     }
-    Ok(Architecture {
-        layers: u32_of(layers),
-        hidden,
-        heads: u32_of(heads),
-        kv_heads: u32_of(heads),
-        head_dim: None,
+    Ok(sz.layernorm_mha(
         ffn,
-        gated_mlp: false,
-        vocab,
-        tied_embeddings: tied,
-        norm: Norm::Layernorm,
-        position_embedding: PositionEmbedding::Rope,
-        max_seq,
+        PositionEmbedding::Rope,
         rope_theta,
         linear_bias,
         dropout,
-    })
+    ))
 }
 
 /// The model card (TOML) of an imported model, with the key each field
@@ -1412,94 +1454,27 @@ pub fn card_toml(imp: &Imported) -> String {
     line("aliases = []".into());
     line(format!("source = {}", toml_str(&m.source)));
     line(format!("known_params = {:?}", m.known_params));
-    line(String::new());
-    line("[architecture]".into());
-    let field = |name: &str, value: String, from: String| -> String {
-        let text = format!("{name} = {value}");
-        if from.is_empty() {
-            text
-        } else {
-            format!("{text:<30} # {from}")
+    // Each table as serde writes it (field order of the struct), every
+    // line followed by the config.json key it came from.
+    let mut table = |name: &str, value: &dyn erased::Table, from: &dyn Fn(&str) -> String| {
+        line(String::new());
+        line(format!("[{name}]"));
+        for (field, v) in value.toml() {
+            let text = format!("{field} = {v}");
+            let from = from(&field);
+            line(if from.is_empty() {
+                text
+            } else {
+                format!("{text:<30} # {from}")
+            });
         }
     };
-    let mut fields = vec![
-        ("layers", a.layers.to_string()),
-        ("hidden", a.hidden.to_string()),
-        ("heads", a.heads.to_string()),
-        ("kv_heads", a.kv_heads.to_string()),
-    ];
-    if let Some(d) = a.head_dim {
-        fields.push(("head_dim", d.to_string()));
-    }
-    fields.extend([
-        ("ffn", a.ffn.to_string()),
-        ("gated_mlp", a.gated_mlp.to_string()),
-        ("vocab", a.vocab.to_string()),
-        ("tied_embeddings", a.tied_embeddings.to_string()),
-        (
-            "norm",
-            toml_str(match a.norm {
-                Norm::Rmsnorm => "rmsnorm",
-                Norm::Layernorm => "layernorm",
-            }),
-        ),
-        (
-            "position_embedding",
-            toml_str(match a.position_embedding {
-                PositionEmbedding::Rope => "rope",
-                PositionEmbedding::Learned => "learned",
-                PositionEmbedding::Alibi => "alibi",
-            }),
-        ),
-        ("max_seq", a.max_seq.to_string()),
-    ]);
-    if let Some(t) = a.rope_theta {
-        fields.push(("rope_theta", format!("{t:?}")));
-    }
-    fields.extend([
-        ("linear_bias", a.linear_bias.to_string()),
-        ("dropout", a.dropout.to_string()),
-    ]);
-    for (name, value) in fields {
-        let from = key(&format!("architecture.{name}"));
-        line(field(name, value, from));
-    }
+    table("architecture", a, &|f| key(&format!("architecture.{f}")));
     if let Some(moe) = &m.moe {
-        line(String::new());
-        line("[moe]".into());
-        let mut fields = vec![
-            ("experts", moe.experts.to_string()),
-            ("top_k", moe.top_k.to_string()),
-            ("expert_ffn", moe.expert_ffn.to_string()),
-            ("shared_experts", moe.shared_experts.to_string()),
-        ];
-        if let Some(f) = moe.shared_expert_ffn {
-            fields.push(("shared_expert_ffn", f.to_string()));
-        }
-        fields.push(("first_k_dense", moe.first_k_dense.to_string()));
-        if let Some(lb) = &moe.load_balancing {
-            fields.push(("load_balancing", toml_str(lb)));
-        }
-        if let Some(x) = moe.aux_loss_coeff {
-            fields.push(("aux_loss_coeff", format!("{x:?}")));
-        }
-        for (name, value) in fields {
-            let from = key(&format!("moe.{name}"));
-            line(field(name, value, from));
-        }
+        table("moe", moe, &|f| key(&format!("moe.{f}")));
     }
     if let Some(mla) = &m.mla {
-        line(String::new());
-        line("[mla]".into());
-        for (name, value) in [
-            ("q_lora_rank", mla.q_lora_rank),
-            ("kv_lora_rank", mla.kv_lora_rank),
-            ("qk_nope_head_dim", mla.qk_nope_head_dim),
-            ("qk_rope_head_dim", mla.qk_rope_head_dim),
-            ("v_head_dim", mla.v_head_dim),
-        ] {
-            line(field(name, value.to_string(), name.to_string()));
-        }
+        table("mla", mla, &|f| f.to_string());
     }
     line(String::new());
     line("[defaults]".into());
@@ -1515,6 +1490,25 @@ pub fn card_toml(imp: &Imported) -> String {
     line(format!("seq_len = {}", m.defaults.seq_len));
     line(format!("global_batch = {}", m.defaults.global_batch));
     out
+}
+
+mod erased {
+    use serde::Serialize;
+
+    /// A card table that serde writes as TOML key–value pairs, in the
+    /// struct's field order (`None` fields left out).
+    pub trait Table {
+        fn toml(&self) -> Vec<(String, toml::Value)>;
+    }
+
+    impl<T: Serialize> Table for T {
+        fn toml(&self) -> Vec<(String, toml::Value)> {
+            match toml::Value::try_from(self) {
+                Ok(toml::Value::Table(t)) => t.into_iter().collect(),
+                _ => unreachable!("card tables are structs of scalars"),
+            }
+        }
+    }
 }
 
 /// A TOML basic string.
