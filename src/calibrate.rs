@@ -70,6 +70,25 @@ pub struct CollectiveOverlay {
     pub inter: Option<f64>,
 }
 
+/// Optional replacements of a cluster's link latencies (written by
+/// `meshplan calibrate-network`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksOverlay {
+    /// Replaces `intra_node.latency_us` (one NVLink ring step), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intra_latency_us: Option<f64>,
+    /// Replaces `inter_node.latency_us` (one inter-node ring step), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_latency_us: Option<f64>,
+}
+
+impl LinksOverlay {
+    fn is_empty(&self) -> bool {
+        self.intra_latency_us.is_none() && self.inter_latency_us.is_none()
+    }
+}
+
 /// What the fit saw (written for the reader; ignored when applied).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +114,10 @@ pub struct CalibrationInfo {
 pub struct Overlay {
     /// GPU profile name the overlay applies to (e.g. `a100-80g`).
     pub gpu: String,
+    /// Cluster profile the overlay was fitted on (`calibrate-network`);
+    /// when set, the overlay applies to that cluster only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// Where the values come from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -104,6 +127,9 @@ pub struct Overlay {
     /// Collective efficiencies of the cluster.
     #[serde(default)]
     pub collective: CollectiveOverlay,
+    /// Link latencies of the cluster.
+    #[serde(default, skip_serializing_if = "LinksOverlay::is_empty")]
+    pub links: LinksOverlay,
     /// Fit record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationInfo>,
@@ -162,6 +188,20 @@ impl Overlay {
         }
         check_frac(file, "collective.intra", self.collective.intra)?;
         check_frac(file, "collective.inter", self.collective.inter)?;
+        for (field, v) in [
+            ("links.intra_latency_us", self.links.intra_latency_us),
+            ("links.inter_latency_us", self.links.inter_latency_us),
+        ] {
+            if let Some(x) = v
+                && !(x.is_finite() && (0.0..=crate::limits::MAX_PROFILE_VALUE).contains(&x))
+            {
+                return Err(InputError::field(
+                    file,
+                    field,
+                    format!("must be zero or a positive number of µs, found {x}"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -194,6 +234,12 @@ impl Overlay {
         if let Some(x) = self.collective.inter {
             cluster.collective.inter = x;
         }
+        if let Some(x) = self.links.intra_latency_us {
+            cluster.intra_node.latency_us = x;
+        }
+        if let Some(x) = self.links.inter_latency_us {
+            cluster.inter_node.latency_us = x;
+        }
     }
 
     /// Check that the overlay is for `gpu` (the GPU of the chosen cluster).
@@ -201,6 +247,15 @@ impl Overlay {
     /// # Errors
     /// [`InputError::Field`] on field `gpu` when the names differ.
     pub fn check_gpu(&self, file: &Path, gpu: &str, cluster: &str) -> Result<(), InputError> {
+        if let Some(c) = &self.cluster
+            && !c.eq_ignore_ascii_case(cluster)
+        {
+            return Err(InputError::field(
+                file,
+                "cluster",
+                format!("the overlay was fitted on cluster `{c}`, not `{cluster}`"),
+            ));
+        }
         if !self.gpu.eq_ignore_ascii_case(gpu) {
             return Err(InputError::field(
                 file,
@@ -249,7 +304,9 @@ fn bounds(i: usize) -> (f64, f64) {
 fn overlay_of(gpu: &str, th: &[f64; 6]) -> Overlay {
     Overlay {
         gpu: gpu.to_string(),
+        cluster: None,
         source: None,
+        links: LinksOverlay::default(),
         efficiency: EfficiencyOverlay {
             gemm: Some(th[0]),
             gemm_fp8: None,

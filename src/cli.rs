@@ -47,6 +47,9 @@ enum Command {
     Validate(ValidateArgs),
     /// Fit a GPU's efficiencies to measured runs and write a profile overlay.
     Calibrate(CalibrateArgs),
+    /// Fit a cluster's link bandwidths and latencies to nccl-tests output
+    /// and write a profile overlay (`search --profile FILE`).
+    CalibrateNetwork(CalibrateNetworkArgs),
     /// Print the model card (TOML) of a Hugging Face config.json:
     /// `meshplan import-model config.json > models/NAME.toml`.
     ImportModel(ImportModelArgs),
@@ -111,6 +114,28 @@ struct CalibrateArgs {
     /// Use only these row ids (comma separated).
     #[arg(long, value_delimiter = ',')]
     rows: Option<Vec<String>>,
+}
+
+/// `calibrate-network`: nccl-tests runs → link overlay.
+#[derive(Debug, Args)]
+struct CalibrateNetworkArgs {
+    /// nccl-tests output: the stdout table of `all_reduce_perf`,
+    /// `all_gather_perf`, `reduce_scatter_perf`, `alltoall_perf` or
+    /// `sendrecv_perf`, or the JSON its `-J FILE` writes. Runs on one node
+    /// fit the NVLink level, runs across nodes the NIC level (with every
+    /// rank line kept, so the hosts can be counted). Examples:
+    /// `examples/nccl-tests/`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Cluster profile the runs were taken on (`meshplan list clusters`).
+    #[arg(long)]
+    cluster: String,
+    /// Where to write the overlay TOML.
+    #[arg(long)]
+    out: PathBuf,
+    /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`).
+    #[arg(long)]
+    hardware_dir: Option<PathBuf>,
 }
 
 /// Model, hardware and job: shared by every planning command.
@@ -1297,6 +1322,64 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Result<()> {
+    let cat = catalog(&None, &a.hardware_dir)?;
+    let cluster = cat.cluster(&a.cluster)?;
+    let runs = a
+        .files
+        .iter()
+        .map(|f| Ok(crate::nccl_tests::parse(&read_text(f)?, f)?))
+        .collect::<Result<Vec<_>>>()?;
+    let fit = crate::calibrate_network::fit(&runs, cluster).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = toml::to_string_pretty(&fit.overlay)?;
+    let header = "# meshplan profile overlay (written by `meshplan calibrate-network`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
+    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Write {
+        file: a.out.clone(),
+        source,
+    })?;
+    writeln!(
+        out,
+        "{:<6} {:>5} {:>8} {:>12} {:>22} {:>20}",
+        "level", "runs", "samples", "GB/s/GPU", "efficiency (profile)", "latency µs (profile)"
+    )?;
+    for l in &fit.levels {
+        writeln!(
+            out,
+            "{:<6} {:>5} {:>8} {:>12.1} {:>22} {:>20}",
+            l.level,
+            l.runs,
+            l.samples,
+            l.bandwidth / 1e9,
+            format!("{:.3} ({:.3})", l.efficiency, l.efficiency_before),
+            format!("{:.2} ({:.2})", l.latency_s * 1e6, l.latency_before_s * 1e6)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "largest message: bus bandwidth measured, fitted and with the profile's links (GB/s); worst time error over all sizes"
+    )?;
+    for c in &fit.checks {
+        writeln!(
+            out,
+            "  {} ({}, {} ranks on {} host{}): {:.0} MB: {:.1} measured, {:.1} fitted ({:+.1}%), {:.1} profile; worst {:.0}%",
+            c.file,
+            c.collective.program(),
+            c.ranks,
+            c.hosts,
+            if c.hosts == 1 { "" } else { "s" },
+            c.largest_bytes / 1e6,
+            c.measured_busbw / 1e9,
+            c.fitted_busbw / 1e9,
+            100.0 * (c.fitted_busbw / c.measured_busbw - 1.0),
+            c.profile_busbw / 1e9,
+            100.0 * c.max_time_error
+        )?;
+    }
+    writeln!(out, "wrote {}", a.out.display())?;
+    Ok(())
+}
+
 fn run_import_model(a: &ImportModelArgs, out: &mut dyn Write) -> Result<()> {
     let opts = crate::spec::hf::Options {
         name: a.name.clone(),
@@ -1338,6 +1421,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => run_generate(a, &mut out),
         Command::Validate(a) => run_validate(a, &mut out),
         Command::Calibrate(a) => run_calibrate(a, &mut out),
+        Command::CalibrateNetwork(a) => run_calibrate_network(a, &mut out),
         Command::ImportModel(a) => run_import_model(a, &mut out),
     }
 }

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 pub mod calibrate;
+pub mod calibrate_network;
 pub mod checkpoint;
 pub mod cli;
 pub mod cost;
@@ -49,6 +50,7 @@ pub mod gpu_count;
 pub mod layout;
 pub mod limits;
 pub mod names;
+pub mod nccl_tests;
 pub mod plot;
 pub mod ranking;
 pub mod render;

@@ -1123,6 +1123,17 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 ),
             ));
         }
+        if let Some(c) = &o.cluster
+            && !c.eq_ignore_ascii_case(&cluster.name)
+        {
+            return Err(Unpriced::new(
+                "overlay: other cluster",
+                format!(
+                    "the overlay was fitted on cluster `{c}`, this row is priced with `{}`'s links",
+                    cluster.name
+                ),
+            ));
+        }
         o.apply_gpu(&mut gpu);
         o.apply_cluster(&mut cluster);
     }
