@@ -1704,6 +1704,9 @@ fn column_model(
         linear_bias: bias,
         dropout,
         rope_theta: None,
+        qk_layernorm: false,
+        norm_epsilon: None,
+        rope_scaling: None,
     };
     if heads % kv_heads.max(1) != 0 {
         return Err(format!("{heads} heads are not a multiple of {kv_heads} kv heads").into());
@@ -1724,6 +1727,11 @@ fn column_model(
                     first_k_dense: 0,
                     load_balancing: None,
                     aux_loss_coeff: None,
+                    score_function: None,
+                    expert_bias: false,
+                    groups: None,
+                    group_top_k: None,
+                    topk_scaling_factor: None,
                 })
             }
             _ => {

@@ -246,3 +246,49 @@ fn expected_entries_are_shipped() {
         c.cluster(name).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// The router and norm fields of a card are checked as Megatron-LM's
+/// `TransformerConfig.__post_init__` checks them: the expert bias needs
+/// sigmoid scores, the groups must divide the experts and come with a
+/// group top-k no larger than them.
+#[test]
+fn router_fields_are_checked_like_megatron() {
+    use meshplan::spec::Model;
+    use std::path::Path;
+    let text = std::fs::read_to_string("models/deepseek-v3.toml").unwrap();
+    let card = |from: &str, to: &str| {
+        assert!(text.contains(from), "{from}");
+        Model::from_toml(&text.replace(from, to), Path::new("ds.toml")).map(|_| ())
+    };
+    assert!(card("groups = 8 ", "groups = 8 ").is_ok());
+    let e = card(
+        "score_function = \"sigmoid\"",
+        "score_function = \"softmax\"",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("ds.toml: field `moe.expert_bias`: needs score_function = \"sigmoid\""),
+        "{e}"
+    );
+    let e = card("groups = 8 ", "groups = 7 ").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ds.toml: field `moe.groups`: 7 groups do not divide 256 experts"
+    );
+    let e = card("group_top_k = 4 ", "group_top_k = 9 ").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ds.toml: field `moe.group_top_k`: must be 1 to groups (8), found 9"
+    );
+    let e = card("norm_epsilon = 1e-6", "norm_epsilon = 0.5").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ds.toml: field `architecture.norm_epsilon`: must be a small positive number, found 0.5"
+    );
+    let e = card("score_function = \"sigmoid\"", "score_function = \"relu\"").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "ds.toml: field `moe.score_function`: `relu` is not one of softmax, sigmoid"
+    );
+}

@@ -414,6 +414,123 @@ fn moe_scripts_carry_the_cards_load_balancing() {
     );
 }
 
+/// What torchrun hands `pretrain_gpt.py`, as flag → value (`None` for a
+/// switch).
+fn megatron_args(args: &[String]) -> std::collections::BTreeMap<String, Option<String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut i = 0;
+    while i < args.len() {
+        let f = args[i].clone();
+        let v = args.get(i + 1).filter(|v| !v.starts_with("--")).cloned();
+        i += if v.is_some() { 2 } else { 1 };
+        out.insert(f, v);
+    }
+    out
+}
+
+/// DeepSeek-V3's script builds the router and norms its card describes,
+/// field by field, as torchrun passes them to `pretrain_gpt.py`: sigmoid
+/// scores with the expert bias, 8 groups of which 4 per token, top-k
+/// weights × 2.5, the sequence-wise loss at 1e-4, QK layernorm, ε = 1e-6
+/// (DeepSeek-V3 report §2.1.2, §4.2; config.json). Mixtral's script sets
+/// none of the DeepSeek-only flags, and Llama 3.1 405B's carries its RoPE
+/// scaling.
+#[test]
+fn router_norm_and_rope_flags_match_the_card_field_by_field() {
+    let s = Setup::new("deepseek-v3", "h800-2048", None);
+    let best = s.best().expect("a valid layout");
+    let args = megatron_args(&common::launch(&s.bundle(&best), 0).megatron);
+    let moe = s.model.moe.clone().unwrap();
+    let a = &s.model.architecture;
+    let get = |f: &str| args.get(f).cloned().flatten();
+    assert_eq!(get("--num-experts"), Some(moe.experts.to_string()));
+    assert_eq!(get("--moe-router-topk"), Some(moe.top_k.to_string()));
+    assert_eq!(
+        get("--moe-ffn-hidden-size"),
+        Some(moe.expert_ffn.to_string())
+    );
+    assert_eq!(
+        get("--moe-router-score-function"),
+        moe.score_function.clone()
+    );
+    assert_eq!(
+        args.contains_key("--moe-router-enable-expert-bias"),
+        moe.expert_bias
+    );
+    assert_eq!(
+        get("--moe-router-num-groups"),
+        moe.groups.map(|g| g.to_string())
+    );
+    assert_eq!(
+        get("--moe-router-group-topk"),
+        moe.group_top_k.map(|g| g.to_string())
+    );
+    assert_eq!(
+        get("--moe-router-topk-scaling-factor"),
+        moe.topk_scaling_factor.map(|f| f.to_string())
+    );
+    assert_eq!(
+        get("--moe-router-load-balancing-type"),
+        moe.load_balancing.clone()
+    );
+    assert_eq!(
+        get("--moe-aux-loss-coeff"),
+        moe.aux_loss_coeff.map(|c| c.to_string())
+    );
+    assert_eq!(args.contains_key("--qk-layernorm"), a.qk_layernorm);
+    assert_eq!(get("--norm-epsilon"), a.norm_epsilon.map(|e| e.to_string()));
+    // The card's values themselves (so the comparison above is not empty).
+    assert_eq!(
+        (
+            get("--moe-router-score-function").as_deref(),
+            get("--moe-router-num-groups").as_deref(),
+            get("--moe-router-group-topk").as_deref(),
+            get("--moe-router-topk-scaling-factor").as_deref(),
+            get("--norm-epsilon").as_deref(),
+        ),
+        (
+            Some("sigmoid"),
+            Some("8"),
+            Some("4"),
+            Some("2.5"),
+            Some("0.000001")
+        )
+    );
+    assert!(
+        args.contains_key("--moe-router-enable-expert-bias") && args.contains_key("--qk-layernorm")
+    );
+
+    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let best = s.best().unwrap();
+    let script = s
+        .bundle(&best)
+        .file(generate::MEGATRON_SCRIPT)
+        .unwrap()
+        .to_string();
+    for f in [
+        "--moe-router-score-function",
+        "--moe-router-enable-expert-bias",
+        "--moe-router-num-groups",
+        "--qk-layernorm",
+        "--use-rope-scaling",
+    ] {
+        assert!(!script.contains(f), "mixtral: {f}");
+    }
+
+    let s = Setup::new("llama3-405b", "h100-16k", None);
+    let best = s.best().unwrap();
+    let script = s
+        .bundle(&best)
+        .file(generate::MEGATRON_SCRIPT)
+        .unwrap()
+        .to_string();
+    assert!(
+        script.contains("--use-rope-scaling   # Llama 3.1 scaling"),
+        "{script}"
+    );
+    assert!(script.contains("--rope-scaling-factor 8\n"), "{script}");
+}
+
 /// The SLURM script's head-node lookup survives `set -o pipefail` on large
 /// allocations: a stand-in `scontrol` prints 200,000 host names and the
 /// script's own line takes the first, 20 times out of 20 (with `head -n 1`

@@ -254,8 +254,11 @@ fn import_model_prints_a_card_that_search_reads() {
     assert!(card.contains("name = \"llama-3.1-405b\""), "{card}");
     assert!(card.contains("layers = 126"), "{card}");
     assert!(card.contains("# num_hidden_layers"), "{card}");
-    // The notes go to stderr too (the card goes to a file).
-    assert!(stderr(&o).contains("rope_scaling"), "{}", stderr(&o));
+    // Llama 3.1's RoPE scaling is a card field, with the key it came from.
+    assert!(
+        card.contains("rope_scaling = { factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_seq = 8192 } # rope_scaling"),
+        "{card}"
+    );
     let back = Model::from_toml(&card, Path::new("card.toml")).unwrap();
     let opts = Options {
         seq_len: Some(8192),
@@ -469,8 +472,19 @@ fn approximations_are_stated() {
     let ds = import("deepseek-v3").all_notes().join("\n");
     assert!(ds.contains("num_nextn_predict_layers = 1"), "{ds}");
     assert!(ds.contains("quantization_config (fp8)"), "{ds}");
-    assert!(ds.contains("scoring_func = \"sigmoid\""), "{ds}");
-    assert!(ds.contains("routed_scaling_factor = 2.5"), "{ds}");
+    // The router is read into the card, not left out.
+    assert!(!ds.contains("scoring_func"), "{ds}");
+    let moe = import("deepseek-v3").model.moe.unwrap();
+    assert_eq!(
+        (
+            moe.score_function.as_deref(),
+            moe.expert_bias,
+            moe.groups,
+            moe.group_top_k,
+            moe.topk_scaling_factor
+        ),
+        (Some("sigmoid"), true, Some(8), Some(4), Some(2.5))
+    );
     let mistral = import("mistral-7b-v0.1").all_notes().join("\n");
     assert!(
         mistral.contains("sliding_window = 4096 on every layer is priced as full causal attention"),
@@ -482,9 +496,12 @@ fn approximations_are_stated() {
         qwen2.contains("q/k/v projection biases are not counted (4,608 per layer, 129,024 in all)"),
         "{qwen2}"
     );
-    let llama = import("llama-3.1-405b").all_notes().join("\n");
-    assert!(llama.contains("rope_scaling = {"), "{llama}");
-    assert!(llama.contains("rms_norm_eps"), "{llama}");
+    // Llama 3.1's rope_scaling and rms_norm_eps are card fields now, not
+    // approximations; a YaRN scaling (DeepSeek-V3) is still left out.
+    let llama = import("llama-3.1-405b");
+    assert!(!llama.all_notes().join("\n").contains("rope_scaling"));
+    assert_eq!(llama.model.architecture.norm_epsilon, Some(1e-5));
+    assert!(ds.contains("rope_scaling = {\"beta_fast\":32"), "{ds}");
     // Nothing unknown in the shipped fixtures but Qwen2.5's use_mrope
     // (read: false) — so nothing is listed as unread.
     for (dir, ..) in PUBLISHED {

@@ -329,6 +329,13 @@ pub fn megatron(plan: &Plan) -> Megatron {
                         .note("the model card gives no RoPE base; 10000 is Megatron's default"),
                 ),
             }
+            if let Some(r) = &m.rope_scaling {
+                model.push(flag("--use-rope-scaling").note(format!(
+                    "Llama 3.1 scaling: low/high frequency factors {} and {}, original context {}",
+                    r.low_freq_factor, r.high_freq_factor, r.original_max_seq
+                )));
+                model.push(val("--rope-scaling-factor", r.factor));
+            }
         }
         PositionEmbedding::Learned => {
             model.push(val("--position-embedding-type", "learned_absolute"))
@@ -346,6 +353,12 @@ pub fn megatron(plan: &Plan) -> Megatron {
             Norm::Layernorm => "LayerNorm",
         },
     ));
+    if let Some(e) = m.norm_epsilon {
+        model.push(val("--norm-epsilon", e).note("from the model card"));
+    }
+    if m.qk_layernorm {
+        model.push(flag("--qk-layernorm"));
+    }
     if !m.tied_embeddings {
         model.push(flag("--untie-embeddings-and-output-weights"));
     }
@@ -396,6 +409,31 @@ pub fn megatron(plan: &Plan) -> Megatron {
                 )
                 .note(format!("the first {} layers are dense", x.first_k_dense)),
             );
+        }
+        // Router as the model card gives it (not priced: the cost model
+        // routes tokens by `moe.top_k` alone).
+        if let Some(f) = &x.score_function {
+            moe_args.push(val("--moe-router-score-function", f));
+        }
+        if x.expert_bias {
+            moe_args.push(
+                flag("--moe-router-enable-expert-bias")
+                    .note("auxiliary-loss-free balancing by a per-expert bias"),
+            );
+        }
+        if let (Some(g), Some(k)) = (x.groups, x.group_top_k) {
+            moe_args.push(val("--moe-router-num-groups", g));
+            moe_args.push(val("--moe-router-group-topk", k).note(format!(
+                "group-limited routing: each token to experts of {k} of {g} groups"
+            )));
+        }
+        if let Some(f) = x.topk_scaling_factor {
+            moe_args.push(val("--moe-router-topk-scaling-factor", f));
+        }
+        if x.experts >= 32 {
+            moe_args.push(val("--moe-router-dtype", "fp32").note(
+                "Megatron-LM warns that 32 or more experts want fp32 routing (validate_args)",
+            ));
         }
         moe_args.push(
             val("--moe-token-dispatcher-type", "alltoall")

@@ -202,6 +202,18 @@ pub fn refusals(
             remedy: "plan a model card with RoPE or learned positions".into(),
         });
     }
+    if let Some(r) = &model.architecture.rope_scaling
+        && (r.low_freq_factor, r.high_freq_factor, r.original_max_seq) != (1.0, 4.0, 8192)
+    {
+        out.push(Refusal {
+            code: "megatron-rope-scaling".into(),
+            message: format!(
+                "{}'s RoPE scaling has low_freq_factor {}, high_freq_factor {}, original_max_seq {}; Megatron-LM's --use-rope-scaling fixes them at 1, 4 and 8192 (rotary_pos_embedding.py _apply_scaling), so the launch files would build another model",
+                model.name, r.low_freq_factor, r.high_freq_factor, r.original_max_seq
+            ),
+            remedy: "edit the launch files by hand, or plan a card whose rope_scaling is Llama 3.1's".into(),
+        });
+    }
     if model.moe.is_some() && model.architecture.linear_bias && l.etp != 1 {
         out.push(Refusal {
             code: "megatron-moe-bias".into(),

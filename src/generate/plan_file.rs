@@ -101,6 +101,15 @@ pub struct ModelInfo {
     pub linear_bias: bool,
     /// Dropout is applied.
     pub dropout: bool,
+    /// Queries and keys normalised per head (`--qk-layernorm`).
+    #[serde(default)]
+    pub qk_layernorm: bool,
+    /// Norm epsilon, when the card gives one (`--norm-epsilon`).
+    #[serde(default)]
+    pub norm_epsilon: Option<f64>,
+    /// Llama 3.1 RoPE scaling, when the card gives one.
+    #[serde(default)]
+    pub rope_scaling: Option<crate::spec::model::RopeScaling>,
     /// Mixture of experts, if any.
     pub moe: Option<MoeSpec>,
     /// Multi-head latent attention, if any.
@@ -771,6 +780,9 @@ impl Plan {
                 tied_embeddings: a.tied_embeddings,
                 linear_bias: a.linear_bias,
                 dropout: a.dropout,
+                qk_layernorm: a.qk_layernorm,
+                norm_epsilon: a.norm_epsilon,
+                rope_scaling: a.rope_scaling,
                 moe: model.moe.clone(),
                 mla: model.mla.clone(),
             },

@@ -64,7 +64,7 @@ use serde_json::{Map, Value};
 use crate::error::InputError;
 use crate::limits::{MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, MAX_WIDTH};
 use crate::spec::model::{
-    Architecture, JobDefaults, MlaSpec, Model, MoeSpec, Norm, PositionEmbedding,
+    Architecture, JobDefaults, MlaSpec, Model, MoeSpec, Norm, PositionEmbedding, RopeScaling,
 };
 
 /// The `model_type`s read.
@@ -687,7 +687,6 @@ fn rope_theta(c: &Cfg, b: &mut Builder) -> Result<Option<f64>, InputError> {
             ));
         }
     }
-    c.keep_out("rope_scaling", b);
     Ok(theta)
 }
 
@@ -890,6 +889,7 @@ impl Sizes {
         rope_theta: Option<f64>,
         linear_bias: bool,
         dropout: bool,
+        norm_epsilon: Option<f64>,
     ) -> Architecture {
         Architecture {
             layers: u32_of(self.layers),
@@ -907,6 +907,9 @@ impl Sizes {
             rope_theta,
             linear_bias,
             dropout,
+            qk_layernorm: false,
+            norm_epsilon,
+            rope_scaling: None,
         }
     }
 }
@@ -1103,7 +1106,21 @@ fn decoder(
         ));
     }
     keep_out_unless(c, "hidden_act", "silu", b);
-    c.keep_out("rms_norm_eps", b);
+    let norm_epsilon = c.float("rms_norm_eps")?;
+    if norm_epsilon.is_some() {
+        b.from("architecture.norm_epsilon", "rms_norm_eps");
+    }
+    // Qwen3's attention always normalises q and k per head (q_norm,
+    // k_norm); DeepSeek-V3's MLA normalises the compressed q and kv
+    // (q_a_layernorm, kv_a_layernorm). config.json has no key for either.
+    let qk_layernorm = matches!(
+        family,
+        Family::Qwen3 | Family::Qwen3Moe | Family::DeepseekV3
+    );
+    if qk_layernorm {
+        b.from("architecture.qk_layernorm", "model_type");
+    }
+    let rope_scaling = rope_scaling(c, b)?;
     let architecture = Architecture {
         layers: u32_of(layers),
         hidden,
@@ -1120,6 +1137,9 @@ fn decoder(
         rope_theta,
         linear_bias,
         dropout,
+        qk_layernorm,
+        norm_epsilon,
+        rope_scaling,
     };
     Ok((architecture, moe, mla))
 }
@@ -1315,15 +1335,8 @@ fn moe(
             "config.json gives no load-balancing loss coefficient: moe.load_balancing and moe.aux_loss_coeff stay unset (not priced; launch files need them)".into(),
         );
     }
-    for key in [
-        "norm_topk_prob",
-        "scoring_func",
-        "topk_method",
-        "n_group",
-        "topk_group",
-        "routed_scaling_factor",
-        "router_jitter_noise",
-    ] {
+    let router = router(c, b)?;
+    for key in ["norm_topk_prob", "router_jitter_noise"] {
         c.keep_out(key, b);
     }
     Ok(Some(MoeSpec {
@@ -1335,6 +1348,123 @@ fn moe(
         first_k_dense: u32_of(first_k_dense),
         load_balancing,
         aux_loss_coeff,
+        score_function: router.score_function,
+        expert_bias: router.expert_bias,
+        groups: router.groups,
+        group_top_k: router.group_top_k,
+        topk_scaling_factor: router.topk_scaling_factor,
+    }))
+}
+
+/// The router fields of [`MoeSpec`] as config.json gives them.
+struct Router {
+    score_function: Option<String>,
+    expert_bias: bool,
+    groups: Option<u32>,
+    group_top_k: Option<u32>,
+    topk_scaling_factor: Option<f64>,
+}
+
+/// DeepSeek-V3's router keys: `scoring_func` (softmax | sigmoid),
+/// `topk_method` (`noaux_tc`: the auxiliary-loss-free expert bias, with
+/// group-limited routing over `n_group` groups of which `topk_group` are
+/// kept; `group_limited_greedy`: the groups without the bias; `greedy`:
+/// neither) and `routed_scaling_factor`. Other families leave them out
+/// (softmax, no groups).
+fn router(c: &Cfg, b: &mut Builder) -> Result<Router, InputError> {
+    let score_function = match c.get("scoring_func") {
+        None => None,
+        Some(v) => match v.as_str() {
+            Some(f @ ("softmax" | "sigmoid")) => {
+                b.from("moe.score_function", "scoring_func");
+                Some(f.to_string())
+            }
+            _ => {
+                return Err(c.err(
+                    "scoring_func",
+                    format!(
+                        "{} is not softmax or sigmoid, the router scores Megatron-LM has",
+                        short(v)
+                    ),
+                ));
+            }
+        },
+    };
+    let method = c.get("topk_method").and_then(Value::as_str);
+    let (expert_bias, grouped) = match method {
+        None | Some("greedy") => (false, false),
+        Some("noaux_tc") => (true, true),
+        Some("group_limited_greedy") => (false, true),
+        Some(m) => {
+            return Err(c.err(
+                "topk_method",
+                format!("`{m}` is not greedy, group_limited_greedy or noaux_tc"),
+            ));
+        }
+    };
+    if method.is_some() {
+        b.from("moe.expert_bias", "topk_method");
+    }
+    let (groups, group_top_k) = if grouped {
+        let g = c.size("n_group", MAX_EXPERTS as u64)?;
+        let k = c.size("topk_group", MAX_EXPERTS as u64)?;
+        b.from("moe.groups", "n_group");
+        b.from("moe.group_top_k", "topk_group");
+        (g.map(u32_of), k.map(u32_of))
+    } else {
+        c.keep_out("n_group", b);
+        c.keep_out("topk_group", b);
+        (None, None)
+    };
+    let topk_scaling_factor = c.float("routed_scaling_factor")?;
+    if topk_scaling_factor.is_some() {
+        b.from("moe.topk_scaling_factor", "routed_scaling_factor");
+    }
+    Ok(Router {
+        score_function,
+        expert_bias,
+        groups,
+        group_top_k,
+        topk_scaling_factor,
+    })
+}
+
+/// `rope_scaling` (or `rope_parameters`) of `rope_type = "llama3"` as
+/// [`RopeScaling`]; any other scaling (YaRN, linear, dynamic) is listed as
+/// kept out of the card.
+fn rope_scaling(c: &Cfg, b: &mut Builder) -> Result<Option<RopeScaling>, InputError> {
+    let key = "rope_scaling";
+    let Some(Value::Object(p)) = c.get(key) else {
+        c.keep_out(key, b);
+        return Ok(None);
+    };
+    let kind = p
+        .get("rope_type")
+        .or_else(|| p.get("type"))
+        .and_then(Value::as_str);
+    if kind != Some("llama3") {
+        c.keep_out(key, b);
+        return Ok(None);
+    }
+    let num = |k: &str| {
+        p.get(k)
+            .and_then(Value::as_f64)
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| c.err(key, format!("a llama3 rope_scaling needs a number `{k}`")))
+    };
+    let original = num("original_max_position_embeddings")?;
+    if !(1.0..=MAX_SEQ as f64).contains(&original) || original.fract() != 0.0 {
+        return Err(c.err(
+            key,
+            format!("original_max_position_embeddings = {original} is not a context length"),
+        ));
+    }
+    b.from("architecture.rope_scaling", key);
+    Ok(Some(RopeScaling {
+        factor: num("factor")?,
+        low_freq_factor: num("low_freq_factor")?,
+        high_freq_factor: num("high_freq_factor")?,
+        original_max_seq: original as u64,
     }))
 }
 
@@ -1362,8 +1492,11 @@ fn gpt2(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
     };
     let dropout = dropout(c, &["resid_pdrop", "embd_pdrop", "attn_pdrop"], 0.1, b)?;
     keep_out_unless(c, "activation_function", "gelu_new", b);
-    c.keep_out("layer_norm_epsilon", b);
-    Ok(sz.layernorm_mha(ffn, PositionEmbedding::Learned, None, true, dropout))
+    let eps = c.float("layer_norm_epsilon")?;
+    if eps.is_some() {
+        b.from("architecture.norm_epsilon", "layer_norm_epsilon");
+    }
+    Ok(sz.layernorm_mha(ffn, PositionEmbedding::Learned, None, true, dropout, eps))
 }
 
 /// GPT-NeoX (`gpt_neox`, Pythia): LayerNorm, rotary, biases.
@@ -1410,8 +1543,16 @@ fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
         );
     }
     keep_out_unless(c, "hidden_act", "gelu", b);
-    for key in ["layer_norm_eps", "classifier_dropout"] {
-        c.keep_out(key, b);
+    c.keep_out("classifier_dropout", b);
+    let eps = c.float("layer_norm_eps")?;
+    if eps.is_some() {
+        b.from("architecture.norm_epsilon", "layer_norm_eps");
+    }
+    if rope_scaling(c, b)?.is_some() {
+        return Err(c.err(
+            "rope_scaling",
+            "a llama3 RoPE scaling on a GPT-NeoX model is not something Megatron-LM builds",
+        ));
     }
     Ok(sz.layernorm_mha(
         ffn,
@@ -1419,6 +1560,7 @@ fn gpt_neox(c: &Cfg, b: &mut Builder) -> Result<Architecture, InputError> {
         rope_theta,
         linear_bias,
         dropout,
+        eps,
     ))
 }
 

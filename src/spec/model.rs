@@ -64,6 +64,30 @@ pub struct MoeSpec {
     /// into the launch files.
     #[serde(default)]
     pub aux_loss_coeff: Option<f64>,
+    /// Router score function (`--moe-router-score-function`): `softmax`
+    /// (Megatron's default; Mixtral, Qwen) or `sigmoid` (DeepSeek-V3,
+    /// config.json `scoring_func`). Not priced; written into the launch files.
+    #[serde(default)]
+    pub score_function: Option<String>,
+    /// Auxiliary-loss-free balancing by a per-expert bias added to the
+    /// scores for top-k selection (DeepSeek-V3 report §2.1.2; config.json
+    /// `topk_method = "noaux_tc"`; `--moe-router-enable-expert-bias`,
+    /// sigmoid scores only). Not priced.
+    #[serde(default)]
+    pub expert_bias: bool,
+    /// Group-limited routing: experts split into this many groups
+    /// (`--moe-router-num-groups`; config.json `n_group`). Not priced.
+    #[serde(default)]
+    pub groups: Option<u32>,
+    /// Groups each token may route to (`--moe-router-group-topk`;
+    /// config.json `topk_group`). Not priced.
+    #[serde(default)]
+    pub group_top_k: Option<u32>,
+    /// Factor on the routing weights of the chosen experts
+    /// (`--moe-router-topk-scaling-factor`; config.json
+    /// `routed_scaling_factor`, DeepSeek-V3: 2.5). Not priced.
+    #[serde(default)]
+    pub topk_scaling_factor: Option<f64>,
 }
 
 /// Multi-head latent attention block (`[mla]`, DeepSeek-V2/V3).
@@ -120,6 +144,40 @@ pub struct Architecture {
     /// Dropout is applied (GPT-3 style: adds 1-byte masks to activations).
     #[serde(default)]
     pub dropout: bool,
+    /// Queries and keys are normalised per head before attention (Qwen3's
+    /// `q_norm`/`k_norm`; for MLA the norms of the compressed query and
+    /// key/value, DeepSeek-V3), Megatron's `--qk-layernorm`. Its weights
+    /// (2·head_dim per layer) are not counted and its element-wise passes
+    /// not priced: under 0.01% of a layer's parameters.
+    #[serde(default)]
+    pub qk_layernorm: bool,
+    /// Epsilon of the norms (`--norm-epsilon`; Megatron's default 1e-5;
+    /// config.json `rms_norm_eps` / `layer_norm_eps`). Not priced.
+    #[serde(default)]
+    pub norm_epsilon: Option<f64>,
+    /// RoPE frequency scaling for long context, Llama 3.1's
+    /// (`rope_scaling` of config.json with `rope_type = "llama3"`). Not
+    /// priced; written into the launch files.
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+}
+
+/// Llama 3.1's RoPE scaling (config.json `rope_scaling`, `rope_type =
+/// "llama3"`; Megatron-LM `--use-rope-scaling --rope-scaling-factor F`,
+/// whose `_apply_scaling` in `rotary_pos_embedding.py` fixes the other
+/// three at 1, 4 and 8192).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RopeScaling {
+    /// Wavelengths beyond the low-frequency bound are stretched by this
+    /// factor (Llama 3.1: 8).
+    pub factor: f64,
+    /// Llama 3.1: 1.
+    pub low_freq_factor: f64,
+    /// Llama 3.1: 4.
+    pub high_freq_factor: f64,
+    /// Context of the pre-scaling model (Llama 3.1: 8192).
+    pub original_max_seq: u64,
 }
 
 /// The `[defaults]` table: a training job for this model when flags say nothing.
@@ -305,12 +363,87 @@ impl Model {
                     ),
                 );
             }
+            const SCORES: [&str; 2] = ["softmax", "sigmoid"];
+            if let Some(f) = &m.score_function
+                && !SCORES.contains(&f.as_str())
+            {
+                return err(
+                    "moe.score_function",
+                    format!("`{f}` is not one of {}", SCORES.join(", ")),
+                );
+            }
+            if m.expert_bias && m.score_function.as_deref() != Some("sigmoid") {
+                return err(
+                    "moe.expert_bias",
+                    "needs score_function = \"sigmoid\" (Megatron-LM's expert bias works on sigmoid scores)".into(),
+                );
+            }
+            match (m.groups, m.group_top_k) {
+                (None, None) => {}
+                (Some(g), Some(k)) => {
+                    if g == 0 || m.experts % g != 0 {
+                        return err(
+                            "moe.groups",
+                            format!("{g} groups do not divide {} experts", m.experts),
+                        );
+                    }
+                    if k == 0 || k > g {
+                        return err(
+                            "moe.group_top_k",
+                            format!("must be 1 to groups ({g}), found {k}"),
+                        );
+                    }
+                }
+                (Some(_), None) => {
+                    return err("moe.group_top_k", "is needed with moe.groups".into());
+                }
+                (None, Some(_)) => {
+                    return err("moe.groups", "is needed with moe.group_top_k".into());
+                }
+            }
+            if let Some(f) = m.topk_scaling_factor
+                && !(f.is_finite() && f > 0.0)
+            {
+                return err(
+                    "moe.topk_scaling_factor",
+                    format!("must be a positive number, found {f}"),
+                );
+            }
             if m.first_k_dense >= a.layers {
                 return err(
                     "moe.first_k_dense",
                     format!(
                         "{} dense layers leave no MoE layer among {}",
                         m.first_k_dense, a.layers
+                    ),
+                );
+            }
+        }
+        if let Some(e) = a.norm_epsilon
+            && !(e.is_finite() && e > 0.0 && e < 0.1)
+        {
+            return err(
+                "architecture.norm_epsilon",
+                format!("must be a small positive number, found {e}"),
+            );
+        }
+        if let Some(r) = &a.rope_scaling {
+            if a.position_embedding != PositionEmbedding::Rope {
+                return err(
+                    "architecture.rope_scaling",
+                    "is set but position_embedding is not \"rope\"".into(),
+                );
+            }
+            if !(r.factor.is_finite()
+                && r.factor >= 1.0
+                && r.low_freq_factor > 0.0
+                && r.high_freq_factor > r.low_freq_factor
+                && r.original_max_seq > 0)
+            {
+                return err(
+                    "architecture.rope_scaling",
+                    format!(
+                        "needs factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_seq > 0, found {r:?}"
                     ),
                 );
             }
