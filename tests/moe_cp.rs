@@ -222,9 +222,15 @@ fn mla_activation_terms_by_hand() {
 #[test]
 fn ring_kv_bytes_per_step_by_hand() {
     let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
-    assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 8.0), 4_194_304.0);
+    assert_eq!(
+        cp::kv_bytes_per_step(&s.model, 8192.0, 8.0, meshplan::spec::CpImpl::Te),
+        4_194_304.0
+    );
     // T = 16 > 8 KV heads: one KV head per rank is kept (replicated).
-    assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 16.0), 4_194_304.0);
+    assert_eq!(
+        cp::kv_bytes_per_step(&s.model, 8192.0, 16.0, meshplan::spec::CpImpl::Te),
+        4_194_304.0
+    );
     let pr = s.problem();
     let mut l = layout(1, 4, 1, 16, 1, 1, true, Recompute::None, 1);
     let pl = Placement::new(&l, 8);
