@@ -6,7 +6,9 @@
 //! A GEMM of shape `M×K · K×N` does `2·M·N·K` FLOPs and moves
 //! `2·(M·K + K·N + M·N)` bytes in bf16, so thin shards (high TP, small
 //! micro-batches) become bandwidth- and launch-bound on their own. Fused
-//! attention (Dao et al. 2022) runs at `eff_attention`; its backward is 2.5×
+//! attention (Dao et al. 2022) runs at `eff_attention` scaled by its kernel's
+//! published curve over key length and mask ([`attention_length_factor`];
+//! under CP per ring step, `cp::ring_step_times`); its backward is 2.5×
 //! the forward (five matmuls against two). Element-wise work (norms,
 //! residuals, activation functions, dropout, rotary) is bytes over HBM.
 //! Backward GEMMs are 2× forward (input and weight gradients).
