@@ -331,6 +331,9 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         }
     };
     let cp_cost = |attn_f: f64| -> Term {
+        if l.cp <= 1 {
+            return Term::default();
+        }
         cp::exchange_time(
             l.cp_comm,
             job.cp_impl,
