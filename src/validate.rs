@@ -38,10 +38,10 @@ use serde::Serialize;
 
 use crate::cost::{self, Evaluation, Problem, compute};
 use crate::error::InputError;
-use crate::layout::{Layout, Recompute};
+use crate::layout::{CpComm, Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
+use crate::spec::{AttnKernel, CpImpl, Fp8Kernels, Fp8Recipe};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
-use crate::spec::{Fp8Kernels, Fp8Recipe};
 
 /// Columns of the measurement CSV, in the order of `published-dev.csv`.
 pub const COLUMNS: [&str; 27] = [
@@ -1227,8 +1227,19 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.overlap_grad_reduce = true;
             job.overlap_param_gather = true;
             job.flash_attention = true;
+            // PyTorch SDPA's flash backend is FlashAttention-2; torchtitan
+            // restricts SDPA to it (or the slower memory-efficient backend)
+            // under CP (`utils.py` `get_train_context`, git 9dec370) and runs
+            // PyTorch's experimental `context_parallel`.
+            job.attention_kernel = AttnKernel::Fa2;
+            job.cp_impl = CpImpl::Torch;
             assume.push(format!(
-                "software: {e} (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention, overlapped gathers and reductions"
+                "software: {e} (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention (SDPA, FlashAttention-2), overlapped gathers and reductions{}",
+                if row.cp.unwrap_or(1) > 1 {
+                    "; PyTorch context_parallel: K/V after repeat_kv, all-gather rotater, fp32 dK/dV and merges"
+                } else {
+                    ""
+                }
             ));
         }
         _ => {
@@ -1484,6 +1495,14 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         split,
         ep,
         etp,
+        cp_comm: if engine == Some("torchtitan") {
+            // torchtitan's `context_parallel_rotate_method` defaults to
+            // "allgather" (torchtitan `config_manager.py`, git 9dec370,
+            // the commit of its Dec 2024 benchmarks).
+            CpComm::AllGather
+        } else {
+            CpComm::Ring
+        },
         ..Layout::dense(row.dp, row.tp, row.pp, cp)
     };
     let convention = match (fam, run.hardware_flops) {

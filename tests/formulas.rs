@@ -169,6 +169,7 @@ fn unfused_attention_off_the_tensor_core_alignment() {
         sp: false,
         cp: 1.0,
         flash: false,
+        kernel: meshplan::spec::AttnKernel::Cudnn,
     };
     // Core FLOPs (2·2048·2048·14400 + 2·2048·2048·14400)/2 / 8
     // = 15,099,494,400; at 1e12 instead of 1e14 FLOP/s the attention takes

@@ -222,9 +222,15 @@ fn mla_activation_terms_by_hand() {
 #[test]
 fn ring_kv_bytes_per_step_by_hand() {
     let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
-    assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 8.0), 4_194_304.0);
+    assert_eq!(
+        cp::kv_bytes_per_step(&s.model, 8192.0, 8.0, meshplan::spec::CpImpl::Te),
+        4_194_304.0
+    );
     // T = 16 > 8 KV heads: one KV head per rank is kept (replicated).
-    assert_eq!(cp::kv_bytes_per_step(&s.model, 8192.0, 16.0), 4_194_304.0);
+    assert_eq!(
+        cp::kv_bytes_per_step(&s.model, 8192.0, 16.0, meshplan::spec::CpImpl::Te),
+        4_194_304.0
+    );
     let pr = s.problem();
     let mut l = layout(1, 4, 1, 16, 1, 1, true, Recompute::None, 1);
     let pl = Placement::new(&l, 8);
@@ -478,16 +484,33 @@ fn llama3_long_context_plans_use_cp() {
             for cluster in ["dgx-h100-64", "dgx64"] {
                 let s = Setup::with_seq(model, cluster, Some(seq));
                 let r = search::search(&s.problem(), &Space::default());
-                let best = &r
+                let first = r
                     .top
                     .first()
-                    .unwrap_or_else(|| panic!("{model} {seq} {cluster}: no plan"))
-                    .layout;
+                    .unwrap_or_else(|| panic!("{model} {seq} {cluster}: no plan"));
+                // Since the ring steps are priced one by one at
+                // `cp::RING_STEP_RATE` (issue 15, fitted on two measured CP
+                // runs that the old pricing had too fast), Llama 3 8B ranks
+                // T = 4 or T = 8 first (H100 at 32k: C = 8 at 42.00 s
+                // against 41.25 s; at 128k T = 8, P = 2 with the best CP
+                // plan, T = 2, C = 8, at 0.944 of it); Llama 3 70B still
+                // ranks CP first. The best CP plan must lie within 10% of
+                // the winner.
+                let cp_best =
+                    r.top.iter().find(|c| c.layout.cp > 1).unwrap_or_else(|| {
+                        panic!("{model} at {seq} on {cluster}: no CP plan listed")
+                    });
                 assert!(
-                    best.cp > 1,
-                    "{model} at {seq} on {cluster}: best {}",
-                    best.short()
+                    cp_best.eval.tokens_per_s >= 0.90 * first.eval.tokens_per_s,
+                    "{model} at {seq} on {cluster}: best {}, best CP {} ({:.3})",
+                    first.layout.short(),
+                    cp_best.layout.short(),
+                    cp_best.eval.tokens_per_s / first.eval.tokens_per_s
                 );
+                if model == "llama3-70b" {
+                    assert!(first.layout.cp > 1, "{model} at {seq} on {cluster}");
+                }
+                let best = &cp_best.layout;
                 assert_eq!(seq % (2 * best.cp as u64), 0);
             }
         }

@@ -447,3 +447,71 @@ fn plans_say_how_well_their_regime_is_validated() {
     assert_eq!(t.median_abs, Some(validate::median(&abs)));
     assert_eq!(t.max_abs, Some(abs.iter().copied().fold(0.0, f64::max)));
 }
+
+/// Context parallelism (issue 15): every CP > 1 row of the table, priced
+/// with the ring schedule step by step (`cost::cp`), the fused-attention
+/// curve of the kernel each engine runs (`cost::compute`) and PyTorch's
+/// `context_parallel` for torchtitan. Speed error = predicted / measured
+/// throughput − 1. `cp::RING_STEP_RATE` was fitted on TT-8B-CP-2 and
+/// NEMO2407-LLAMA3-8B-8 only; the other six are checks.
+#[test]
+fn context_parallel_rows_by_the_step_by_step_ring() {
+    let r = run(V2);
+    let err = |id: &str| -> f64 {
+        r.rows
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.speed_error)
+            .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
+    };
+    // (row, error, tolerance). Before issue 15: +15.9%, +75.0%, +98.0%,
+    // +5.9%, -0.7%, +0.8%, +4.3%, +2.1%.
+    let pins = [
+        // Calibration rows.
+        ("TT-8B-CP-2", -0.001, 0.01),
+        ("NEMO2407-LLAMA3-8B-8", 0.014, 0.01),
+        // Checks. TT-8B-CP-3 and -4 (C = 4 and 8) stay far too fast: their
+        // later ring steps cost about twice what C = 2 shows per step, which
+        // no priced mechanism (kernel curve, exchange, fp32 merges) explains
+        // (docs/fidelity.md); pinned so that a fix shows up here.
+        ("TT-8B-CP-3", 0.461, 0.02),
+        ("TT-8B-CP-4", 0.617, 0.02),
+        ("NEMO2407-LLAMA3-70B-64", -0.032, 0.01),
+        (
+            "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
+            -0.009,
+            0.01,
+        ),
+        (
+            "MBRIDGE-25.11-DGX-H100-LLAMA3.1_405B-FP8-CS-1024",
+            0.026,
+            0.01,
+        ),
+        (
+            "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
+            0.009,
+            0.01,
+        ),
+    ];
+    for (id, want, tol) in pins {
+        let e = err(id);
+        assert!((e - want).abs() < tol, "{id}: {e:+.3}, pinned {want:+.3}");
+    }
+    // Every CP > 1 row is pinned; median |error| ≤ 10%, signed median
+    // within ±5% (issue 15's bounds).
+    let cp_rows: Vec<f64> = r
+        .rows
+        .iter()
+        .filter(|x| x.regime.context_parallel)
+        .filter_map(|x| x.speed_error)
+        .collect();
+    assert_eq!(cp_rows.len(), pins.len());
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    let abs = median(cp_rows.iter().map(|e| e.abs()).collect());
+    let signed = median(cp_rows.clone());
+    assert!(abs <= 0.10, "median |error| {abs:.3}");
+    assert!(signed.abs() <= 0.05, "signed median {signed:+.3}");
+}

@@ -280,6 +280,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         sp: l.sp && l.tp > 1,
         cp,
         flash: job.flash_attention,
+        kernel: job.attention_kernel,
     };
     let overlap_tp = job.tp_comm_overlap && shape.sp;
     let rep_div = if shape.sp { tp } else { 1.0 };
@@ -316,14 +317,29 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
 
     // CP: K/V exchange by ring (overlapped with attention per step) or
     // all-gather (exposed), see `cp`.
-    let kv_bytes = cp::kv_bytes_per_step(model, tokens, tp);
-    let cp_cost = |attn_f: f64, attn_b: f64| -> Term {
+    let kv_bytes = cp::kv_bytes_per_step(model, tokens, tp, job.cp_impl);
+    // Forward time of each ring step: the fused kernels' own
+    // ([`cp::ring_step_times`]); unfused attention split evenly.
+    let ring_steps = |attn_f: f64| -> cp::RingSteps {
+        if shape.flash {
+            cp::ring_step_times(model, &shape, pr.rates.attn_flops)
+        } else {
+            cp::RingSteps {
+                diag: attn_f / cp,
+                off: attn_f / cp,
+            }
+        }
+    };
+    let cp_cost = |attn_f: f64| -> Term {
+        if l.cp <= 1 {
+            return Term::default();
+        }
         cp::exchange_time(
             l.cp_comm,
+            job.cp_impl,
             kv_bytes,
             l.cp,
-            attn_f,
-            attn_b,
+            ring_steps(attn_f),
             l.recompute == Recompute::Full,
             pl.cp,
             &pr.links,
@@ -357,7 +373,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let b = compute::layer_backward(&f);
         let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
         // CP: merging the per-step partial attention results.
-        let (cp_f, cp_b) = cp::split_overhead(model, l.cp_comm, tokens, tp, l.cp, &pr.rates);
+        let (cp_f, cp_b) =
+            cp::split_overhead(model, l.cp_comm, job.cp_impl, tokens, tp, l.cp, &pr.rates);
         let rc = rc
             + if l.recompute == Recompute::Full {
                 cp_f
@@ -472,7 +489,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let mut time = PartTimes::default();
         time[TimePart::Compute] = Term::serial(f.total() + cp_f + b.total() + cp_b);
         time[TimePart::Recompute] = Term::serial(rc);
-        let cp_term = cp_cost(f.attention, b.attention);
+        let cp_term = cp_cost(f.attention);
         time[TimePart::LowPrecisionCast] = Term::serial(cast);
         time[TimePart::TpComm] = tp_term;
         time[TimePart::CpComm] = cp_term;
@@ -586,7 +603,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         output,
         p2p,
         tokens,
-        cp_buffers: cp::buffer_bytes(l.cp_comm, kv_bytes, l.cp),
+        cp_buffers: cp::buffer_bytes(l.cp_comm, job.cp_impl, kv_bytes, l.cp),
         ep_buffers,
         routed_activation,
     }

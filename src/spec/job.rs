@@ -169,6 +169,42 @@ pub enum Fp8Kernels {
 
 crate::names::named!(Fp8Kernels, "low-precision kernel library", [Te => "te", Torchao => "torchao"]);
 
+/// Fused-attention kernel whose published throughput curve prices the
+/// attention core (`compute::attention_kernel_tflops`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnKernel {
+    /// FlashAttention-2 (Dao 2023), PyTorch SDPA's flash backend
+    /// (torchtitan, KempnerForge).
+    Fa2,
+    /// FlashAttention-3 (Shah et al. 2024).
+    Fa3,
+    /// cuDNN fused attention, Transformer Engine's default backend on Hopper
+    /// (Megatron-LM, NeMo, Megatron-Bridge).
+    #[default]
+    Cudnn,
+}
+
+crate::names::named!(AttnKernel, "attention kernel", [Fa2 => "fa2", Fa3 => "fa3", Cudnn => "cudnn"]);
+
+/// Which context-parallel implementation runs the ring attention: they
+/// exchange different bytes on different schedules (`cost::cp`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpImpl {
+    /// Transformer Engine `context_parallel.py` (Megatron-LM, NeMo,
+    /// Megatron-Bridge): K/V of the KV heads only, bf16, ring of p2p sends or
+    /// an exposed all-gather.
+    #[default]
+    Te,
+    /// PyTorch `torch.distributed.tensor.experimental.context_parallel`
+    /// (torchtitan, Dec 2024): K/V after `repeat_kv` (every query head),
+    /// all-gathered under the first sub-attention, dK/dV rotated in fp32.
+    Torch,
+}
+
+crate::names::named!(CpImpl, "context-parallel implementation", [Te => "te", Torch => "torch"]);
+
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -224,6 +260,12 @@ pub struct Job {
     /// all-to-alls stay bf16 ([ref:deepseek-v3] §3.3.3); off by default.
     #[serde(default)]
     pub fp8_dispatch: bool,
+    /// Fused-attention kernel (cuDNN, Transformer Engine's, by default).
+    #[serde(default)]
+    pub attention_kernel: AttnKernel,
+    /// Context-parallel implementation (Transformer Engine's by default).
+    #[serde(default)]
+    pub cp_impl: CpImpl,
 }
 
 impl Job {
@@ -254,6 +296,8 @@ impl Job {
             fp8_kernels: Fp8Kernels::Te,
             fp8_param_gather: false,
             fp8_dispatch: false,
+            attention_kernel: AttnKernel::Cudnn,
+            cp_impl: CpImpl::Te,
         }
     }
 

@@ -10,5 +10,5 @@ pub mod model;
 
 pub use catalog::Catalog;
 pub use hardware::{Cluster, GIB, Gpu};
-pub use job::{Fp8Kernels, Fp8Recipe, Job, Precision, Recipe, RecipeName};
+pub use job::{AttnKernel, CpImpl, Fp8Kernels, Fp8Recipe, Job, Precision, Recipe, RecipeName};
 pub use model::Model;
