@@ -41,7 +41,7 @@ use crate::error::InputError;
 use crate::layout::{Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
-use crate::spec::{Fp8Kernels, Fp8Recipe};
+use crate::spec::{Fp8Kernels, Fp8Recipe, LossBuffers, SelectivePolicy};
 
 /// Columns of the measurement CSV, in the order of `published-dev.csv`.
 pub const COLUMNS: [&str; 27] = [
@@ -1216,9 +1216,54 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.overlap_grad_reduce = true;
             job.overlap_param_gather = true;
             job.flash_attention = true;
-            assume.push(format!(
-                "software: {e} (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention, overlapped gathers and reductions"
-            ));
+            // Both wrap each block and then the whole model with
+            // `fully_shard`, so the embedding and output layer are FSDP2's
+            // root unit (`cost::fsdp2_transients`).
+            job.engine_memory.fsdp2_root_unit = true;
+            if e == "torchtitan" {
+                // torchtitan's benchmark configs run `selective_ac_option =
+                // "op"` (train_configs/llama3_8b.toml at 9dec370 and
+                // e7c0cae); its loss upcasts the logits to fp32, eagerly in
+                // December 2024 (train.py at 9dec370 leaves the loss
+                // uncompiled), compiled with `--training.compile` later
+                // (components/loss.py at e7c0cae).
+                job.engine_memory.selective = SelectivePolicy::TorchtitanOp;
+                let eager_era = row.source.contains("202412");
+                job.engine_memory.loss = if has("compile") && !eager_era {
+                    LossBuffers::TorchCompiled
+                } else {
+                    LossBuffers::TorchFp32Eager
+                };
+                assume.push(format!(
+                    "software: torchtitan (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention, overlapped gathers and reductions; embedding and output gathered as FSDP2's root unit; selective = per-op SAC (every second matmul and the attention output saved); loss {}",
+                    if job.engine_memory.loss == LossBuffers::TorchCompiled {
+                        "compiled (bf16 logits and gradient, 4 B per logit)"
+                    } else {
+                        "eager fp32 cross-entropy (12 B per logit)"
+                    }
+                ));
+            } else {
+                // KempnerForge holds the model in bf16 (`model.to(dtype=
+                // param_dtype)` in scripts/train.py; config/training.py:
+                // "bf16" is the master weight dtype), so AdamW's moments are
+                // bf16 and FSDP2 casts the fp32-reduced gradient back to bf16:
+                // 2 + 2 + 4 bytes per parameter, reduced in fp32
+                // (`default_mp_policy`, distributed/parallel.py). Gradient
+                // accumulation skips the reduction on every micro-batch but
+                // the last (training/grad.py `maybe_no_sync`), so FSDP2 keeps
+                // the unsharded gradients in fp32 across them.
+                job.recipe = Recipe {
+                    weight_bytes: 2.0,
+                    grad_bytes: 2.0,
+                    optimizer_bytes: 4.0,
+                    grad_reduce_bytes: 4.0,
+                };
+                job.engine_memory.unsharded_grad_accum_bytes = 4.0;
+                job.engine_memory.loss = LossBuffers::TorchBf16Gathered;
+                assume.push(format!(
+                    "software: {e} (PyTorch FSDP2) — bf16 parameters, gradients and AdamW moments (2/2/4 bytes per parameter, fp32 reduction), unsharded fp32 gradients kept across accumulated micro-batches, embedding and output gathered as FSDP2's root unit, bf16 cross-entropy over the gathered vocabulary, flash attention, overlapped gathers and reductions"
+                ));
+            }
         }
         _ => {
             job.overlap_grad_reduce = has("--overlap-grad-reduce") || fam == Family::Other;
@@ -1389,6 +1434,16 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let sp = match row.sp.as_deref() {
         Some("yes") => true,
         Some("no") => false,
+        _ if engine == Some("kempnerforge") && row.tp > 1 => {
+            // KempnerForge's TP plan uses SequenceParallel unless PP or tied
+            // embeddings (kempnerforge/distributed/tensor_parallel.py).
+            let on = row.pp == 1 && !model.architecture.tied_embeddings;
+            assume.push(format!(
+                "sp: {} (not stated; kempnerforge runs SequenceParallel with TP unless PP or tied embeddings)",
+                if on { "on" } else { "off" }
+            ));
+            on
+        }
         _ => {
             // --tp-comm-overlap requires sequence parallelism (Megatron).
             let on = row.tp > 1 && job.tp_comm_overlap;
@@ -1487,7 +1542,25 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         return Err("Eq. 3 TFLOP/s assume full recompute, but the row says otherwise".into());
     }
     let memory = match (run.mem_kind, row.measured_mem_gb) {
+        // KempnerForge logs `torch.cuda.max_memory_allocated()` / 1024³
+        // (`kempnerforge/metrics/memory.py` `get_memory_stats`, "peak_gb").
+        (Some(MemKind::Logged), Some(_)) if engine == Some("kempnerforge") => {
+            assume.push(
+                "memory: kempnerforge's logged peak is torch.cuda.max_memory_allocated (metrics/memory.py)"
+                    .into(),
+            );
+            MemKind::TorchAllocated
+        }
         (Some(k), _) => k,
+        // torchtitan logs `max_reserved_gib` (the caching allocator's
+        // `reserved_bytes.all.peak`, train.py and metrics.py at 9dec370).
+        (None, Some(_)) if engine == Some("torchtitan") => {
+            assume.push(
+                "memory: read as torch max reserved (mem_kind not stated; torchtitan logs max_reserved_gib)"
+                    .into(),
+            );
+            MemKind::TorchReserved
+        }
         (None, Some(_)) => {
             assume.push("memory: read as nvidia-smi (mem_kind not stated)".into());
             MemKind::NvidiaSmi
@@ -2127,8 +2200,15 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
     // The predicted figure of the kind the row measured: the allocated peak
     // for `torch.cuda.max_memory_allocated()`, the nvidia-smi model for the
     // reserved pool, nvidia-smi itself and framework logs.
+    // The caching allocator's reserved pool holds PyTorch's tensors only;
+    // the CUDA context and NCCL's buffers are outside it (PyTorch
+    // `torch.cuda.memory_reserved`, docs/source/notes/cuda.rst "Memory
+    // management"), so a reserved peak is compared with the allocated peak,
+    // not with the nvidia-smi model (which adds `reserve_gib`) — except the
+    // Megatron-DeepSpeed model, which has no separate allocator term.
     let predicted_mem = match case.memory {
         MemKind::TorchAllocated => e.peak_bytes / GIB,
+        MemKind::TorchReserved if case.family != Family::Bloom => e.peak_bytes / GIB,
         MemKind::NvidiaSmi | MemKind::TorchReserved | MemKind::Logged => smi,
     };
     let unit = if case.mem_in_gb { 1e9 / GIB } else { 1.0 };
@@ -2239,7 +2319,7 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
             "error = predicted / measured − 1".into(),
             "throughput: TFLOP/s per GPU in the row's FLOP convention where the row measured TFLOP/s or MFU, else step time".into(),
             "TFLOP/s conventions: NAR21 and BLOOMPQ Narayanan Eq. 3 (recompute counted); KOR22 Korthikanti model FLOPs; flops_convention = hardware: model FLOPs + recomputed forward; others Megatron num_floating_point_operations".into(),
-            "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged and torch-max-reserved figures; torch-max-allocated is compared with the allocated peak), except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
+            "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged figures); torch-max-allocated and torch-max-reserved figures are compared with the allocated peak (the reserved pool holds no CUDA context or NCCL buffers); torchtitan's unstated figures are its logged max_reserved_gib, kempnerforge's logged ones max_memory_allocated, except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
             "fit: allocated ≤ memory − reserve (as search); BLOOMPQ: predicted nvidia-smi ≤ device memory".into(),
             "derived (*): the measured figure is computed from another measured one through the FLOP convention".into(),
             "regimes: speed error = predicted / measured throughput − 1; optimistic = predicted faster than measured".into(),

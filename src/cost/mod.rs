@@ -232,8 +232,51 @@ pub fn zero3_transients(
         return (0.0, 0.0);
     }
     let r = &pr.job.recipe;
+    if pr.job.engine_memory.fsdp2_root_unit {
+        return fsdp2_transients(r, lc, has_embedding, has_output);
+    }
     let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
     (2.0 * r.weight_bytes * unit, r.grad_reduce_bytes * unit)
+}
+
+/// PyTorch FSDP2's bytes beyond the shards, `(weights, gradients)`, when
+/// the parameters outside the blocks form the root unit (torchtitan's and
+/// KempnerForge's `fully_shard(model)` after one `fully_shard` per block).
+///
+/// Source: `torch/distributed/fsdp/_fully_shard/_fsdp_state.py` — the root
+/// state gathers its own group in its pre-forward and reshards after its
+/// forward returns, so the embedding and the output layer stay gathered
+/// through every block's forward; in backward the root group's
+/// post-backward (its reduce-scatter) runs last, so their unsharded
+/// gradients, in the parameter dtype, stay until the whole backward ends.
+/// Each block is gathered with the next one prefetched
+/// (`_fsdp_param_group.py`, forward and backward prefetch of one group).
+/// Weights: `b_w·(P_root + 2·P_block)`; gradients: `b_w·P_root` (the root's
+/// bf16 gradients) plus one block's in the reduce dtype `b_r·P_block`
+/// before its reduce-scatter.
+///
+/// Worked example, Llama 3.1 8B, T = 1, 2/4/12 recipe with fp32 reduction:
+/// P_root = embedding + output = 2·128,256·4096 = 1,050,673,152, P_block =
+/// 218,112,000; weights 2·(1,050,673,152 + 436,224,000) = 2,973,794,304
+/// bytes; gradients 2·1,050,673,152 + 4·218,112,000 = 2,973,794,304 bytes.
+pub fn fsdp2_transients(
+    r: &crate::spec::Recipe,
+    lc: &LayerCosts,
+    has_embedding: bool,
+    has_output: bool,
+) -> (f64, f64) {
+    let block = lc.dense.params.max(lc.moe.params) + lc.moe.expert_params;
+    let mut root = 0.0;
+    if has_embedding {
+        root += lc.embedding.params;
+    }
+    if has_output {
+        root += lc.output.params;
+    }
+    (
+        r.weight_bytes * (root + 2.0 * block),
+        r.weight_bytes * root + r.grad_reduce_bytes * block,
+    )
 }
 
 /// Price pipeline rank `rank` of layout `l` with `m` micro-batches.
@@ -304,6 +347,14 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let mut mem = MemoryBreakdown::default();
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;
+    // An engine that accumulates micro-batches without reducing keeps every
+    // gradient unsharded until the last one (PyTorch FSDP2 without
+    // gradient sync, `memory::unsharded_accumulated_grads`).
+    let accum = pr.job.engine_memory.unsharded_grad_accum_bytes;
+    if accum > 0.0 && l.zero >= 2 && m > 1 {
+        let full = memory::unsharded_accumulated_grads(items.params + items.expert_params, accum);
+        mem[MemoryPart::Gradients] = mem[MemoryPart::Gradients].max(full);
+    }
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
     let (low, scaling) = match &pr.rates.low {
         Some(lp) => precision::rank_memory(lp, l.zero, &items, lc, model.architecture.hidden),

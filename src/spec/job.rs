@@ -169,6 +169,73 @@ pub enum Fp8Kernels {
 
 crate::names::named!(Fp8Kernels, "low-precision kernel library", [Te => "te", Torchao => "torchao"]);
 
+/// What a selective-recompute layout keeps for backward (`recompute =
+/// selective`). Engines name different policies by the same word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectivePolicy {
+    /// Megatron's selective recompute (Korthikanti et al. 2022 §4.2
+    /// [ref:korthikanti-2022]): everything but the attention scores is
+    /// saved; with flash attention it saves what no recompute saves.
+    #[default]
+    Korthikanti,
+    /// torchtitan's per-op selective activation checkpointing
+    /// (`selective_ac_option = "op"`): only the outputs of the matmuls
+    /// (every second one recomputed) and of the attention kernel are saved,
+    /// with the layer input ([`crate::cost::memory::op_sac_terms`]).
+    TorchtitanOp,
+}
+
+/// How the loss holds the logits at its peak (the backward of the
+/// cross-entropy), [`crate::cost::memory::loss_buffer_bytes`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossBuffers {
+    /// Megatron's vocab-parallel cross-entropy over the local V/T logits:
+    /// bf16 logits, their fp32 copy and its gradient, 10 bytes per logit.
+    #[default]
+    MegatronVocabParallel,
+    /// PyTorch `cross_entropy(logits.float())` run eagerly, logits sharded
+    /// by TP (torchtitan's loss parallel): the saved fp32 log-softmax and
+    /// the two fp32 gradients of its backward, 12 bytes per logit.
+    TorchFp32Eager,
+    /// The same loss compiled by `torch.compile` (torchtitan since 2025):
+    /// the bf16 logits saved by the fused kernel and their bf16 gradient,
+    /// 4 bytes per logit.
+    TorchCompiled,
+    /// PyTorch `cross_entropy` on bf16 logits gathered over TP (the output
+    /// layer's `ColwiseParallel` to `Replicate`, KempnerForge): the logits
+    /// held by the training loop, the saved bf16 log-softmax and the two
+    /// bf16 gradients, 8 bytes per logit of the full vocabulary.
+    TorchBf16Gathered,
+}
+
+/// What the training engine keeps in memory where it differs from
+/// Megatron-LM (the defaults). Set by `validate` from a row's `engine`;
+/// the search and `plan` use the defaults unless a caller sets them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineMemory {
+    /// What `recompute = selective` saves.
+    #[serde(default)]
+    pub selective: SelectivePolicy,
+    /// How the loss holds the logits.
+    #[serde(default)]
+    pub loss: LossBuffers,
+    /// Bytes per parameter of unsharded gradients kept across the
+    /// micro-batches of a step under ZeRO-2/3 when the engine accumulates
+    /// without reducing (PyTorch FSDP2 `set_requires_gradient_sync(False)`
+    /// keeps `unsharded_accumulated_grad` in the reduce dtype); 0 = the
+    /// engine reduces every micro-batch (Megatron, DeepSpeed).
+    #[serde(default)]
+    pub unsharded_grad_accum_bytes: f64,
+    /// PyTorch FSDP2's root unit: the parameters outside the wrapped
+    /// blocks (embedding, final norm, output layer) are one unit gathered
+    /// for the whole forward and the whole backward, on top of the block
+    /// computing and the one prefetched.
+    #[serde(default)]
+    pub fsdp2_root_unit: bool,
+}
+
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -224,6 +291,9 @@ pub struct Job {
     /// all-to-alls stay bf16 ([ref:deepseek-v3] §3.3.3); off by default.
     #[serde(default)]
     pub fp8_dispatch: bool,
+    /// What the engine keeps in memory where it differs from Megatron-LM.
+    #[serde(default)]
+    pub engine_memory: EngineMemory,
 }
 
 impl Job {
@@ -254,6 +324,7 @@ impl Job {
             fp8_kernels: Fp8Kernels::Te,
             fp8_param_gather: false,
             fp8_dispatch: false,
+            engine_memory: EngineMemory::default(),
         }
     }
 
