@@ -1287,7 +1287,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // Megatron-Bridge's performance configs keep and reduce the main
             // gradients in bf16 (`grad_reduce_in_fp32 = False`,
             // [ref:megatron-bridge-recipes]): the 2/2/12 recipe.
-            let bf16_grads = engine == Some("megatron-bridge");
+            // NeMo 24.07's performance runs use Apex's distributed_fused_adam
+            // with a contiguous gradient buffer in `grad_sync_dtype`, which
+            // NVIDIA's H100 examples set to bf16 (NeMo-Framework-Launcher
+            // `launcher_scripts/conf/training/llama/llama3_8b.yaml`,
+            // `examples/training/llama/h100/llama3_8b_fp8.sh`
+            // `+training.model.optim.grad_sync_dtype=bf16`).
+            let bf16_grads = matches!(engine, Some("megatron-bridge" | "nemo"));
             if bf16_grads {
                 job.recipe = Recipe::ADAM_16B;
                 job.recipe_name = RecipeName::Adam16b;
@@ -1295,7 +1301,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             assume.push(format!(
                 "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
-                if bf16_grads { "bf16 (grad_reduce_in_fp32 off)" } else { "fp32" },
+                match engine {
+                    Some("megatron-bridge") => "bf16 (grad_reduce_in_fp32 off)",
+                    Some("nemo") => "bf16 (distributed_fused_adam grad_sync_dtype bf16)",
+                    _ => "fp32",
+                },
                 job.overlap_grad_reduce, job.overlap_param_gather
             ));
         }
