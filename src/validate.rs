@@ -1151,10 +1151,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // (`overlap_comm`), no flash attention (2021).
             job.recipe = Recipe::DEEPSPEED;
             job.recipe_name = RecipeName::Deepspeed;
+            // ZeRO-3 gathers module by module under DeepSpeed's 2021 limits
+            // (`cost::deepspeed_zero3_transients`).
+            job.engine_memory.deepspeed_zero3 = Some(crate::spec::DeepSpeedZero3::DEFAULTS_2021);
             job.flash_attention = false;
             job.tp_comm_overlap = false;
             job.async_tp_backward = false;
-            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention".into());
+            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention; ZeRO-3 gathers module by module (max live 1e9, prefetch 5e7, reduce bucket 5e8 parameters, 2021 defaults)".into());
         }
         (Family::Nar21 | Family::Kor22, _) => {
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after
@@ -1228,6 +1231,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 // uncompiled), compiled with `--training.compile` later
                 // (components/loss.py at e7c0cae).
                 job.engine_memory.selective = SelectivePolicy::TorchtitanOp;
+                // The model is fp32 and FSDP2 casts to bf16 at the gather
+                // (`apply_fsdp`, MixedPrecisionPolicy(param_dtype=bf16,
+                // reduce_dtype=fp32)): fp32 shard + fp32 gradients + Adam =
+                // 16 bytes per parameter over D, no bf16 shard.
+                job.engine_memory.fp32_shards_only = true;
                 let eager_era = row.source.contains("202412");
                 job.engine_memory.loss = if has("compile") && !eager_era {
                     LossBuffers::TorchCompiled
@@ -1235,7 +1243,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                     LossBuffers::TorchFp32Eager
                 };
                 assume.push(format!(
-                    "software: torchtitan (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention, overlapped gathers and reductions; embedding and output gathered as FSDP2's root unit; selective = per-op SAC (every second matmul and the attention output saved); loss {}",
+                    "software: torchtitan (PyTorch FSDP2) — fp32 shards (4 + 4 gradients + 8 Adam bytes per parameter over D, bf16 only when gathered), flash attention, overlapped gathers and reductions; embedding and output gathered as FSDP2's root unit; selective = per-op SAC (every second matmul and the attention output saved); loss {}",
                     if job.engine_memory.loss == LossBuffers::TorchCompiled {
                         "compiled (bf16 logits and gradient, 4 B per logit)"
                     } else {

@@ -461,21 +461,23 @@ fn plans_say_how_well_their_regime_is_validated() {
 fn fsdp2_engine_memory_rows() {
     let r = run(V2);
     let pins: [(&str, f64); 23] = [
-        // torchtitan, Dec 2024 (eager fp32 loss): eager rows under (the
-        // reserved pool holds the uncompiled blocks' temporaries too).
-        ("TT-8B-8-a", -3.8),
-        ("TT-8B-8-b", 3.0),
-        ("TT-8B-8-c", 3.8),
-        ("TT-8B-CP-1", -1.7),
-        ("TT-8B-CP-2", -1.4),
-        ("TT-8B-CP-3", -1.2),
-        ("TT-8B-CP-4", -1.8),
-        ("TT-8B-128-a", -5.2),
-        ("TT-8B-128-b", 2.4),
-        ("TT-8B-128-c", 3.4),
+        // torchtitan, Dec 2024 (eager fp32 loss). A reserved peak is at
+        // least the allocated one, so under-prediction is expected; the
+        // eager rows (a) most, as the uncompiled blocks' temporaries also
+        // pass through the pool.
+        ("TT-8B-8-a", -6.0),
+        ("TT-8B-8-b", 0.5),
+        ("TT-8B-8-c", 1.3),
+        ("TT-8B-CP-1", -3.9),
+        ("TT-8B-CP-2", -3.7),
+        ("TT-8B-CP-3", -3.4),
+        ("TT-8B-CP-4", -4.0),
+        ("TT-8B-128-a", -5.4),
+        ("TT-8B-128-b", 2.3),
+        ("TT-8B-128-c", 3.2),
         // torchtitan, June 2025 (compiled loss).
-        ("TT-8B-H200-32", 7.2),
-        ("TT-8B-H200-64", 5.0),
+        ("TT-8B-H200-32", 6.2),
+        ("TT-8B-H200-64", 4.5),
         // KempnerForge: bf16 states, unsharded fp32 gradients across the
         // four accumulated micro-batches.
         ("KF-WS-13B-8", -3.9),
@@ -494,7 +496,10 @@ fn fsdp2_engine_memory_rows() {
         let row = r.rows.iter().find(|x| x.id == id).expect(id);
         let m = row.memory_gib.expect("memory measured");
         let err = 100.0 * m.error;
-        assert!((err - pin).abs() <= 1.5, "{id}: memory error {err:+.1}% (pin {pin:+.1}%)");
+        assert!(
+            (err - pin).abs() <= 1.5,
+            "{id}: memory error {err:+.1}% (pin {pin:+.1}%)"
+        );
         assert!(row.predicted_fits, "{id} ran but is predicted not to fit");
     }
 }

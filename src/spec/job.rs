@@ -234,6 +234,43 @@ pub struct EngineMemory {
     /// computing and the one prefetched.
     #[serde(default)]
     pub fsdp2_root_unit: bool,
+    /// Under ZeRO-3 the only persistent copy of the weights is the fp32
+    /// shard that the optimizer updates (the recipe's master copy within
+    /// `b_o`): torchtitan builds the model in fp32 and FSDP2 casts to
+    /// bf16 only when it gathers (`MixedPrecisionPolicy(param_dtype=bf16)`),
+    /// so no `b_w·P/D` bf16 shard is kept.
+    #[serde(default)]
+    pub fp32_shards_only: bool,
+    /// DeepSpeed ZeRO-3's bounds on what is materialised at once, in
+    /// parameters; `None` = gather whole units (FSDP).
+    #[serde(default)]
+    pub deepspeed_zero3: Option<DeepSpeedZero3>,
+}
+
+/// DeepSpeed ZeRO-3's gather and reduce limits, parameters (elements).
+/// DeepSpeed gathers module by module and keeps at most
+/// `max_live_parameters` resident (more only while one module needs it),
+/// prefetching `prefetch_bucket_size` ahead; gradients leave each module
+/// through a `reduce_bucket_size` bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeepSpeedZero3 {
+    /// `stage3_max_live_parameters`.
+    pub max_live: f64,
+    /// `stage3_prefetch_bucket_size`.
+    pub prefetch_bucket: f64,
+    /// `reduce_bucket_size`.
+    pub reduce_bucket: f64,
+}
+
+impl DeepSpeedZero3 {
+    /// DeepSpeed's defaults of early 2021 (`deepspeed/runtime/zero/
+    /// constants.py` at c814abd, 2021-03: max live 1e9, prefetch bucket
+    /// 5e7, reduce bucket 5e8), the version of Narayanan et al.'s baseline.
+    pub const DEFAULTS_2021: DeepSpeedZero3 = DeepSpeedZero3 {
+        max_live: 1e9,
+        prefetch_bucket: 5e7,
+        reduce_bucket: 5e8,
+    };
 }
 
 /// A training job.

@@ -11,7 +11,7 @@ pub mod model;
 pub use catalog::Catalog;
 pub use hardware::{Cluster, GIB, Gpu};
 pub use job::{
-    EngineMemory, Fp8Kernels, Fp8Recipe, Job, LossBuffers, Precision, Recipe, RecipeName,
-    SelectivePolicy,
+    DeepSpeedZero3, EngineMemory, Fp8Kernels, Fp8Recipe, Job, LossBuffers, Precision, Recipe,
+    RecipeName, SelectivePolicy,
 };
 pub use model::Model;
