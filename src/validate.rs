@@ -2671,6 +2671,26 @@ pub fn plan_ratios(plans: &[PlanCheck]) -> Option<(usize, f64, f64, f64)> {
     Some((r.len(), median(&r), at(0.9), r[r.len() - 1]))
 }
 
+/// Upper edges of the bins [`plan_ratio_bins`] counts [`PlanCheck::ratio`]
+/// in (the last bin is everything above 1.50); 1.0 is "the published
+/// layout is meshplan's first choice".
+pub const PLAN_RATIO_EDGES: [f64; 5] = [1.0, 1.05, 1.15, 1.30, 1.50];
+
+/// How many of `plans`' ratios fall in each bin of [`PLAN_RATIO_EDGES`]
+/// (`≤ 1.00`, `(1.00, 1.05]`, …, `> 1.50`); a ratio within 1e-9 of an edge
+/// counts in the bin below it.
+pub fn plan_ratio_bins(plans: &[PlanCheck]) -> [usize; 6] {
+    let mut bins = [0; 6];
+    for r in plans.iter().filter_map(PlanCheck::ratio) {
+        let i = PLAN_RATIO_EDGES
+            .iter()
+            .position(|e| r <= e + 1e-9)
+            .unwrap_or(PLAN_RATIO_EDGES.len());
+        bins[i] += 1;
+    }
+    bins
+}
+
 /// What the software of a measured run could launch, for `validate
 /// --plan`: a plan its team could not have run is no fair comparison, so
 /// the search leaves out what came later.
@@ -2810,5 +2830,38 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             .map(|c| (c.layout.short(), c.eval.tokens_per_s)),
         split,
         software: can.what,
+    }
+}
+
+#[cfg(test)]
+mod plan_ratio_tests {
+    use super::*;
+
+    fn plan(published: f64, best: f64) -> PlanCheck {
+        PlanCheck {
+            id: "x".into(),
+            rejected_by: Vec::new(),
+            rank: Some(1),
+            valid: 1,
+            published_tokens_per_s: published,
+            best: Some(("b".into(), best)),
+            split: None,
+            software: "",
+        }
+    }
+
+    #[test]
+    fn ratio_bins_count_each_ratio_once() {
+        // Ratios 1.0, 1.04, 1.05 (on the edge: the lower bin), 1.2, 1.6 and
+        // a rejected layout (no ratio).
+        let mut plans: Vec<PlanCheck> = [(100.0, 100.0), (100.0, 104.0), (100.0, 105.0)]
+            .iter()
+            .chain(&[(100.0, 120.0), (100.0, 160.0)])
+            .map(|&(p, b)| plan(p, b))
+            .collect();
+        let mut rejected = plan(100.0, 130.0);
+        rejected.rank = None;
+        plans.push(rejected);
+        assert_eq!(plan_ratio_bins(&plans), [1, 2, 0, 1, 0, 1]);
     }
 }
