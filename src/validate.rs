@@ -29,7 +29,11 @@
 //!   test is the one `search` uses (allocated ≤ memory − reserve); for the
 //!   Megatron-DeepSpeed rows of 2022 see [`ALLOCATOR_FACTOR_DS`]. The
 //!   measured "GB" are read as GiB: nvidia-smi reports MiB and the log
-//!   divides by 1024.
+//!   divides by 1024. A `torch.cuda` figure (max allocated, or max reserved:
+//!   the caching allocator's pool, which holds no CUDA context or NCCL
+//!   buffers) is compared with the allocated peak itself; torchtitan's
+//!   unstated figures are its logged `max_reserved_gib`, KempnerForge's
+//!   `logged` ones `max_memory_allocated`.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -420,13 +420,17 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     let mut mem = MemoryBreakdown::default();
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;
+    mem[MemoryDetail::UnshardedGradients] = unsharded_grads;
     // An engine that accumulates micro-batches without reducing keeps every
     // gradient unsharded until the last one (PyTorch FSDP2 without
     // gradient sync, `memory::unsharded_accumulated_grads`).
     let accum = pr.job.engine_memory.unsharded_grad_accum_bytes;
     if accum > 0.0 && l.zero >= 2 && m > 1 {
         let full = memory::unsharded_accumulated_grads(items.params + items.expert_params, accum);
-        mem[MemoryPart::Gradients] = mem[MemoryPart::Gradients].max(full);
+        if full > mem[MemoryPart::Gradients] {
+            mem[MemoryPart::Gradients] = full;
+            mem[MemoryDetail::UnshardedGradients] = full;
+        }
     }
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
     let (low, scaling) = match &pr.rates.low {
