@@ -239,7 +239,7 @@ parts! {
         /// until the end of backward, or every gradient when the engine
         /// accumulates micro-batches without reducing.
         UnshardedGradients => ("unsharded_grads", "unsharded gradients (ZeRO-3/FSDP)",
-            "src/cost/mod.rs: zero3_transients; src/cost/memory.rs: unsharded_accumulated_grads", "zhao-2023"),
+            "src/cost/mod.rs: zero3_transients", "zhao-2023"),
     }
 }
 
