@@ -244,21 +244,21 @@ pub fn op_sac_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
 /// Bytes the loss holds for one micro-batch at its peak (the backward of
 /// the cross-entropy), `t` local tokens, `vocab` the padded vocabulary:
 ///
-/// - [`LossBuffers::MegatronVocabParallel`]: bf16 logits `2·t·V/T` plus the
+/// - [`LossBuffers::MegatronVocabParallel`] — bf16 logits `2·t·V/T` plus the
 ///   fp32 copy and its gradient (`2·4·t·V/T`) = 10 bytes per local logit
 ///   ([`logits_bytes`]).
-/// - [`LossBuffers::TorchFp32Eager`]: torchtitan's
+/// - [`LossBuffers::TorchFp32Eager`] — torchtitan's
 ///   `cross_entropy(pred.flatten(0, 1).float(), labels)` (`train.py` at
 ///   9dec370; the training loop `del pred` before `backward`, and
 ///   `log_softmax` saves only its output): at the backward of the
 ///   log-softmax the saved fp32 output, the gradient from `nll_loss` and the
 ///   gradient it produces are live, 3·4 = 12 bytes per logit, over V/T
 ///   (torchtitan's loss parallel shards the logits by TP).
-/// - [`LossBuffers::TorchCompiled`]: the same loss under `torch.compile`
+/// - [`LossBuffers::TorchCompiled`] — the same loss under `torch.compile`
 ///   (`torchtitan/components/loss.py` at e7c0cae compiles it with
 ///   `--training.compile`): the fused kernel saves the bf16 logits and writes
 ///   their bf16 gradient, 2 + 2 = 4 bytes per logit.
-/// - [`LossBuffers::TorchBf16Gathered`]: KempnerForge's
+/// - [`LossBuffers::TorchBf16Gathered`] — KempnerForge's
 ///   `F.cross_entropy` on bf16 logits (`kempnerforge/training/loss.py`)
 ///   gathered to every TP rank (`ColwiseParallel` output to `Replicate`,
 ///   `kempnerforge/distributed/tensor_parallel.py`), with `logits` held by
