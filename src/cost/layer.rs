@@ -346,14 +346,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     }
     // torchtitan's per-op selective checkpointing saves its own set
     // (`memory::op_sac_terms`) in place of Megatron's selective recompute.
-    let op_sac = (l.recompute == Recompute::Selective
-        && job.engine_memory.selective == SelectivePolicy::TorchtitanOp)
-        .then(|| {
-            (
-                memory::op_sac_terms(model, true),
-                memory::op_sac_terms(model, false),
-            )
-        });
+    let op_sac = l.recompute == Recompute::Selective
+        && job.engine_memory.selective == SelectivePolicy::TorchtitanOp;
     let item = |moe: bool| -> ItemCost {
         let (pairs, etp) = if moe {
             let etp = l.etp as f64;
@@ -429,9 +423,20 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 })
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
-            let attn_act = match &op_sac {
-                Some((_, attn)) => layer_act(attn, Recompute::None),
-                None => layer_act(&attn_terms, l.recompute),
+            let attn_act = if op_sac {
+                let saved = memory::op_sac_terms(model, false);
+                memory::layer_activation_bytes(
+                    &saved,
+                    h,
+                    tokens,
+                    seq,
+                    tp,
+                    shape.sp,
+                    Recompute::None,
+                    true,
+                )
+            } else {
+                layer_act(&attn_terms, l.recompute)
             };
             let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
             let full = if l.recompute == Recompute::Full {
@@ -445,9 +450,20 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let params = attention_params_rank(pr, tp)
                 + model.mlp_params(a.ffn) / tp
                 + 2.0 * model.norm_params();
-            let act = match &op_sac {
-                Some((dense, _)) => layer_act(dense, Recompute::None),
-                None => layer_act(&dense_terms, l.recompute),
+            let act = if op_sac {
+                let saved = memory::op_sac_terms(model, true);
+                memory::layer_activation_bytes(
+                    &saved,
+                    h,
+                    tokens,
+                    seq,
+                    tp,
+                    shape.sp,
+                    Recompute::None,
+                    true,
+                )
+            } else {
+                layer_act(&dense_terms, l.recompute)
             };
             let working = layer_act(&dense_terms, Recompute::None);
             (params, 0.0, act, working)
