@@ -1270,6 +1270,28 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
                         out,
                         "  First choice / published layout, predicted tokens/s, over {n} rows: median {med:.2}, p90 {p90:.2}, max {max:.2}."
                     )?;
+                    let b = validate::plan_ratio_bins(&plans);
+                    let e = validate::PLAN_RATIO_EDGES;
+                    writeln!(
+                        out,
+                        "  Distribution: = {:.2} (published is first) {}; ({:.2}, {:.2}] {}; ({:.2}, {:.2}] {}; ({:.2}, {:.2}] {}; ({:.2}, {:.2}] {}; > {:.2} {}.",
+                        e[0],
+                        b[0],
+                        e[0],
+                        e[1],
+                        b[1],
+                        e[1],
+                        e[2],
+                        b[2],
+                        e[2],
+                        e[3],
+                        b[3],
+                        e[3],
+                        e[4],
+                        b[4],
+                        e[4],
+                        b[5]
+                    )?;
                 }
             }
         }

@@ -29,7 +29,11 @@
 //!   test is the one `search` uses (allocated ≤ memory − reserve); for the
 //!   Megatron-DeepSpeed rows of 2022 see [`ALLOCATOR_FACTOR_DS`]. The
 //!   measured "GB" are read as GiB: nvidia-smi reports MiB and the log
-//!   divides by 1024.
+//!   divides by 1024. A `torch.cuda` figure (max allocated, or max reserved:
+//!   the caching allocator's pool, which holds no CUDA context or NCCL
+//!   buffers) is compared with the allocated peak itself; torchtitan's
+//!   unstated figures are its logged `max_reserved_gib`, KempnerForge's
+//!   `logged` ones `max_memory_allocated`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -42,6 +46,7 @@ use crate::layout::{CpComm, Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
 use crate::spec::{AttnKernel, CpImpl, Fp8Kernels, Fp8Recipe};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
+use crate::spec::{LossBuffers, SelectivePolicy};
 
 /// Columns of the measurement CSV, in the order of `published-dev.csv`.
 pub const COLUMNS: [&str; 27] = [
@@ -1162,10 +1167,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // (`overlap_comm`), no flash attention (2021).
             job.recipe = Recipe::DEEPSPEED;
             job.recipe_name = RecipeName::Deepspeed;
+            // ZeRO-3 gathers module by module under DeepSpeed's 2021 limits
+            // (`cost::deepspeed_zero3_transients`).
+            job.engine_memory.deepspeed_zero3 = Some(crate::spec::DeepSpeedZero3::DEFAULTS_2021);
             job.flash_attention = false;
             job.tp_comm_overlap = false;
             job.async_tp_backward = false;
-            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention".into());
+            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention; ZeRO-3 gathers module by module (max live 1e9, prefetch 5e7, reduce bucket 5e8 parameters, 2021 defaults)".into());
         }
         (Family::Nar21 | Family::Kor22, _) => {
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after
@@ -1233,14 +1241,65 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // PyTorch's experimental `context_parallel`.
             job.attention_kernel = AttnKernel::Fa2;
             job.cp_impl = CpImpl::Torch;
-            assume.push(format!(
-                "software: {e} (PyTorch FSDP2) — priced with the 2/4/12 recipe, flash attention (SDPA, FlashAttention-2), overlapped gathers and reductions{}",
-                if row.cp.unwrap_or(1) > 1 {
-                    "; PyTorch context_parallel: K/V after repeat_kv, all-gather rotater, fp32 dK/dV and merges"
+            let cp_note = if row.cp.unwrap_or(1) > 1 {
+                "; PyTorch context_parallel: K/V after repeat_kv, all-gather rotater, fp32 dK/dV and merges"
+            } else {
+                ""
+            };
+            // Both wrap each block and then the whole model with
+            // `fully_shard`, so the embedding and output layer are FSDP2's
+            // root unit (`cost::fsdp2_transients`).
+            job.engine_memory.fsdp2_root_unit = true;
+            if e == "torchtitan" {
+                // torchtitan's benchmark configs run `selective_ac_option =
+                // "op"` (train_configs/llama3_8b.toml at 9dec370 and
+                // e7c0cae); its loss upcasts the logits to fp32, eagerly in
+                // December 2024 (train.py at 9dec370 leaves the loss
+                // uncompiled), compiled with `--training.compile` later
+                // (components/loss.py at e7c0cae).
+                job.engine_memory.selective = SelectivePolicy::TorchtitanOp;
+                // The model is fp32 and FSDP2 casts to bf16 at the gather
+                // (`apply_fsdp`, MixedPrecisionPolicy(param_dtype=bf16,
+                // reduce_dtype=fp32)): fp32 shard + fp32 gradients + Adam =
+                // 16 bytes per parameter over D, no bf16 shard.
+                job.engine_memory.fp32_shards_only = true;
+                let eager_era = row.source.contains("202412");
+                job.engine_memory.loss = if has("compile") && !eager_era {
+                    LossBuffers::TorchCompiled
                 } else {
-                    ""
-                }
-            ));
+                    LossBuffers::TorchFp32Eager
+                };
+                assume.push(format!(
+                    "software: torchtitan (PyTorch FSDP2) — fp32 shards (4 + 4 gradients + 8 Adam bytes per parameter over D, bf16 only when gathered), flash attention (SDPA, FlashAttention-2), overlapped gathers and reductions; embedding and output gathered as FSDP2's root unit; selective = per-op SAC (every second matmul and the attention output saved); loss {}{}",
+                    if job.engine_memory.loss == LossBuffers::TorchCompiled {
+                        "compiled (bf16 logits and gradient, 4 B per logit)"
+                    } else {
+                        "eager fp32 cross-entropy (12 B per logit)"
+                    },
+                    cp_note
+                ));
+            } else {
+                // KempnerForge holds the model in bf16 (`model.to(dtype=
+                // param_dtype)` in scripts/train.py; config/training.py:
+                // "bf16" is the master weight dtype), so AdamW's moments are
+                // bf16 and FSDP2 casts the fp32-reduced gradient back to bf16:
+                // 2 + 2 + 4 bytes per parameter, reduced in fp32
+                // (`default_mp_policy`, distributed/parallel.py). Gradient
+                // accumulation skips the reduction on every micro-batch but
+                // the last (training/grad.py `maybe_no_sync`), so FSDP2 keeps
+                // the unsharded gradients in fp32 across them.
+                job.recipe = Recipe {
+                    weight_bytes: 2.0,
+                    grad_bytes: 2.0,
+                    optimizer_bytes: 4.0,
+                    grad_reduce_bytes: 4.0,
+                };
+                job.engine_memory.unsharded_grad_accum_bytes = 4.0;
+                job.engine_memory.loss = LossBuffers::TorchBf16Gathered;
+                assume.push(format!(
+                    "software: {e} (PyTorch FSDP2) — bf16 parameters, gradients and AdamW moments (2/2/4 bytes per parameter, fp32 reduction), unsharded fp32 gradients kept across accumulated micro-batches, embedding and output gathered as FSDP2's root unit, bf16 cross-entropy over the gathered vocabulary, flash attention (SDPA, FlashAttention-2), overlapped gathers and reductions{cp_note}"
+                ));
+            }
         }
         _ => {
             job.overlap_grad_reduce = has("--overlap-grad-reduce") || fam == Family::Other;
@@ -1264,7 +1323,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // Megatron-Bridge's performance configs keep and reduce the main
             // gradients in bf16 (`grad_reduce_in_fp32 = False`,
             // [ref:megatron-bridge-recipes]): the 2/2/12 recipe.
-            let bf16_grads = engine == Some("megatron-bridge");
+            // NeMo 24.07's performance runs use Apex's distributed_fused_adam
+            // with a contiguous gradient buffer in `grad_sync_dtype`, which
+            // NVIDIA's H100 examples set to bf16 (NeMo-Framework-Launcher
+            // `launcher_scripts/conf/training/llama/llama3_8b.yaml`,
+            // `examples/training/llama/h100/llama3_8b_fp8.sh`
+            // `+training.model.optim.grad_sync_dtype=bf16`).
+            let bf16_grads = matches!(engine, Some("megatron-bridge" | "nemo"));
             if bf16_grads {
                 job.recipe = Recipe::ADAM_16B;
                 job.recipe_name = RecipeName::Adam16b;
@@ -1272,7 +1337,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             assume.push(format!(
                 "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
-                if bf16_grads { "bf16 (grad_reduce_in_fp32 off)" } else { "fp32" },
+                match engine {
+                    Some("megatron-bridge") => "bf16 (grad_reduce_in_fp32 off)",
+                    Some("nemo") => "bf16 (distributed_fused_adam grad_sync_dtype bf16)",
+                    _ => "fp32",
+                },
                 job.overlap_grad_reduce, job.overlap_param_gather
             ));
         }
@@ -1411,6 +1480,16 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     let sp = match row.sp.as_deref() {
         Some("yes") => true,
         Some("no") => false,
+        _ if engine == Some("kempnerforge") && row.tp > 1 => {
+            // KempnerForge's TP plan uses SequenceParallel unless PP or tied
+            // embeddings (kempnerforge/distributed/tensor_parallel.py).
+            let on = row.pp == 1 && !model.architecture.tied_embeddings;
+            assume.push(format!(
+                "sp: {} (not stated; kempnerforge runs SequenceParallel with TP unless PP or tied embeddings)",
+                if on { "on" } else { "off" }
+            ));
+            on
+        }
         _ => {
             // --tp-comm-overlap requires sequence parallelism (Megatron).
             let on = row.tp > 1 && job.tp_comm_overlap;
@@ -1517,7 +1596,25 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         return Err("Eq. 3 TFLOP/s assume full recompute, but the row says otherwise".into());
     }
     let memory = match (run.mem_kind, row.measured_mem_gb) {
+        // KempnerForge logs `torch.cuda.max_memory_allocated()` / 1024³
+        // (`kempnerforge/metrics/memory.py` `get_memory_stats`, "peak_gb").
+        (Some(MemKind::Logged), Some(_)) if engine == Some("kempnerforge") => {
+            assume.push(
+                "memory: kempnerforge's logged peak is torch.cuda.max_memory_allocated (metrics/memory.py)"
+                    .into(),
+            );
+            MemKind::TorchAllocated
+        }
         (Some(k), _) => k,
+        // torchtitan logs `max_reserved_gib` (the caching allocator's
+        // `reserved_bytes.all.peak`, train.py and metrics.py at 9dec370).
+        (None, Some(_)) if engine == Some("torchtitan") => {
+            assume.push(
+                "memory: read as torch max reserved (mem_kind not stated; torchtitan logs max_reserved_gib)"
+                    .into(),
+            );
+            MemKind::TorchReserved
+        }
         (None, Some(_)) => {
             assume.push("memory: read as nvidia-smi (mem_kind not stated)".into());
             MemKind::NvidiaSmi
@@ -2165,8 +2262,15 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
     // The predicted figure of the kind the row measured: the allocated peak
     // for `torch.cuda.max_memory_allocated()`, the nvidia-smi model for the
     // reserved pool, nvidia-smi itself and framework logs.
+    // The caching allocator's reserved pool holds PyTorch's tensors only;
+    // the CUDA context and NCCL's buffers are outside it (PyTorch
+    // `torch.cuda.memory_reserved`, docs/source/notes/cuda.rst "Memory
+    // management"), so a reserved peak is compared with the allocated peak,
+    // not with the nvidia-smi model (which adds `reserve_gib`) — except the
+    // Megatron-DeepSpeed model, which has no separate allocator term.
     let predicted_mem = match case.memory {
         MemKind::TorchAllocated => e.peak_bytes / GIB,
+        MemKind::TorchReserved if case.family != Family::Bloom => e.peak_bytes / GIB,
         MemKind::NvidiaSmi | MemKind::TorchReserved | MemKind::Logged => smi,
     };
     let unit = if case.mem_in_gb { 1e9 / GIB } else { 1.0 };
@@ -2277,7 +2381,7 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
             "error = predicted / measured − 1".into(),
             "throughput: TFLOP/s per GPU in the row's FLOP convention where the row measured TFLOP/s or MFU, else step time".into(),
             "TFLOP/s conventions: NAR21 and BLOOMPQ Narayanan Eq. 3 (recompute counted); KOR22 Korthikanti model FLOPs; flops_convention = hardware: model FLOPs + recomputed forward; others Megatron num_floating_point_operations".into(),
-            "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged and torch-max-reserved figures; torch-max-allocated is compared with the allocated peak), except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
+            "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged figures); torch-max-allocated and torch-max-reserved figures are compared with the allocated peak (the reserved pool holds no CUDA context or NCCL buffers); torchtitan's unstated figures are its logged max_reserved_gib, kempnerforge's logged ones max_memory_allocated, except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
             "fit: allocated ≤ memory − reserve (as search); BLOOMPQ: predicted nvidia-smi ≤ device memory".into(),
             "derived (*): the measured figure is computed from another measured one through the FLOP convention".into(),
             "regimes: speed error = predicted / measured throughput − 1; optimistic = predicted faster than measured".into(),
@@ -2611,6 +2715,26 @@ pub fn plan_ratios(plans: &[PlanCheck]) -> Option<(usize, f64, f64, f64)> {
     Some((r.len(), median(&r), at(0.9), r[r.len() - 1]))
 }
 
+/// Upper edges of the bins [`plan_ratio_bins`] counts [`PlanCheck::ratio`]
+/// in (the last bin is everything above 1.50); 1.0 is "the published
+/// layout is meshplan's first choice".
+pub const PLAN_RATIO_EDGES: [f64; 5] = [1.0, 1.05, 1.15, 1.30, 1.50];
+
+/// How many of `plans`' ratios fall in each bin of [`PLAN_RATIO_EDGES`]
+/// (`≤ 1.00`, `(1.00, 1.05]`, …, `> 1.50`); a ratio within 1e-9 of an edge
+/// counts in the bin below it.
+pub fn plan_ratio_bins(plans: &[PlanCheck]) -> [usize; 6] {
+    let mut bins = [0; 6];
+    for r in plans.iter().filter_map(PlanCheck::ratio) {
+        let i = PLAN_RATIO_EDGES
+            .iter()
+            .position(|e| r <= e + 1e-9)
+            .unwrap_or(PLAN_RATIO_EDGES.len());
+        bins[i] += 1;
+    }
+    bins
+}
+
 /// What the software of a measured run could launch, for `validate
 /// --plan`: a plan its team could not have run is no fair comparison, so
 /// the search leaves out what came later.
@@ -2750,5 +2874,38 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             .map(|c| (c.layout.short(), c.eval.tokens_per_s)),
         split,
         software: can.what,
+    }
+}
+
+#[cfg(test)]
+mod plan_ratio_tests {
+    use super::*;
+
+    fn plan(published: f64, best: f64) -> PlanCheck {
+        PlanCheck {
+            id: "x".into(),
+            rejected_by: Vec::new(),
+            rank: Some(1),
+            valid: 1,
+            published_tokens_per_s: published,
+            best: Some(("b".into(), best)),
+            split: None,
+            software: "",
+        }
+    }
+
+    #[test]
+    fn ratio_bins_count_each_ratio_once() {
+        // Ratios 1.0, 1.04, 1.05 (on the edge: the lower bin), 1.2, 1.6 and
+        // a rejected layout (no ratio).
+        let mut plans: Vec<PlanCheck> = [(100.0, 100.0), (100.0, 104.0), (100.0, 105.0)]
+            .iter()
+            .chain(&[(100.0, 120.0), (100.0, 160.0)])
+            .map(|&(p, b)| plan(p, b))
+            .collect();
+        let mut rejected = plan(100.0, 130.0);
+        rejected.rank = None;
+        plans.push(rejected);
+        assert_eq!(plan_ratio_bins(&plans), [1, 2, 0, 1, 0, 1]);
     }
 }

@@ -232,7 +232,9 @@ fn every_v2_column_changes_the_prediction() {
     differs(&[("scaleup_gpus", "2")]);
     differs(&[("flops_convention", "hardware")]);
     differs(&[("oom", "yes")]);
-    differs(&[("mem_kind", "torch-max-allocated")]);
+    // kempnerforge's `logged` figure is its max_memory_allocated, so the
+    // kind that differs from it is nvidia-smi (allocated + reserve).
+    differs(&[("mem_kind", "nvidia-smi")]);
     differs(&[("mem_unit", "GB")]);
     differs(&[("tp_comm_overlap", "yes")]);
     differs(&[("async_tp", "yes")]);
@@ -514,4 +516,60 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
     let signed = median(cp_rows.clone());
     assert!(abs <= 0.10, "median |error| {abs:.3}");
     assert!(signed.abs() <= 0.05, "signed median {signed:+.3}");
+}
+
+/// Per-engine memory (issues 15 and 16): the torchtitan and KempnerForge
+/// rows' measured peaks (torchtitan's logged `max_reserved_gib`,
+/// KempnerForge's `max_memory_allocated`, both GiB) against the predicted
+/// allocated peak. Before the engine terms (main at d338a4d) these were
+/// +37% to +111% (torchtitan) and −33% to −69% (KempnerForge at D ≥ 8),
+/// and seven of these runs were predicted not to fit. Pins: the signed
+/// error of each row, ±1.5 points around today's value.
+#[test]
+fn fsdp2_engine_memory_rows() {
+    let r = run(V2);
+    let pins: [(&str, f64); 23] = [
+        // torchtitan, Dec 2024 (eager fp32 loss). A reserved peak is at
+        // least the allocated one, so under-prediction is expected; the
+        // eager rows (a) most, as the uncompiled blocks' temporaries also
+        // pass through the pool.
+        ("TT-8B-8-a", -6.0),
+        ("TT-8B-8-b", 0.5),
+        ("TT-8B-8-c", 1.3),
+        // With C > 1, PyTorch context_parallel's gathered K/V (after
+        // repeat_kv) and fp32 dK/dV buffers (`cost::cp`) come on top.
+        ("TT-8B-CP-1", -3.9),
+        ("TT-8B-CP-2", -0.7),
+        ("TT-8B-CP-3", 0.7),
+        ("TT-8B-CP-4", 2.5),
+        ("TT-8B-128-a", -5.4),
+        ("TT-8B-128-b", 2.3),
+        ("TT-8B-128-c", 3.2),
+        // torchtitan, June 2025 (compiled loss).
+        ("TT-8B-H200-32", 6.2),
+        ("TT-8B-H200-64", 4.5),
+        // KempnerForge: bf16 states, unsharded fp32 gradients across the
+        // four accumulated micro-batches.
+        ("KF-WS-13B-8", -3.9),
+        ("KF-WS-13B-32", -2.0),
+        ("KF-WS-13B-64", -1.7),
+        ("KF-WS-13B-128", -1.3),
+        ("KF-WS-13B-160", -1.4),
+        ("KF-WS-70B-8", -0.5),
+        ("KF-WS-70B-32", -2.5),
+        ("KF-WS-70B-64", -2.4),
+        ("KF-WS-70B-96", -2.3),
+        ("KF-WS-70B-128", -2.4),
+        ("KF-WS-70B-160", -2.3),
+    ];
+    for (id, pin) in pins {
+        let row = r.rows.iter().find(|x| x.id == id).expect(id);
+        let m = row.memory_gib.expect("memory measured");
+        let err = 100.0 * m.error;
+        assert!(
+            (err - pin).abs() <= 1.5,
+            "{id}: memory error {err:+.1}% (pin {pin:+.1}%)"
+        );
+        assert!(row.predicted_fits, "{id} ran but is predicted not to fit");
+    }
 }

@@ -234,6 +234,12 @@ parts! {
         /// the FP8/FP4 weight copies; saved in checkpoints.
         ScalingState => ("scaling_state", "scaling state (scales, amax history)",
             "src/cost/precision.rs: scaling_state_bytes", "te-fp8-primer"),
+        /// Gradients held unsharded at the peak under ZeRO-3/FSDP, inside
+        /// gradients: a unit's before its reduce-scatter, FSDP2's root unit
+        /// until the end of backward, or every gradient when the engine
+        /// accumulates micro-batches without reducing.
+        UnshardedGradients => ("unsharded_grads", "unsharded gradients (ZeRO-3/FSDP)",
+            "src/cost/mod.rs: zero3_transients", "zhao-2023"),
     }
 }
 
@@ -249,6 +255,7 @@ impl MemoryDetail {
             }
             MemoryDetail::DispatchBuffers | MemoryDetail::CpBuffers => MemoryPart::Temporaries,
             MemoryDetail::ScalingState => MemoryPart::LowPrecisionWeights,
+            MemoryDetail::UnshardedGradients => MemoryPart::Gradients,
         }
     }
 }

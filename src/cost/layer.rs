@@ -12,6 +12,7 @@ use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::precision::{self, CastWork};
 use crate::cost::{comm, cp, moe as experts};
 use crate::layout::{Layout, Placement, Recompute};
+use crate::spec::SelectivePolicy;
 
 /// Cost of one item on one rank for one micro-batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -359,6 +360,10 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             terms.sharded -= sh;
         }
     }
+    // torchtitan's per-op selective checkpointing saves its own set
+    // (`memory::op_sac_terms`) in place of Megatron's selective recompute.
+    let op_sac = l.recompute == Recompute::Selective
+        && job.engine_memory.selective == SelectivePolicy::TorchtitanOp;
     let item = |moe: bool| -> ItemCost {
         let (pairs, etp) = if moe {
             let etp = l.etp as f64;
@@ -435,7 +440,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 })
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
-            let attn_act = layer_act(&attn_terms, l.recompute);
+            let attn_act = if op_sac {
+                let saved = memory::op_sac_terms(model, false);
+                memory::layer_activation_bytes(
+                    &saved,
+                    h,
+                    tokens,
+                    seq,
+                    tp,
+                    shape.sp,
+                    Recompute::None,
+                    true,
+                )
+            } else {
+                layer_act(&attn_terms, l.recompute)
+            };
             let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
             let full = if l.recompute == Recompute::Full {
                 0.0
@@ -448,7 +467,21 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let params = attention_params_rank(pr, tp)
                 + model.mlp_params(a.ffn) / tp
                 + 2.0 * model.norm_params();
-            let act = layer_act(&dense_terms, l.recompute);
+            let act = if op_sac {
+                let saved = memory::op_sac_terms(model, true);
+                memory::layer_activation_bytes(
+                    &saved,
+                    h,
+                    tokens,
+                    seq,
+                    tp,
+                    shape.sp,
+                    Recompute::None,
+                    true,
+                )
+            } else {
+                layer_act(&dense_terms, l.recompute)
+            };
             let working = layer_act(&dense_terms, Recompute::None);
             (params, 0.0, act, working)
         };
@@ -569,7 +602,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         fwd_compute: out_fwd,
         params: out_params,
         activation: tokens * h * 2.0 / rep_div,
-        working_set: memory::logits_bytes(tokens, vocab, tp),
+        working_set: memory::loss_buffer_bytes(tokens, vocab, tp, job.engine_memory.loss),
         ..ItemCost::default()
     };
 

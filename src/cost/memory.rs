@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use crate::layout::Recompute;
-use crate::spec::{Model, Recipe};
+use crate::spec::{LossBuffers, Model, Recipe};
 
 /// Persistent model states of one rank, bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -175,6 +175,128 @@ pub fn layer_activation_bytes(
     }
 }
 
+/// Saved tensors of one layer under torchtitan's per-op selective
+/// activation checkpointing, bytes per token (bf16 tensors), split by how
+/// they shard as in [`dense_layer_terms`].
+///
+/// Source: torchtitan `torchtitan/parallelisms/parallelize_llama.py` at
+/// 9dec370 (the commit of the December 2024 benchmarks; the same policy in
+/// `torchtitan/models/llama3/parallelize_llama.py` at e7c0cae, June 2025):
+/// `_save_list` holds `aten.mm`, the SDPA flash and efficient kernels,
+/// `reduce_scatter_tensor` and the float8 `abs`/`max`; `_custom_policy`
+/// saves the outputs of those ops except every second `mm` of the block
+/// (the counter counts the block's matmuls in order) and recomputes every
+/// other op. The block is a `checkpoint_wrapper`, so its input is saved too.
+/// The matmuls run `wq, wk, wv, wo` then `w1, w3, w2` (gated MLP; `w1, w2`
+/// without the gate), so the 1st, 3rd, 5th and 7th are saved: `wq` (2q),
+/// `wv` (2kv), `w1` (2f), `w2` (2h); the attention kernel keeps its output
+/// (2q) and its fp32 log-sum-exp (4 bytes per head).
+///
+/// Worked example, Llama 3.1 8B (h = q = 4096, kv = 1024, f = 14336, 32
+/// heads): replicated = layer input 2·4096 + `w2` output 2·4096 = 16,384;
+/// sharded = 2·4096 + 2·1024 + 2·4096 + 4·32 + 2·14336 = 47,232; 63,616
+/// bytes per token per layer against 139,264 for [`dense_layer_terms`]
+/// (no recompute). For b = 2, s = 8192 and 32 layers: 63,616 · 16,384 · 32
+/// = 33,353,105,408 bytes (31.06 GiB).
+pub fn op_sac_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let q = model.q_width() as f64;
+    let kv = model.kv_width() as f64;
+    let out = model.attn_out_width() as f64;
+    let f = a.ffn as f64;
+    // Output widths of the block's matmuls in order, and whether each
+    // output is sharded by TP (column-parallel) or full width (row-parallel).
+    let mut mms = [
+        (q, true),
+        (kv, true),
+        (kv, true),
+        (h, false),
+        (f, true),
+        (f, true),
+        (h, false),
+    ];
+    let count = match (include_mlp, a.gated_mlp) {
+        (false, _) => 4,
+        (true, true) => 7,
+        (true, false) => {
+            mms[5] = (h, false);
+            6
+        }
+    };
+    // Layer input, and the attention kernel's output and log-sum-exp.
+    let mut replicated = 2.0 * h;
+    let mut sharded = 2.0 * out + 4.0 * a.heads as f64;
+    for (width, col) in mms[..count].iter().step_by(2) {
+        if *col {
+            sharded += 2.0 * width;
+        } else {
+            replicated += 2.0 * width;
+        }
+    }
+    ActivationTerms {
+        replicated,
+        sharded,
+        score_per_key: 0.0,
+    }
+}
+
+/// Bytes the loss holds for one micro-batch at its peak (the backward of
+/// the cross-entropy), `t` local tokens, `vocab` the padded vocabulary:
+///
+/// - [`LossBuffers::MegatronVocabParallel`] — bf16 logits `2·t·V/T` plus the
+///   fp32 copy and its gradient (`2·4·t·V/T`) = 10 bytes per local logit
+///   ([`logits_bytes`]).
+/// - [`LossBuffers::TorchFp32Eager`] — torchtitan's
+///   `cross_entropy(pred.flatten(0, 1).float(), labels)` (`train.py` at
+///   9dec370; the training loop `del pred` before `backward`, and
+///   `log_softmax` saves only its output): at the backward of the
+///   log-softmax the saved fp32 output, the gradient from `nll_loss` and the
+///   gradient it produces are live, 3·4 = 12 bytes per logit, over V/T
+///   (torchtitan's loss parallel shards the logits by TP).
+/// - [`LossBuffers::TorchCompiled`] — the same loss under `torch.compile`
+///   (`torchtitan/components/loss.py` at e7c0cae compiles it with
+///   `--training.compile`): the fused kernel saves the bf16 logits and writes
+///   their bf16 gradient, 2 + 2 = 4 bytes per logit.
+/// - [`LossBuffers::TorchBf16Gathered`] — KempnerForge's
+///   `F.cross_entropy` on bf16 logits (`kempnerforge/training/loss.py`)
+///   gathered to every TP rank (`ColwiseParallel` output to `Replicate`,
+///   `kempnerforge/distributed/tensor_parallel.py`), with `logits` held by
+///   the loop (`scripts/train.py`) through backward: logits, saved
+///   log-softmax and two gradients, 4·2 = 8 bytes per logit of the full V.
+///
+/// Worked example, t = 16,384, V = 128,256, T = 1: Megatron 21.01e9,
+/// eager fp32 25.21e9, compiled 8.40e9, bf16 gathered 16.81e9 bytes.
+pub fn loss_buffer_bytes(tokens: f64, vocab: f64, tp: f64, loss: LossBuffers) -> f64 {
+    match loss {
+        LossBuffers::MegatronVocabParallel => logits_bytes(tokens, vocab, tp),
+        LossBuffers::TorchFp32Eager => 12.0 * tokens * vocab / tp,
+        LossBuffers::TorchCompiled => 4.0 * tokens * vocab / tp,
+        LossBuffers::TorchBf16Gathered => 8.0 * tokens * vocab,
+    }
+}
+
+/// Unsharded gradients an engine keeps across the micro-batches of a step
+/// when it accumulates without reducing, bytes: `b · P_rank`, where P_rank
+/// is every parameter the rank computes with (not divided by D).
+///
+/// Source: PyTorch FSDP2, `torch/distributed/fsdp/_fully_shard/
+/// _fsdp_param_group.py` `post_backward`: without gradient sync
+/// (`set_requires_gradient_sync(False)`, which KempnerForge's
+/// `kempnerforge/training/grad.py` `maybe_no_sync` sets on every micro-batch
+/// but the last) the group does not reduce-scatter; `_fsdp_param.py`
+/// `to_accumulated_grad_if_needed` moves the unsharded gradient to
+/// `unsharded_accumulated_grad` in the reduce dtype (fp32 under
+/// `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`), kept until
+/// the last micro-batch reduces it.
+///
+/// Worked example: Llama-3 70B under TP = 4 with the embedding replicated
+/// (KempnerForge keeps `tok_embeddings` whole): P_rank = (70.55e9 −
+/// 1.05e9)/4 + 1.05e9 = 18.43e9, fp32: 4 · 18.43e9 = 73.7e9 bytes.
+pub fn unsharded_accumulated_grads(rank_params: f64, bytes_per_param: f64) -> f64 {
+    bytes_per_param * rank_params
+}
+
 /// Micro-batches (1F1B) or chunk micro-batches (interleaved) whose
 /// activations pipeline rank `rank` (0-based) holds at its peak.
 ///
@@ -222,6 +344,75 @@ mod tests {
         assert_eq!(model_states(p, &r, 2, 8.0, 0.0).total(), 3.75e9);
         // ZeRO-3: 16P/8 + 2·P_u, P_u = 1e8 → 2.2e9.
         assert_eq!(model_states(p, &r, 3, 8.0, 1e8).total(), 2.2e9);
+    }
+
+    fn llama31_8b() -> Model {
+        crate::spec::Catalog::shipped()
+            .expect("shipped catalog")
+            .model("llama3-8b")
+            .expect("shipped card")
+            .clone()
+    }
+
+    #[test]
+    fn op_sac_saves_every_other_matmul() {
+        let m = llama31_8b();
+        let t = op_sac_terms(&m, true);
+        // Worked in the doc comment: 2·4096 + 2·4096 replicated; 2·4096 (wq)
+        // + 2·1024 (wv) + 2·4096 (attention output) + 4·32 (lse) + 2·14336
+        // (w1) sharded.
+        assert_eq!(t.replicated, 16_384.0);
+        assert_eq!(t.sharded, 47_232.0);
+        assert_eq!(t.score_per_key, 0.0);
+        // Against Megatron's no-recompute set of the same layer: 139,264.
+        let d = dense_layer_terms(&m, true);
+        assert_eq!(d.replicated + d.sharded, 139_264.0);
+        // b = 2, s = 8192, 32 layers, T = 1: 33,353,105,408 bytes.
+        let per_layer = layer_activation_bytes(
+            &t,
+            4096.0,
+            16_384.0,
+            8192.0,
+            1.0,
+            false,
+            Recompute::None,
+            true,
+        );
+        assert_eq!(per_layer * 32.0, 33_353_105_408.0);
+    }
+
+    #[test]
+    fn loss_buffers_per_engine() {
+        let (t, v) = (16_384.0, 128_256.0);
+        // 16,384 · 128,256 = 2,101,346,304 logits.
+        let n = 2_101_346_304.0;
+        assert_eq!(
+            loss_buffer_bytes(t, v, 1.0, LossBuffers::MegatronVocabParallel),
+            10.0 * n
+        );
+        assert_eq!(
+            loss_buffer_bytes(t, v, 1.0, LossBuffers::TorchFp32Eager),
+            12.0 * n
+        );
+        assert_eq!(
+            loss_buffer_bytes(t, v, 1.0, LossBuffers::TorchCompiled),
+            4.0 * n
+        );
+        // Gathered over TP: T does not divide it.
+        assert_eq!(
+            loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchBf16Gathered),
+            8.0 * n
+        );
+        assert_eq!(
+            loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchFp32Eager),
+            3.0 * n
+        );
+    }
+
+    #[test]
+    fn fsdp2_accumulated_grads() {
+        // Worked in the doc comment: 4 · 18.43e9 = 73.72e9.
+        assert_eq!(unsharded_accumulated_grads(18.43e9, 4.0), 73.72e9);
     }
 
     #[test]

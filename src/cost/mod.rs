@@ -232,8 +232,116 @@ pub fn zero3_transients(
         return (0.0, 0.0);
     }
     let r = &pr.job.recipe;
+    if pr.job.engine_memory.fsdp2_root_unit {
+        return fsdp2_transients(r, lc, has_embedding, has_output);
+    }
+    if let Some(ds) = &pr.job.engine_memory.deepspeed_zero3 {
+        let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
+        let module = largest_module(pr, l, lc, has_embedding, has_output);
+        return deepspeed_zero3_transients(r, ds, unit, module);
+    }
     let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
     (2.0 * r.weight_bytes * unit, r.grad_reduce_bytes * unit)
+}
+
+/// Parameters of the largest single module a rank runs (DeepSpeed ZeRO-3
+/// gathers module by module): the fused QKV projection, the first MLP
+/// projection (both halves when gated), the expert MLP's, or the
+/// embedding or output layer when the rank holds them; divided by T (E·ET
+/// for experts).
+pub fn largest_module(
+    pr: &Problem,
+    l: &Layout,
+    lc: &LayerCosts,
+    has_embedding: bool,
+    has_output: bool,
+) -> f64 {
+    let m = pr.model;
+    let a = &m.architecture;
+    let (h, tp) = (a.hidden as f64, l.tp as f64);
+    let gate = if a.gated_mlp { 2.0 } else { 1.0 };
+    let qkv = h * (m.q_width() + 2 * m.kv_width()) as f64 / tp;
+    let mut module = qkv.max(gate * h * a.ffn as f64 / tp);
+    if let Some(moe) = &m.moe {
+        module = module.max(gate * h * moe.expert_ffn as f64 / (l.etp as f64));
+    }
+    if has_embedding {
+        module = module.max(lc.embedding.params);
+    }
+    if has_output {
+        module = module.max(lc.output.params);
+    }
+    module
+}
+
+/// DeepSpeed ZeRO-3's bytes beyond the shards, `(weights, gradients)`.
+///
+/// Source: DeepSpeed `deepspeed/runtime/zero/stage3.py` and
+/// `partition_parameters.py` (2021): parameters are gathered per module
+/// before it runs, released after unless they fit under
+/// `stage3_max_live_parameters`, with `stage3_prefetch_bucket_size` more
+/// fetched ahead; each module's gradients are copied into a
+/// `reduce_bucket_size` bucket and reduce-scattered. So at most
+/// `max(module, max_live) + prefetch` parameters are gathered (never more
+/// than two whole units), and one module's gradients plus a bucket are
+/// unsharded (never more than one unit).
+///
+/// Worked example, the 530B model of Narayanan et al. (h = 20480, f = 4h,
+/// T = 1), 2021 defaults: the largest module is the first MLP projection,
+/// 20480 · 81920 = 1,677,721,600 parameters, above the 1e9 cap, so
+/// `b_w·(1,677,721,600 + 5e7) = 3,455,443,200` bytes of fp16 weights
+/// (against `2·b_w·P_layer = 20.1e9` for two gathered layers) and
+/// `b_r·(1,677,721,600 + 5e8) = 4,355,443,200` bytes of fp16 gradients.
+pub fn deepspeed_zero3_transients(
+    r: &crate::spec::Recipe,
+    ds: &crate::spec::DeepSpeedZero3,
+    unit: f64,
+    module: f64,
+) -> (f64, f64) {
+    let live = (module.max(ds.max_live) + ds.prefetch_bucket).min(2.0 * unit);
+    let grads = (module + ds.reduce_bucket).min(unit);
+    (r.weight_bytes * live, r.grad_reduce_bytes * grads)
+}
+
+/// PyTorch FSDP2's bytes beyond the shards, `(weights, gradients)`, when
+/// the parameters outside the blocks form the root unit (torchtitan's and
+/// KempnerForge's `fully_shard(model)` after one `fully_shard` per block).
+///
+/// Source: `torch/distributed/fsdp/_fully_shard/_fsdp_state.py` — the root
+/// state gathers its own group in its pre-forward and reshards after its
+/// forward returns, so the embedding and the output layer stay gathered
+/// through every block's forward; in backward the root group's
+/// post-backward (its reduce-scatter) runs last, so their unsharded
+/// gradients, in the parameter dtype, stay until the whole backward ends.
+/// Each block is gathered with the next one prefetched
+/// (`_fsdp_param_group.py`, forward and backward prefetch of one group).
+/// Weights: `b_w·(P_root + 2·P_block)`; gradients: `b_w·P_root` (the root's
+/// bf16 gradients) plus one block's in the reduce dtype `b_r·P_block`
+/// before its reduce-scatter.
+///
+/// Worked example, Llama 3.1 8B, T = 1, 2/4/12 recipe with fp32 reduction:
+/// P_root = embedding + output = 2·128,256·4096 = 1,050,673,152 (without
+/// the final norm), P_block = 218,112,000 (its matrices; the norms add
+/// 8,192); weights 2·(1,050,673,152 + 436,224,000) = 2,973,794,304
+/// bytes; gradients 2·1,050,673,152 + 4·218,112,000 = 2,973,794,304 bytes.
+pub fn fsdp2_transients(
+    r: &crate::spec::Recipe,
+    lc: &LayerCosts,
+    has_embedding: bool,
+    has_output: bool,
+) -> (f64, f64) {
+    let block = lc.dense.params.max(lc.moe.params) + lc.moe.expert_params;
+    let mut root = 0.0;
+    if has_embedding {
+        root += lc.embedding.params;
+    }
+    if has_output {
+        root += lc.output.params;
+    }
+    (
+        r.weight_bytes * (root + 2.0 * block),
+        r.weight_bytes * root + r.grad_reduce_bytes * block,
+    )
 }
 
 /// Price pipeline rank `rank` of layout `l` with `m` micro-batches.
@@ -301,9 +409,29 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         0.0,
     );
     let (gathered, unsharded_grads) = zero3_transients(pr, l, lc, has_embedding, has_output);
+    // torchtitan's FSDP2 keeps no bf16 shard: the fp32 shard is the
+    // optimizer's master copy, counted in `b_o` (`EngineMemory::fp32_shards_only`).
+    let (dense_states, expert_states) = if l.zero >= 3 && pr.job.engine_memory.fp32_shards_only {
+        let drop = |s: memory::ModelStates| memory::ModelStates { weights: 0.0, ..s };
+        (drop(dense_states), drop(expert_states))
+    } else {
+        (dense_states, expert_states)
+    };
     let mut mem = MemoryBreakdown::default();
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;
+    mem[MemoryDetail::UnshardedGradients] = unsharded_grads;
+    // An engine that accumulates micro-batches without reducing keeps every
+    // gradient unsharded until the last one (PyTorch FSDP2 without
+    // gradient sync, `memory::unsharded_accumulated_grads`).
+    let accum = pr.job.engine_memory.unsharded_grad_accum_bytes;
+    if accum > 0.0 && l.zero >= 2 && m > 1 {
+        let full = memory::unsharded_accumulated_grads(items.params + items.expert_params, accum);
+        if full > mem[MemoryPart::Gradients] {
+            mem[MemoryPart::Gradients] = full;
+            mem[MemoryDetail::UnshardedGradients] = full;
+        }
+    }
     mem[MemoryPart::Optimizer] = dense_states.optimizer + expert_states.optimizer;
     let (low, scaling) = match &pr.rates.low {
         Some(lp) => precision::rank_memory(lp, l.zero, &items, lc, model.architecture.hidden),
@@ -568,4 +696,49 @@ pub fn rank_costs(pr: &Problem, l: &Layout) -> Vec<RankCost> {
     let lc = layer::layer_costs(pr, l, &pl);
     let m = micro_batches_or_floor(pr, l);
     (0..l.pp).map(|r| rank_cost(pr, l, &lc, r, m)).collect()
+}
+
+#[cfg(test)]
+mod engine_memory_tests {
+    use super::*;
+    use crate::spec::{DeepSpeedZero3, Recipe};
+
+    #[test]
+    fn deepspeed_live_parameters_cap() {
+        // Worked in the doc comment (530B, f = 4h = 81920): module
+        // 1,677,721,600 > 1e9, fp16 weights and gradient reduction.
+        let module = 20_480.0 * 81_920.0;
+        let unit = 5.03e9;
+        let (w, g) = deepspeed_zero3_transients(
+            &Recipe::DEEPSPEED,
+            &DeepSpeedZero3::DEFAULTS_2021,
+            unit,
+            module,
+        );
+        assert_eq!(w, 3_455_443_200.0);
+        assert_eq!(g, 4_355_443_200.0);
+        // A small model: two whole units are less than the cap.
+        let (w, g) = deepspeed_zero3_transients(
+            &Recipe::DEEPSPEED,
+            &DeepSpeedZero3::DEFAULTS_2021,
+            1e8,
+            4e7,
+        );
+        assert_eq!((w, g), (2.0 * 2.0 * 1e8, 2.0 * 1e8));
+    }
+
+    #[test]
+    fn fsdp2_root_unit_worked_example() {
+        // Llama 3.1 8B, T = 1 (doc comment of `fsdp2_transients`).
+        let mut lc = LayerCosts::default();
+        lc.dense.params = 218_112_000.0;
+        lc.embedding.params = 525_336_576.0;
+        lc.output.params = 525_336_576.0;
+        let (w, g) = fsdp2_transients(&Recipe::MEGATRON_BF16, &lc, true, true);
+        assert_eq!(w, 2_973_794_304.0);
+        assert_eq!(g, 2_973_794_304.0);
+        // A middle pipeline rank holds no root parameters: two blocks.
+        let (w, g) = fsdp2_transients(&Recipe::MEGATRON_BF16, &lc, false, false);
+        assert_eq!((w, g), (2.0 * 2.0 * 218_112_000.0, 4.0 * 218_112_000.0));
+    }
 }

@@ -205,6 +205,110 @@ pub enum CpImpl {
 
 crate::names::named!(CpImpl, "context-parallel implementation", [Te => "te", Torch => "torch"]);
 
+/// What a selective-recompute layout keeps for backward (`recompute =
+/// selective`). Engines name different policies by the same word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectivePolicy {
+    /// Megatron's selective recompute (Korthikanti et al. 2022 §4.2
+    /// [ref:korthikanti-2022]): everything but the attention scores is
+    /// saved; with flash attention it saves what no recompute saves.
+    #[default]
+    Korthikanti,
+    /// torchtitan's per-op selective activation checkpointing
+    /// (`selective_ac_option = "op"`): only the outputs of the matmuls
+    /// (every second one recomputed) and of the attention kernel are saved,
+    /// with the layer input ([`crate::cost::memory::op_sac_terms`]).
+    TorchtitanOp,
+}
+
+/// How the loss holds the logits at its peak (the backward of the
+/// cross-entropy), [`crate::cost::memory::loss_buffer_bytes`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossBuffers {
+    /// Megatron's vocab-parallel cross-entropy over the local V/T logits:
+    /// bf16 logits, their fp32 copy and its gradient, 10 bytes per logit.
+    #[default]
+    MegatronVocabParallel,
+    /// PyTorch `cross_entropy(logits.float())` run eagerly, logits sharded
+    /// by TP (torchtitan's loss parallel): the saved fp32 log-softmax and
+    /// the two fp32 gradients of its backward, 12 bytes per logit.
+    TorchFp32Eager,
+    /// The same loss compiled by `torch.compile` (torchtitan since 2025):
+    /// the bf16 logits saved by the fused kernel and their bf16 gradient,
+    /// 4 bytes per logit.
+    TorchCompiled,
+    /// PyTorch `cross_entropy` on bf16 logits gathered over TP (the output
+    /// layer's `ColwiseParallel` to `Replicate`, KempnerForge): the logits
+    /// held by the training loop, the saved bf16 log-softmax and the two
+    /// bf16 gradients, 8 bytes per logit of the full vocabulary.
+    TorchBf16Gathered,
+}
+
+/// What the training engine keeps in memory where it differs from
+/// Megatron-LM (the defaults). Set by `validate` from a row's `engine`;
+/// the search and `plan` use the defaults unless a caller sets them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineMemory {
+    /// What `recompute = selective` saves.
+    #[serde(default)]
+    pub selective: SelectivePolicy,
+    /// How the loss holds the logits.
+    #[serde(default)]
+    pub loss: LossBuffers,
+    /// Bytes per parameter of unsharded gradients kept across the
+    /// micro-batches of a step under ZeRO-2/3 when the engine accumulates
+    /// without reducing (PyTorch FSDP2 `set_requires_gradient_sync(False)`
+    /// keeps `unsharded_accumulated_grad` in the reduce dtype); 0 = the
+    /// engine reduces every micro-batch (Megatron, DeepSpeed).
+    #[serde(default)]
+    pub unsharded_grad_accum_bytes: f64,
+    /// PyTorch FSDP2's root unit: the parameters outside the wrapped
+    /// blocks (embedding, final norm, output layer) are one unit gathered
+    /// for the whole forward and the whole backward, on top of the block
+    /// computing and the one prefetched.
+    #[serde(default)]
+    pub fsdp2_root_unit: bool,
+    /// Under ZeRO-3 the only persistent copy of the weights is the fp32
+    /// shard that the optimizer updates (the recipe's master copy within
+    /// `b_o`): torchtitan builds the model in fp32 and FSDP2 casts to
+    /// bf16 only when it gathers (`MixedPrecisionPolicy(param_dtype=bf16)`),
+    /// so no `b_w·P/D` bf16 shard is kept.
+    #[serde(default)]
+    pub fp32_shards_only: bool,
+    /// DeepSpeed ZeRO-3's bounds on what is materialised at once, in
+    /// parameters; `None` = gather whole units (FSDP).
+    #[serde(default)]
+    pub deepspeed_zero3: Option<DeepSpeedZero3>,
+}
+
+/// DeepSpeed ZeRO-3's gather and reduce limits, parameters (elements).
+/// DeepSpeed gathers module by module and keeps at most
+/// `max_live_parameters` resident (more only while one module needs it),
+/// prefetching `prefetch_bucket_size` ahead; gradients leave each module
+/// through a `reduce_bucket_size` bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeepSpeedZero3 {
+    /// `stage3_max_live_parameters`.
+    pub max_live: f64,
+    /// `stage3_prefetch_bucket_size`.
+    pub prefetch_bucket: f64,
+    /// `reduce_bucket_size`.
+    pub reduce_bucket: f64,
+}
+
+impl DeepSpeedZero3 {
+    /// DeepSpeed's defaults of early 2021 (`deepspeed/runtime/zero/
+    /// constants.py` at c814abd, 2021-03: max live 1e9, prefetch bucket
+    /// 5e7, reduce bucket 5e8), the version of Narayanan et al.'s baseline.
+    pub const DEFAULTS_2021: DeepSpeedZero3 = DeepSpeedZero3 {
+        max_live: 1e9,
+        prefetch_bucket: 5e7,
+        reduce_bucket: 5e8,
+    };
+}
+
 /// A training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -266,6 +370,9 @@ pub struct Job {
     /// Context-parallel implementation (Transformer Engine's by default).
     #[serde(default)]
     pub cp_impl: CpImpl,
+    /// What the engine keeps in memory where it differs from Megatron-LM.
+    #[serde(default)]
+    pub engine_memory: EngineMemory,
 }
 
 impl Job {
@@ -298,6 +405,7 @@ impl Job {
             fp8_dispatch: false,
             attention_kernel: AttnKernel::Cudnn,
             cp_impl: CpImpl::Te,
+            engine_memory: EngineMemory::default(),
         }
     }
 

@@ -10,5 +10,8 @@ pub mod model;
 
 pub use catalog::Catalog;
 pub use hardware::{Cluster, GIB, Gpu};
-pub use job::{AttnKernel, CpImpl, Fp8Kernels, Fp8Recipe, Job, Precision, Recipe, RecipeName};
+pub use job::{
+    AttnKernel, CpImpl, DeepSpeedZero3, EngineMemory, Fp8Kernels, Fp8Recipe, Job, LossBuffers,
+    Precision, Recipe, RecipeName, SelectivePolicy,
+};
 pub use model::Model;
