@@ -72,11 +72,12 @@ fn priced(text: &str) -> Result<Priced, String> {
     }
 }
 
-/// dev-v2 (177 rows): 169 predicted. The 38 low-precision rows are priced
+/// dev-v2 (177 rows): 171 predicted. The 38 low-precision rows are priced
 /// with their recipe (issue 14) unless they lack what every row needs: the
-/// four NeMo rows without shape or card (GPT3-5B/20B, Nemotron-8B/22B) and
-/// the two Qwen3-235B rows (no card, no hidden size) skip for their empty
-/// `hidden`, as does the one bf16 MoE row with neither
+/// four NeMo rows without shape or card (GPT3-5B/20B, Nemotron-8B/22B) skip
+/// for their empty `hidden`; the two Qwen3-235B rows (no card cell) are
+/// priced with the `qwen3-235b-a22b` card their model column names (issue
+/// 15). The one bf16 MoE row with neither card nor shape skips
 /// (`MBRIDGE-25.11-DGX-H100-GPT-BF16-64`, gpt-oss); DeepSeek-V3's own run
 /// states nothing measurable. No row is skipped for its precision. The FP8
 /// count is read from the file independently.
@@ -92,10 +93,10 @@ fn dev_v2_rows_are_predicted_or_skipped_with_their_reason() {
         .map(|x| x[0].to_string())
         .collect();
     assert_eq!(fp8.len(), 38);
-    assert_eq!(r.counts.predicted, 177 - 8);
+    assert_eq!(r.counts.predicted, 177 - 6);
     assert_eq!(r.rows.len() + r.skipped.len(), 177);
     let priced_fp8 = r.rows.iter().filter(|x| fp8.contains(&x.id)).count();
-    assert_eq!(priced_fp8, 31);
+    assert_eq!(priced_fp8, 33);
     for s in &r.skipped {
         assert!(
             !s.kind.contains("fp8") && !s.kind.contains("precision"),
@@ -110,13 +111,13 @@ fn dev_v2_rows_are_predicted_or_skipped_with_their_reason() {
         .filter(|s| s.kind == "hidden: empty")
         .map(|s| s.id.as_str())
         .collect();
-    assert_eq!(no_shape.len(), 7);
+    assert_eq!(no_shape.len(), 5);
     assert!(no_shape.contains(&"MBRIDGE-25.11-DGX-H100-GPT-BF16-64"));
     // The summary counts every reason.
     assert_eq!(
         r.counts.skipped,
         vec![
-            ("hidden: empty".to_string(), 7),
+            ("hidden: empty".to_string(), 5),
             ("nothing measured".to_string(), 1)
         ]
     );
