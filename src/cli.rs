@@ -192,10 +192,11 @@ struct JobArgs {
     /// routing (Megatron's default) when no capacity factor is given.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
-    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`):
-    /// tokens beyond this multiple of the mean load are dropped, so the
-    /// busiest rank computes min(imbalance, factor) times the mean.
-    #[arg(long)]
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`,
+    /// also accepted under that name): tokens beyond this multiple of the
+    /// mean load are dropped, so the busiest rank computes
+    /// min(imbalance, factor) times the mean; `generate` writes it.
+    #[arg(long, alias = "moe-expert-capacity-factor")]
     moe_capacity_factor: Option<f64>,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]

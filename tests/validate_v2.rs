@@ -448,3 +448,53 @@ fn plans_say_how_well_their_regime_is_validated() {
     assert_eq!(t.median_abs, Some(validate::median(&abs)));
     assert_eq!(t.max_abs, Some(abs.iter().copied().fold(0.0, f64::max)));
 }
+
+/// Issue 15: the MoE rows as their runs were configured.
+/// - The Qwen3-235B-A22B rows (no `card` cell) are priced with the
+///   `qwen3-235b-a22b` card that their model column names, and say so.
+/// - `(tokendrop)` in the model column is a capacity factor of 1.0:
+///   dropping the marker from the 25.09 Qwen3-30B-A3B row prices it
+///   dropless at the random-routing floor, slower but by less than the
+///   floor λ₀ = 1 + √(2·ln 8·(7/8)/65,536) = 1.00745 (only the routed part
+///   scales).
+/// - Megatron-Bridge 25.09 DeepSeek-V3 on H100 overlaps the all-to-all with
+///   1F1B ([ref:megatron-bridge-moe-recipes]): its EP time is partly hidden,
+///   and the 25.09 Qwen3 rows (no such switch) expose all of theirs.
+#[test]
+fn moe_rows_follow_their_recipes() {
+    let r = run(V2);
+    let row = |id: &str| {
+        r.rows
+            .iter()
+            .find(|x| x.id == id)
+            .unwrap_or_else(|| panic!("{id} not predicted"))
+    };
+    for id in [
+        "MBRIDGE-25.09-DGX-H100-Qwen3_235B_a22B-FP8(default)-256",
+        "MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256",
+    ] {
+        let x = row(id);
+        assert!(
+            x.assumptions
+                .iter()
+                .any(|a| a.starts_with("card: `qwen3-235b-a22b` (not stated")),
+            "{id}: {:?}",
+            x.assumptions
+        );
+    }
+    let td = "MBRIDGE-25.09-DGX-H100-Qwen3_30B_a3B-FP8(default)-16";
+    let (_, drop_step, _, _) = priced(&row_with(td, &[])).unwrap();
+    let (_, dropless_step, _, _) = priced(&row_with(td, &[("model", "Qwen3_30B_a3B")])).unwrap();
+    let (drop_step, dropless_step) = (drop_step.unwrap(), dropless_step.unwrap());
+    let l0 = 1.0 + (2.0 * 8f64.ln() * 7.0 / 8.0 / 65_536.0).sqrt();
+    assert!(
+        dropless_step > drop_step && dropless_step < l0 * drop_step,
+        "{dropless_step} vs {drop_step}"
+    );
+    use meshplan::cost::TimePart;
+    let dsv3 = row("MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024");
+    let ep = dsv3.time.parts[TimePart::EpComm];
+    assert!(ep.exposed < 0.9 * ep.total, "{ep:?}");
+    let q = row(td).time.parts[TimePart::EpComm];
+    assert!(q.total > 0.0 && q.exposed == q.total, "{q:?}");
+}
