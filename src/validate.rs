@@ -1430,12 +1430,15 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // Megatron-Bridge's performance configs turn SP on with TP
             // (`WorkloadBaseConfig.sequence_parallel = TP > 1`,
             // [ref:megatron-bridge-moe-recipes]).
-            let on = row.tp > 1 && (job.tp_comm_overlap || job.moe_a2a_overlap);
+            let bridge = engine == Some("megatron-bridge") && row.tp > 1;
+            let on = row.tp > 1 && (job.tp_comm_overlap || bridge);
             assume.push(format!(
                 "sp: {} (not stated; {})",
                 if on { "on" } else { "off" },
-                if on {
+                if on && job.tp_comm_overlap {
                     "--tp-comm-overlap requires it"
+                } else if on {
+                    "Megatron-Bridge's performance configs set sequence_parallel = TP > 1"
                 } else {
                     "Megatron default"
                 }
