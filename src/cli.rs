@@ -189,7 +189,10 @@ struct JobArgs {
     #[arg(long)]
     tp_comm_overlap: bool,
     /// Busiest expert rank's load over the mean (MoE), ≥ 1.0; dropless
-    /// routing (Megatron's default) when no capacity factor is given.
+    /// routing (Megatron's default) when no capacity factor is given. The
+    /// cost model never prices less than the balanced-random-routing floor
+    /// 1 + √(2·ln E·(1 − 1/E)/μ) (μ = pairs per EP rank and micro-batch);
+    /// a learned router is usually more skewed: state it here.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
     /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`,

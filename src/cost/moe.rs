@@ -24,9 +24,13 @@
 //! - all-to-alls: dispatch and combine, in forward and in backward (four), and
 //!   two more when full recompute reruns the forward.
 //!
-//! The all-to-all is costed exposed: overlapping it with another
-//! micro-batch's compute (`--overlap-moe-expert-parallel-comm`, DeepSeek's
-//! DualPipe) is not modelled.
+//! The all-to-all is costed exposed unless the job overlaps it with another
+//! micro-batch's compute (`--overlap-moe-expert-parallel-comm`,
+//! [`a2a_overlap`]); DeepEP's per-node deduplication of the NIC traffic is
+//! not modelled. λ is the job's skew, at least the random-routing floor
+//! ([`random_routing_skew`]), capped by a capacity factor ([`expert_load`]);
+//! the routed GEMMs run at the grouped-GEMM efficiency of their tokens per
+//! local expert ([`grouped_gemm_efficiency`]).
 
 use crate::cost::comm::{self, Links};
 use crate::layout::{GroupSpan, Recompute};

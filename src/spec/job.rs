@@ -196,8 +196,10 @@ pub struct Job {
     /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
     /// since late 2021; `false` models Megatron-LM of April 2021).
     pub async_tp_backward: bool,
-    /// Load of the busiest expert rank over the mean (1.0 = perfectly
-    /// balanced routing); multiplies routed-expert compute and all-to-all.
+    /// Load of the busiest expert rank over the mean as stated (1.0 =
+    /// perfectly balanced routing); multiplies routed-expert compute and
+    /// all-to-all. The cost model raises it to the random-routing floor of
+    /// the layout ([`crate::cost::moe::random_routing_skew`]).
     pub moe_imbalance: f64,
     /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`);
     /// `None` = dropless routing (Megatron's default). With a factor c the
