@@ -214,13 +214,17 @@ struct JobArgs {
     #[arg(long)]
     tp_comm_overlap: bool,
     /// Busiest expert rank's load over the mean (MoE), ≥ 1.0; dropless
-    /// routing (Megatron's default) when no capacity factor is given.
+    /// routing (Megatron's default) when no capacity factor is given. The
+    /// cost model never prices less than the balanced-random-routing floor
+    /// 1 + √(2·ln E·(1 − 1/E)/μ) (μ = pairs per EP rank and micro-batch);
+    /// a learned router is usually more skewed: state it here.
     #[arg(long, default_value_t = 1.0)]
     moe_imbalance: f64,
-    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`):
-    /// tokens beyond this multiple of the mean load are dropped, so the
-    /// busiest rank computes min(imbalance, factor) times the mean.
-    #[arg(long)]
+    /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`,
+    /// also accepted under that name): tokens beyond this multiple of the
+    /// mean load are dropped, so the busiest rank computes
+    /// min(imbalance, factor) times the mean; `generate` writes it.
+    #[arg(long, alias = "moe-expert-capacity-factor")]
     moe_capacity_factor: Option<f64>,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]

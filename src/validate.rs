@@ -1144,7 +1144,16 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     }
 
     // --- Model.
-    let (mut model, vocab) = match &run.card {
+    let named = run.card.clone().or_else(|| {
+        card_of_model_column(&row.model).map(|c| {
+            assume.push(format!(
+                "card: `{c}` (not stated; the model column names `{}`)",
+                row.model
+            ));
+            c.to_string()
+        })
+    });
+    let (mut model, vocab) = match &named {
         Some(card) => card_model(row, card, cat, &mut assume)?,
         None => column_model(row, fam, &mut assume)?,
     };
@@ -1439,6 +1448,33 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         ));
     }
 
+    // --- MoE routing and the recipes' MoE switches.
+    if model.moe.is_some() {
+        let r = moe_recipe(row);
+        job.moe_capacity_factor = r.capacity_factor;
+        assume.push(match r.capacity_factor {
+            Some(c) => format!(
+                "moe: token drop at capacity factor {c}, every expert padded to capacity (the model column says tokendrop; Megatron-Bridge `apply_moe_token_drop`)"
+            ),
+            None => "moe: dropless, force-balanced (random) routing: the random-routing skew floor (Megatron-Bridge MoE benchmarks, `moe_router_force_load_balancing`)".into(),
+        });
+        if r.a2a_overlap {
+            job.moe_a2a_overlap = true;
+        }
+        if let Some(on) = r.overlap_grad_reduce {
+            job.overlap_grad_reduce = on;
+        }
+        if let Some(on) = r.tp_comm_overlap
+            && run.tp_comm_overlap.is_none()
+        {
+            job.tp_comm_overlap = on;
+            assume.retain(|a| !a.starts_with("tp_comm_overlap:"));
+        }
+        if let Some(why) = r.why {
+            assume.push(format!("recipe: {why}"));
+        }
+    }
+
     // --- Layout.
     let cp = row.cp.unwrap_or(1);
     let ep = row.ep.unwrap_or(1);
@@ -1491,13 +1527,19 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             on
         }
         _ => {
-            // --tp-comm-overlap requires sequence parallelism (Megatron).
-            let on = row.tp > 1 && job.tp_comm_overlap;
+            // --tp-comm-overlap requires sequence parallelism (Megatron);
+            // Megatron-Bridge's performance configs turn SP on with TP
+            // (`WorkloadBaseConfig.sequence_parallel = TP > 1`,
+            // [ref:megatron-bridge-moe-recipes]).
+            let bridge = engine == Some("megatron-bridge") && row.tp > 1;
+            let on = row.tp > 1 && (job.tp_comm_overlap || bridge);
             assume.push(format!(
                 "sp: {} (not stated; {})",
                 if on { "on" } else { "off" },
-                if on {
+                if on && job.tp_comm_overlap {
                     "--tp-comm-overlap requires it"
+                } else if on {
+                    "Megatron-Bridge's performance configs set sequence_parallel = TP > 1"
                 } else {
                     "Megatron default"
                 }
@@ -1644,6 +1686,78 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         mem_in_gb,
         assumptions: assume,
     })
+}
+
+/// The model card a row without a `card` cell ran, from its model column:
+/// the Megatron-Bridge performance tables name their models as
+/// `Qwen3_235B_a22B` (the card `qwen3-235b-a22b`, from its public config,
+/// `models/qwen3-235b-a22b.toml`). `None` for any other name.
+fn card_of_model_column(model: &str) -> Option<&'static str> {
+    const NAMES: &[(&str, &str)] = &[("qwen3_235b_a22b", "qwen3-235b-a22b")];
+    let m = model.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .find(|(name, _)| m.split_whitespace().next() == Some(*name))
+        .map(|(_, card)| *card)
+}
+
+/// MoE switches of the run behind a row.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct MoeRecipe {
+    /// Capacity factor (`--moe-expert-capacity-factor`); `None` = dropless.
+    capacity_factor: Option<f64>,
+    /// `--overlap-moe-expert-parallel-comm`.
+    a2a_overlap: bool,
+    /// `--overlap-grad-reduce` when the recipe sets it against the default.
+    overlap_grad_reduce: Option<bool>,
+    /// TP communication overlap when the recipe sets it against the default.
+    tp_comm_overlap: Option<bool>,
+    /// What the recipe sets, for the assumptions.
+    why: Option<&'static str>,
+}
+
+/// The MoE switches of a row's run ([ref:megatron-bridge-moe-recipes]):
+/// token drop when the model column says `(tokendrop)` (Megatron-Bridge's
+/// `apply_moe_token_drop`: capacity factor 1.0, padded to capacity), else
+/// dropless; and for the Megatron-Bridge H100 rows what the release's
+/// performance script sets: 25.09 DeepSeek-V3 (`run_script.py`, `A2A_1F1B`
+/// on H100) overlaps the all-to-all with 1F1B and turns the gradient-reduce
+/// overlap off; 25.11 Qwen3 (`workload_base_configs.py`, H100 presets,
+/// `moe_a2a_overlap = True`) overlaps the all-to-all, and its 235B preset
+/// turns TP communication overlap off.
+fn moe_recipe(row: &MeasuredRow) -> MoeRecipe {
+    let model = row.model.to_ascii_lowercase();
+    let mut r = MoeRecipe {
+        capacity_factor: model.contains("(tokendrop)").then_some(1.0),
+        ..MoeRecipe::default()
+    };
+    let h100 = row.run.gpu_type.as_deref() == Some("h100-sxm");
+    if row.run.engine.as_deref() != Some("megatron-bridge") || !h100 {
+        return r;
+    }
+    if row.id.starts_with("MBRIDGE-25.09-") && model.starts_with("deepseekv3") {
+        r.a2a_overlap = true;
+        r.overlap_grad_reduce = Some(false);
+        r.why = Some(
+            "Megatron-Bridge 25.09 DeepSeek-V3 on H100: DeepEP dispatch, all-to-all overlapped with 1F1B, overlap_grad_reduce off; its recompute of mla_up_proj and mlp and DeepEP's per-node deduplication are not modelled",
+        );
+    } else if row.id.starts_with("MBRIDGE-25.11-")
+        && model.starts_with("qwen3")
+        && r.capacity_factor.is_none()
+    {
+        r.a2a_overlap = true;
+        if model.starts_with("qwen3_235b") {
+            r.tp_comm_overlap = Some(false);
+            r.why = Some(
+                "Megatron-Bridge 25.11 Qwen3-235B on H100: all-to-all overlapped with 1F1B (moe_a2a_overlap), tp_comm_overlap off",
+            );
+        } else {
+            r.why = Some(
+                "Megatron-Bridge 25.11 Qwen3 on H100: all-to-all overlapped with 1F1B (moe_a2a_overlap)",
+            );
+        }
+    }
+    r
 }
 
 /// The project's model card `card`, with the row's sequence length, and

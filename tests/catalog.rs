@@ -226,6 +226,7 @@ fn expected_entries_are_shipped() {
         "mixtral-8x22b",
         "deepseek-v3",
         "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
     ] {
         c.model(name).unwrap_or_else(|e| panic!("{e}"));
     }

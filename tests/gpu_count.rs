@@ -1,6 +1,12 @@
 //! `search` says when a nearby smaller GPU count does better: DeepSeek-V3
-//! on the 416-GPU jean-zay-a100 (416 = 2^5·13) wins at 2.1% MFU because
-//! every layout must use all 416 GPUs.
+//! on the 416-GPU jean-zay-a100 (416 = 2^5·13), where every layout must use
+//! all 416 GPUs. Before issue 15's grouped-GEMM term the search's winner
+//! there was at 2.1% MFU (p = 13); since, the stage-split refinement reaches
+//! a valid p = 26 layout with an uneven split (3/2×15/3×9/1, 24.3% MFU),
+//! which was valid before too (`explain --auto-split` finds it with
+//! `grouped_gemm_half_tokens = 0`) but was not among the layouts the
+//! search re-split (why not is not examined here). 400 GPUs still do better per GPU (1.04×) and in
+//! total (1.0002×), so the note is printed.
 
 mod common;
 
@@ -15,7 +21,11 @@ fn jean_zay_deepseek_reports_a_better_count() {
     let space = Space::default();
     let r = search::search(&pr, &space);
     let win = r.top.first().expect("a valid layout on 416");
-    assert!(win.eval.mfu < 0.03, "{}", win.eval.mfu);
+    assert!(
+        win.eval.mfu > 0.20 && win.eval.mfu < 0.30,
+        "{}",
+        win.eval.mfu
+    );
     let f = gpu_count::fewer_gpus(&pr, &space, &r).expect("a better count");
     // Whole 8-GPU nodes, 7-smooth, within 10 %: 400, 392, 384.
     assert_eq!(f.probed, vec![400, 392, 384]);
@@ -43,7 +53,7 @@ fn jean_zay_deepseek_reports_a_better_count() {
             }
         }
     }
-    assert!(f.per_gpu_ratio > 4.0, "{}", f.per_gpu_ratio);
+    assert!(f.per_gpu_ratio > 1.0, "{}", f.per_gpu_ratio);
     assert!(f.total_ratio > 1.0, "{}", f.total_ratio);
 }
 
@@ -73,7 +83,7 @@ fn table_note_and_json_field() {
         .expect("the note");
     assert!(note.contains("of 416 GPUs"), "{note}");
     assert!(
-        note.contains("all 416 (2^5·13) reach ") && note.contains("MFU 2.1%)"),
+        note.contains("all 416 (2^5·13) reach ") && note.contains("MFU 24.3%)"),
         "{note}"
     );
     assert!(note.contains("Probed 400, 392, 384"), "{note}");
@@ -90,7 +100,7 @@ fn table_note_and_json_field() {
     let f = &v["fewer_gpus"];
     assert_eq!(f["requested"]["gpus"], 416);
     assert!(f["better"]["tokens_per_s_per_gpu"].as_f64().unwrap() > 100.0);
-    assert!(f["per_gpu_ratio"].as_f64().unwrap() > 4.0);
+    assert!(f["per_gpu_ratio"].as_f64().unwrap() > 1.0);
     // No field where no better count exists.
     let out = meshplan(&[
         "search",

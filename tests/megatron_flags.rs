@@ -354,6 +354,29 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
             f.has("--disable-bias-linear") || etp == 1,
             "E4: MoE bias needs ETP == 1",
         );
+        // Token drop (Megatron-LM `transformer_config.py`, the checks under
+        // `moe_expert_capacity_factor is not None`): a positive factor, the
+        // alltoall dispatcher and a load-balancing type among aux_loss,
+        // seq_aux_loss, global_aux_loss and none.
+        if let Some(c) = f.str("--moe-expert-capacity-factor") {
+            check(
+                c.parse::<f64>().is_ok_and(|c| c > 0.0),
+                "capacity factor not a positive number",
+            );
+            check(
+                matches!(
+                    f.str("--moe-token-dispatcher-type"),
+                    Some("alltoall" | "alltoall_seq")
+                ),
+                "capacity factor needs the alltoall dispatcher",
+            );
+            check(
+                f.str("--moe-router-load-balancing-type").is_none_or(|t| {
+                    ["aux_loss", "seq_aux_loss", "global_aux_loss", "none"].contains(&t)
+                }),
+                "capacity factor needs aux_loss, seq_aux_loss, global_aux_loss or none balancing",
+            );
+        }
         if f.int("--moe-router-topk") == Some(1)
             && f.str("--moe-router-score-function")
                 .is_none_or(|s| s == "softmax")
@@ -965,6 +988,12 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
         Setup::new("gpt3-175b", "dgx-h100-1024", None),
         Setup::new("qwen3-30b-a3b", "h200-64", None),
         Setup::new("deepseek-v3", "h800-2048", None),
+        // Token drop: generate writes --moe-expert-capacity-factor.
+        {
+            let mut s = Setup::new("qwen3-30b-a3b", "h200-64", None);
+            s.job.moe_capacity_factor = Some(1.25);
+            s
+        },
     ];
     let mut found = 0;
     for s in &extra {
@@ -1302,4 +1331,24 @@ fn slurm_script_starts_one_launch_per_node_with_the_first_node_as_rendezvous() {
     assert!(String::from_utf8_lossy(&res.stderr).contains("needs 8 nodes"));
     assert!(!dir.join("srun.out").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A token-drop job's plan launches with its capacity factor
+/// (`--moe-expert-capacity-factor 1.25`, Megatron's flag) and a dropless one
+/// without the flag.
+#[test]
+fn capacity_factor_is_written() {
+    let mut s = Setup::new("qwen3-30b-a3b", "h200-64", None);
+    let l = s.best().expect("a valid layout");
+    let dropless = s.bundle(&l);
+    let script = dropless.file(generate::MEGATRON_SCRIPT).unwrap();
+    assert!(!script.contains("--moe-expert-capacity-factor"), "{script}");
+    s.job.moe_capacity_factor = Some(1.25);
+    let drop = s.bundle(&l);
+    let script = drop.file(generate::MEGATRON_SCRIPT).unwrap();
+    assert!(
+        script.contains("--moe-expert-capacity-factor 1.25"),
+        "{script}"
+    );
+    check_bundle("qwen3-30b-a3b token drop", &drop);
 }

@@ -99,7 +99,11 @@ fn all_to_all_bytes_per_moe_layer_by_hand() {
         }
     );
     let links = Links::of(&s.cluster);
-    let hand = 4.0 * (7.0 / 8.0 * 67_108_864.0 / links.intra_bw + links.intra_lat);
+    // Dropless routing runs at the random-routing floor (issue 15): μ =
+    // 8192 pairs over E = 8, λ₀ = 1 + √(2·ln 8·(7/8)/8192) = 1.0210765.
+    let l0 = 1.0 + (2.0 * 8f64.ln() * 7.0 / 8.0 / 8192.0).sqrt();
+    assert!((l0 - 1.021_076_5).abs() < 1e-7);
+    let hand = 4.0 * (7.0 / 8.0 * l0 * 67_108_864.0 / links.intra_bw + links.intra_lat);
     let lc = layer::layer_costs(&pr, &l, &pl);
     assert!(
         (lc.moe.time[TimePart::EpComm].exposed - hand).abs() < 1e-12,
@@ -135,6 +139,14 @@ fn all_to_all_across_nodes_puts_the_off_node_share_on_the_nics() {
     let nic = 56.0 / 64.0 * bytes / links.inter_bw + links.inter_lat;
     let nvl = 7.0 / 64.0 * bytes / links.intra_bw + links.intra_lat;
     assert_eq!(comm::all_to_all(bytes, pl.ep, &links), nic.max(nvl));
+    // The layer runs dropless at the random-routing floor (issue 15): μ =
+    // 2048·8 = 16,384 pairs over E = 64, λ₀ = 1 + √(2·ln 64·(63/64)/16,384)
+    // = 1.0223549.
+    let l0 = 1.0 + (2.0 * 64f64.ln() * 63.0 / 64.0 / 16_384.0).sqrt();
+    assert!((l0 - 1.022_354_9).abs() < 1e-7);
+    let b0 = l0 * bytes;
+    let nic = 56.0 / 64.0 * b0 / links.inter_bw + links.inter_lat;
+    let nvl = 7.0 / 64.0 * b0 / links.intra_bw + links.intra_lat;
     let lc = layer::layer_costs(&pr, &l, &pl);
     assert!((lc.moe.time[TimePart::EpComm].exposed - 4.0 * nic.max(nvl)).abs() < 1e-12);
 }
@@ -620,5 +632,115 @@ fn cli_llama3_70b_at_128k() {
     assert!(
         text.contains("[memory]") && text.contains("largest part: activations"),
         "{text}"
+    );
+}
+
+/// Issue 15, routing and grouped GEMMs by hand. Mixtral 8x7B on dgx64,
+/// E = 8 (one local expert per rank), T = 1, b = 1, s = 4096: a rank
+/// computes 4096·2 = 8192 pairs on the mean; balanced random routing puts
+/// the busiest of 8 ranks at λ₀ = 1 + √(2·ln 8·(7/8)/8192) = 1 + √(3.639023
+/// / 8192) = 1.0210765. With a capacity factor 1.0 the load is 1.0 exactly.
+/// The routed-expert GEMMs then run at m/(m + m½) of the dense roofline, so
+/// the MoE item's compute (forward + 2× backward) grows by
+/// `3·expert_gemm·((m + m½)/m − 1)` = `3·expert_gemm·m½/m` over m½ = 0.
+#[test]
+fn routing_floor_and_grouped_gemm_by_hand() {
+    let mut s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
+    let l = Layout {
+        micro_batch: 1,
+        ..layout(8, 1, 8, 1, 8, 1, false, Recompute::None, 1)
+    };
+    let pl = Placement::new(&l, 8);
+    let floor = layer::moe_load(&s.problem(), &l);
+    assert!((floor - 1.021_076_5).abs() < 1e-6, "{floor}");
+    s.job.moe_capacity_factor = Some(1.0);
+    assert_eq!(layer::moe_load(&s.problem(), &l), 1.0);
+    s.job.moe_capacity_factor = None;
+    // A stated skew above the floor wins.
+    s.job.moe_imbalance = 1.3;
+    assert_eq!(layer::moe_load(&s.problem(), &l), 1.3);
+    s.job.moe_imbalance = 1.0;
+
+    let pairs = 8192.0 * floor;
+    let half = 2048.0;
+    s.gpu.efficiency.grouped_gemm_half_tokens = 0.0;
+    let pr = s.problem();
+    let shape = cost::compute::LayerShape {
+        tokens: 4096.0,
+        seq: 4096.0,
+        tp: 1.0,
+        sp: false,
+        cp: 1.0,
+        flash: true,
+        kernel: s.job.attention_kernel,
+    };
+    let f = cost::compute::layer_forward(&s.model, &shape, true, pairs, 1.0, &pr.rates);
+    let flat = layer::layer_costs(&pr, &l, &pl).moe.time[TimePart::Compute].total;
+    s.gpu.efficiency.grouped_gemm_half_tokens = half;
+    let pr = s.problem();
+    let grouped = layer::layer_costs(&pr, &l, &pl).moe.time[TimePart::Compute].total;
+    let want = 3.0 * f.expert_gemm * half / pairs;
+    assert!(
+        ((grouped - flat) - want).abs() < 1e-9 * want.max(1e-9),
+        "{} vs {want}",
+        grouped - flat
+    );
+    assert!(want > 0.0);
+}
+
+/// Issue 15, the all-to-all overlapped with 1F1B
+/// (`--overlap-moe-expert-parallel-comm`): the MoE item's EP time becomes
+/// `max(0, a2a − compute)` exposed of the same total, and the hidden part
+/// shows again as σ·hidden of contention (σ of the EP group's tier).
+#[test]
+fn a2a_overlap_hides_under_compute() {
+    let mut s = Setup::with_seq("mixtral-8x7b", "dgx64", None);
+    let l = Layout {
+        micro_batch: 1,
+        ..layout(16, 1, 4, 1, 16, 1, false, Recompute::None, 1)
+    };
+    let pl = Placement::new(&l, 8);
+    let serial = layer::layer_costs(&s.problem(), &l, &pl).moe;
+    s.job.moe_a2a_overlap = true;
+    let pr = s.problem();
+    let over = layer::layer_costs(&pr, &l, &pl).moe;
+    let a2a = serial.time[TimePart::EpComm].total;
+    let compute = serial.time[TimePart::Compute].total;
+    assert!(a2a > 0.0);
+    assert_eq!(over.time[TimePart::EpComm].total, a2a);
+    let exposed = (a2a - compute).max(0.0);
+    assert!((over.time[TimePart::EpComm].exposed - exposed).abs() < 1e-12);
+    let sigma = pr.slowdown.of(pl.ep);
+    let extra = over.time[TimePart::Contention].total - serial.time[TimePart::Contention].total;
+    assert!((extra - sigma * (a2a - exposed)).abs() < 1e-12, "{extra}");
+}
+
+/// Issue 15, the DP collectives on links the overlapped all-to-all also
+/// uses: DeepSeek-V3 on h800-2048 with E = 64 over 8 nodes and the DP group
+/// across nodes, ZeRO-2 (the reduce-scatter hides per micro-batch under its
+/// backward only). With `--overlap-moe-expert-parallel-comm` the hidden
+/// all-to-all takes its link time out of that window
+/// (`data_parallel::shared_link_window`), so the gradient reduce-scatter
+/// exposes more than with the all-to-all run apart, though the compute
+/// windows are the same.
+#[test]
+fn overlapped_all_to_all_shrinks_the_dp_window() {
+    let mut s = Setup::with_seq("deepseek-v3", "h800-2048", None);
+    let l = layout(128, 1, 16, 1, 64, 1, false, Recompute::None, 2);
+    let pl = Placement::of(&l, &s.cluster);
+    assert!(pl.ep.crosses_domains() && pl.dp_cp.crosses_domains());
+    let apart = cost::evaluate(&s.problem(), &l);
+    s.job.moe_a2a_overlap = true;
+    let over = cost::evaluate(&s.problem(), &l);
+    assert_eq!(
+        over.time[TimePart::Compute].total,
+        apart.time[TimePart::Compute].total
+    );
+    assert!(over.time[TimePart::EpComm].exposed < over.time[TimePart::EpComm].total);
+    assert!(
+        over.time[TimePart::DpGrad].exposed > apart.time[TimePart::DpGrad].exposed,
+        "{:?} vs {:?}",
+        over.time[TimePart::DpGrad],
+        apart.time[TimePart::DpGrad]
     );
 }

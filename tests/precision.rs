@@ -244,10 +244,10 @@ fn fp8_dispatch_shrinks_two_of_the_four_all_to_alls() {
 /// (four of the 38, named in hardware/gpus/h100-sxm.toml) fit within 3%;
 /// on the Transformer Engine rows (NeMo 24.07, Megatron-Bridge 25.09/25.11
 /// on H100, B200 and GB200) the median |error| is at most 8% and every
-/// dense row within 20%. The two MoE rows off by more (Megatron-Bridge
-/// DeepSeek-V3: the expert all-to-all priced exposed; Qwen3-30B-A3B 25.11:
-/// the dropless run measured at half the 25.09 token-dropping one, which
-/// the cost model cannot tell apart) are named in docs/fidelity.md.
+/// dense row within 20%. Of the MoE rows (issue 15) the one off by more
+/// than 20% (Qwen3-30B-A3B 25.11: the dropless run measured at half the
+/// 25.09 token-dropping one, which the cost model does not explain) is
+/// named in docs/fidelity.md; the other five are within 15%.
 /// torchtitan's rows are judged against their bf16 twins: the bf16 twins
 /// themselves are 52–100% optimistic on h100-96g (issue 15), and the
 /// tensor-wise FP8 speed-up over the twin is predicted within 12%.
@@ -299,7 +299,8 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
                 .and_then(|y| y.speed_error.map(|e| (x.id.as_str(), e, y.regime.moe)))
         })
         .collect();
-    assert_eq!(te.len(), 19);
+    // 19 before issue 15, plus the two Qwen3-235B-A22B rows.
+    assert_eq!(te.len(), 21);
     let abs: Vec<f64> = te.iter().map(|x| x.1.abs()).collect();
     let med = validate::median(&abs);
     assert!(
@@ -309,6 +310,8 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
     for (id, e, moe) in &te {
         if !moe {
             assert!(e.abs() <= 0.20, "{id}: {e:+.3}");
+        } else if *id != "MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16" {
+            assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }
     }
     // Blackwell (no calibration row there): both within 10%.

@@ -35,6 +35,9 @@ pub struct Rates {
     /// The linear-layer GEMMs in a narrower format than bf16 (FP8, MXFP8,
     /// NVFP4) with their rate and casts; `None` = bf16 like every other GEMM.
     pub low: Option<LowPrecision>,
+    /// Tokens per local expert at which grouped expert GEMMs run at half
+    /// rate (`efficiency.grouped_gemm_half_tokens`), tokens.
+    pub grouped_half_tokens: f64,
 }
 
 impl Rates {
@@ -50,6 +53,7 @@ impl Rates {
                 * gpu.efficiency.attention
                 * gpu.efficiency.misaligned_attention,
             low: None,
+            grouped_half_tokens: gpu.efficiency.grouped_gemm_half_tokens,
         }
     }
 

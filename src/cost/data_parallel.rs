@@ -169,6 +169,21 @@ pub fn optimizer_step_time(shard_params: f64, hbm: f64) -> f64 {
     shard_params * ADAM_BYTES_PER_PARAM / hbm
 }
 
+/// Compute window left to a data-parallel collective when the expert
+/// all-to-all shares its links, seconds: `max(0, window − busy)`, where
+/// `busy` is the all-to-all time hidden under that same compute
+/// ([`crate::cost::moe::a2a_overlap`]). A link carries one collective's
+/// bytes at a time, so link time the overlapped dispatch and combine take
+/// under the backward (or forward) is not there for the gradient
+/// reduce-scatter (or parameter gather); an exposed all-to-all runs outside
+/// the compute and takes none of it.
+///
+/// Example: 12 ms of backward, 9 ms of it carrying hidden all-to-all: 3 ms
+/// left for the reduce-scatter.
+pub fn shared_link_window(window: f64, busy: f64) -> f64 {
+    (window - busy.max(0.0)).max(0.0)
+}
+
 /// The window the rank offers for overlap, seconds per micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Windows {
@@ -487,5 +502,14 @@ mod tests {
         let t = zero3_per_micro_batch(&runs, off, 0.0);
         assert!(close(t.gather.exposed, 48e-3), "{t:?}");
         assert!(close(t.grad.exposed, 8e-3), "{t:?}");
+    }
+
+    #[test]
+    fn shared_link_window_by_hand() {
+        // 12 ms of backward, 9 ms of hidden all-to-all: 3 ms left.
+        assert!((shared_link_window(12e-3, 9e-3) - 3e-3).abs() < 1e-15);
+        // The all-to-all takes the whole window: nothing left, never less.
+        assert_eq!(shared_link_window(12e-3, 20e-3), 0.0);
+        assert_eq!(shared_link_window(12e-3, 0.0), 12e-3);
     }
 }

@@ -264,6 +264,22 @@ pub fn fsdp_unit_collectives(pr: &Problem, it: &ItemCost, pl: &Placement) -> (f6
     (gather, reduce_scatter)
 }
 
+/// Load of the busiest expert rank over the mean for layout `l`
+/// ([`experts::expert_load`]): the job's skew, at least the random-routing
+/// floor of the layout's EP group ([`experts::random_routing_skew`] of the
+/// mean pairs a rank computes per micro-batch), capped by the job's
+/// capacity factor. 1.0 for a dense model.
+pub fn moe_load(pr: &Problem, l: &Layout) -> f64 {
+    let model = pr.model;
+    if model.moe.is_none() {
+        return 1.0;
+    }
+    let tokens = l.micro_batch as f64 * pr.job.seq_len as f64 / l.cp as f64;
+    let mean = experts::routed_pairs_per_rank(model, tokens, l.tp as f64, l.etp as f64, 1.0);
+    let floor = experts::random_routing_skew(mean, l.ep as f64);
+    experts::expert_load(pr.job.moe_imbalance, floor, pr.job.moe_capacity_factor)
+}
+
 /// Costs of every item kind for layout `l` (per micro-batch on one rank).
 pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let model = pr.model;
@@ -346,9 +362,10 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             &pr.links,
         )
     };
-    // MoE: load of the busiest expert rank over the mean (imbalance, capped
-    // by a capacity factor).
-    let load = job.moe_load();
+    // MoE: load of the busiest expert rank over the mean: the stated skew,
+    // at least the random-routing floor, capped by a capacity factor
+    // ([`experts::expert_load`]).
+    let load = moe_load(pr, l);
 
     let mut dense_terms: ActivationTerms = memory::dense_layer_terms(model, true);
     let mut attn_terms: ActivationTerms = memory::dense_layer_terms(model, false);
@@ -374,7 +391,16 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         } else {
             (0.0, 1.0)
         };
-        let f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
+        let mut f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
+        if moe && let Some(m) = &model.moe {
+            // Grouped GEMM over the rank's local experts, each with
+            // `pairs / (experts/E)` rows ([`experts::grouped_gemm_efficiency`]).
+            let local = (m.experts as f64 / l.ep.max(1) as f64).max(1.0);
+            let eff = experts::grouped_gemm_efficiency(pairs / local, pr.rates.grouped_half_tokens);
+            if eff > 0.0 {
+                f.expert_gemm /= eff;
+            }
+        }
         let b = compute::layer_backward(&f);
         let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
         // CP: merging the per-step partial attention results.
@@ -526,10 +552,19 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         time[TimePart::LowPrecisionCast] = Term::serial(cast);
         time[TimePart::TpComm] = tp_term;
         time[TimePart::CpComm] = cp_term;
-        time[TimePart::EpComm] = Term::serial(ep_comm);
+        // With `--overlap-moe-expert-parallel-comm` the all-to-alls run
+        // under another micro-batch's compute ([`experts::a2a_overlap`]).
+        let ep_term = if job.moe_a2a_overlap && moe {
+            let (exposed, _) = experts::a2a_overlap(ep_comm, f.total() + b.total() + rc);
+            Term::overlapped(exposed, ep_comm)
+        } else {
+            Term::serial(ep_comm)
+        };
+        time[TimePart::EpComm] = ep_term;
         time[TimePart::Contention] = Term::serial(
             contention(tp_term.hidden(), pr.slowdown.of(pl.tp))
-                + contention(cp_term.hidden(), pr.slowdown.of(pl.cp)),
+                + contention(cp_term.hidden(), pr.slowdown.of(pl.cp))
+                + contention(ep_term.hidden(), pr.slowdown.of(pl.ep)),
         );
         ItemCost {
             time,

@@ -497,11 +497,26 @@ fn rank_data_parallel(
     drain: f64,
 ) -> DataParallel {
     let it = &rc.items;
-    let windows = data_parallel::Windows {
+    let mut windows = data_parallel::Windows {
         forward: it.fwd_compute,
         backward: it.bwd_compute() + it.time[TimePart::Recompute].exposed,
         drain,
     };
+    // An overlapped expert all-to-all on the NICs takes link time from the
+    // DP collectives that hide under the same compute
+    // ([`data_parallel::shared_link_window`]): dispatch and combine of the
+    // forward under the forward, the rest under the backward.
+    let a2a_hidden = it.time[TimePart::EpComm].hidden();
+    if a2a_hidden > 0.0
+        && pl.ep.crosses_domains()
+        && (pl.dp_cp.crosses_domains() || pl.edp.crosses_domains())
+    {
+        let fwd_share = 2.0 / moe::all_to_alls_per_layer(l.recompute);
+        windows.forward =
+            data_parallel::shared_link_window(windows.forward, fwd_share * a2a_hidden);
+        windows.backward =
+            data_parallel::shared_link_window(windows.backward, (1.0 - fwd_share) * a2a_hidden);
+    }
     let overlap = data_parallel::Overlap {
         grad_reduce: pr.job.overlap_grad_reduce,
         param_gather: pr.job.param_gather_overlapped(),

@@ -24,9 +24,13 @@
 //! - all-to-alls: dispatch and combine, in forward and in backward (four), and
 //!   two more when full recompute reruns the forward.
 //!
-//! The all-to-all is costed exposed: overlapping it with another
-//! micro-batch's compute (`--overlap-moe-expert-parallel-comm`, DeepSeek's
-//! DualPipe) is not modelled.
+//! The all-to-all is costed exposed unless the job overlaps it with another
+//! micro-batch's compute (`--overlap-moe-expert-parallel-comm`,
+//! [`a2a_overlap`]); DeepEP's per-node deduplication of the NIC traffic is
+//! not modelled. λ is the job's skew, at least the random-routing floor
+//! ([`random_routing_skew`]), capped by a capacity factor ([`expert_load`]);
+//! the routed GEMMs run at the grouped-GEMM efficiency of their tokens per
+//! local expert ([`grouped_gemm_efficiency`]).
 
 use crate::cost::comm::{self, Links};
 use crate::layout::{GroupSpan, Recompute};
@@ -142,6 +146,90 @@ pub fn dispatch_buffer_bytes(model: &Model, tokens: f64, tp: f64, load: f64) -> 
     sent + load * sent
 }
 
+/// Load of the busiest EP rank over the mean under balanced random routing
+/// (Megatron's `--moe-router-force-load-balancing`, which replaces the
+/// router logits by random ones, `apply_random_logits` in
+/// `megatron/core/transformer/moe/router.py`): the floor of the routing
+/// skew, dimensionless.
+///
+/// Each of the stage's pairs lands on a given one of the `E` EP ranks with
+/// probability `1/E`, so a rank's pair count is binomial with mean `μ` (=
+/// `mean_pairs`, [`routed_pairs_per_rank`] at λ = 1) and variance
+/// `μ·(1 − 1/E)`. The expected maximum of `E` such counts is, to first
+/// order, `μ + σ·√(2 ln E)` (the Gaussian extreme-value bound; Cramér 1946,
+/// *Mathematical Methods of Statistics* §28.6), so
+/// `λ₀ = 1 + √(2 ln E · (1 − 1/E) / μ)`. One for E ≤ 1 or no pairs.
+///
+/// Example: Qwen3-30B-A3B at b = 2, s = 4096, T = 1, k = 8, E = 8:
+/// μ = 65,536; `√(2 ln 8 · 0.875 / 65,536)` = `√(3.6389 / 65,536)` =
+/// 0.007452, λ₀ = 1.00745.
+pub fn random_routing_skew(mean_pairs: f64, ep: f64) -> f64 {
+    if ep <= 1.0 || mean_pairs <= 0.0 {
+        return 1.0;
+    }
+    1.0 + (2.0 * ep.ln() * (1.0 - 1.0 / ep) / mean_pairs).sqrt()
+}
+
+/// Load the busiest expert rank computes over the mean, dimensionless:
+/// dropless routing runs at the larger of the stated skew `imbalance` and
+/// the random-routing floor `floor` ([`random_routing_skew`]); with a
+/// capacity factor `c` (Megatron `--moe-expert-capacity-factor`) the
+/// busiest expert is cut at `c` times the mean, `min(·, c)`. Megatron-Bridge
+/// pads every expert to capacity in its token-drop benchmarks
+/// (`apply_moe_token_drop`, `moe_pad_expert_input_to_capacity = True`), so
+/// at c = 1 every rank computes exactly the mean.
+///
+/// Example: imbalance 1.0, floor 1.0075, dropless: 1.0075; with c = 1.0:
+/// 1.0.
+pub fn expert_load(imbalance: f64, floor: f64, capacity_factor: Option<f64>) -> f64 {
+    let l = imbalance.max(floor);
+    match capacity_factor {
+        Some(c) => l.min(c),
+        None => l,
+    }
+}
+
+/// Efficiency of a grouped expert GEMM relative to one dense GEMM of the
+/// same total rows, as a function of the rows each local expert receives
+/// `m` (tokens per local expert): `m / (m + m½)`, with `m½` the GPU
+/// profile's `efficiency.grouped_gemm_half_tokens`. A grouped GEMM runs one
+/// tile grid per expert; each expert's last row tile is partly empty and
+/// the per-expert problem setup and wave tail are paid per expert, so the
+/// loss falls as `1/m`. The half-saturation form is meshplan's assumption
+/// (no published grouped-GEMM curve was read for it); `m½` is fitted on
+/// named validation rows, see the GPU profile.
+/// One for `m½` = 0; zero rows give zero.
+///
+/// Example: m = 4096, m½ = 256: 4096 / 4352 = 0.941.
+pub fn grouped_gemm_efficiency(tokens_per_expert: f64, half_tokens: f64) -> f64 {
+    if half_tokens <= 0.0 {
+        return 1.0;
+    }
+    if tokens_per_expert <= 0.0 {
+        return 0.0;
+    }
+    tokens_per_expert / (tokens_per_expert + half_tokens)
+}
+
+/// The expert all-to-alls of one MoE layer and micro-batch overlapped with
+/// another micro-batch's compute (Megatron
+/// `--overlap-moe-expert-parallel-comm`: in the steady state of the
+/// interleaved 1F1B schedule one micro-batch's forward runs next to
+/// another's backward, and each one's dispatch and combine run under the
+/// other's attention and expert GEMMs; DeepSeek-V3 §3.2.1 describes the same
+/// pairing for DualPipe). Under the overlap rule of
+/// [`crate::cost::contention`], `comm` seconds next to `compute` seconds
+/// expose `overlapped_step(compute, comm, σ) − compute − σ·hidden` seconds
+/// of link time, and the hidden part costs `σ·hidden` of slower compute.
+/// Returns `(exposed, hidden)`, seconds.
+///
+/// Example: 18 ms of all-to-all next to 12 ms of compute: 6 ms exposed,
+/// 12 ms hidden (σ·12 ms of contention).
+pub fn a2a_overlap(comm: f64, compute: f64) -> (f64, f64) {
+    let hidden = comm.min(compute.max(0.0));
+    (comm - hidden, hidden)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +266,45 @@ mod tests {
             dispatch_buffer_bytes(m, 4096.0, 1.0, 1.0),
             2.0 * 67_108_864.0
         );
+    }
+    #[test]
+    fn random_routing_skew_by_hand() {
+        // Qwen3-30B-A3B, b = 2, s = 4096, T = 1, k = 8: μ = 65,536 pairs
+        // over E = 8 ranks. 2·ln 8 = 4.158883; ·(1 − 1/8) = 3.639023;
+        // /65,536 = 5.55271e-5; √ = 0.0074517 → λ₀ = 1.0074517.
+        let l = random_routing_skew(65_536.0, 8.0);
+        assert!((l - 1.007_451_7).abs() < 1e-6, "{l}");
+        // One EP rank: no skew.
+        assert_eq!(random_routing_skew(65_536.0, 1.0), 1.0);
+        // Few pairs skew more: μ = 64, E = 64: 2·ln 64 = 8.317766,
+        // ·63/64 = 8.187801, /64 = 0.127934, √ = 0.357679 → 1.357679.
+        assert!((random_routing_skew(64.0, 64.0) - 1.357_679).abs() < 1e-6);
+    }
+
+    #[test]
+    fn expert_load_caps_and_floors() {
+        assert_eq!(expert_load(1.0, 1.0075, None), 1.0075);
+        assert_eq!(expert_load(1.3, 1.0075, None), 1.3);
+        assert_eq!(expert_load(1.3, 1.0075, Some(1.0)), 1.0);
+        assert_eq!(expert_load(1.3, 1.0075, Some(1.25)), 1.25);
+    }
+
+    #[test]
+    fn grouped_gemm_efficiency_by_hand() {
+        // 4096 / (4096 + 256) = 0.9411765.
+        assert!((grouped_gemm_efficiency(4096.0, 256.0) - 0.941_176_5).abs() < 1e-7);
+        // At m = m½ half the rate.
+        assert_eq!(grouped_gemm_efficiency(256.0, 256.0), 0.5);
+        assert_eq!(grouped_gemm_efficiency(4096.0, 0.0), 1.0);
+        assert_eq!(grouped_gemm_efficiency(0.0, 256.0), 0.0);
+    }
+
+    #[test]
+    fn a2a_overlap_by_hand() {
+        // 18 ms next to 12 ms: 6 ms exposed, 12 ms hidden.
+        let (e, h) = a2a_overlap(18e-3, 12e-3);
+        assert!((e - 6e-3).abs() < 1e-15 && (h - 12e-3).abs() < 1e-15);
+        // Fully hidden under more compute.
+        assert_eq!(a2a_overlap(5e-3, 12e-3), (0.0, 5e-3));
     }
 }

@@ -442,6 +442,14 @@ pub fn megatron(plan: &Plan) -> Megatron {
         if cc.is_some_and(|c| c >= 80) {
             moe_args.push(flag("--moe-grouped-gemm"));
         }
+        // Token drop: the capacity factor the plan was priced with
+        // (`moe::expert_load`), without padding to capacity.
+        if let Some(c) = job.moe_capacity_factor {
+            moe_args.push(
+                val("--moe-expert-capacity-factor", c)
+                    .note("tokens beyond this multiple of the mean expert load are dropped"),
+            );
+        }
         // Load balancing from the card; without a coefficient Megatron's
         // 0.0 would leave an "aux_loss" router unbalanced, so say so.
         match (x.load_balancing.as_deref(), x.aux_loss_coeff) {

@@ -201,6 +201,10 @@ pub struct JobInfo {
     /// MoE tokens dispatched in the low-precision format.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fp8_dispatch: bool,
+    /// MoE expert capacity factor (`--moe-expert-capacity-factor`); absent
+    /// for dropless routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_capacity_factor: Option<f64>,
 }
 
 /// Mesh sizes. N = D·T·p·C; E and ETP re-slice T·C·D as ETP·E·EDP.
@@ -822,6 +826,7 @@ impl Plan {
                 fp8_kernels: pr.job.precision.is_low().then_some(pr.job.fp8_kernels),
                 fp8_param_gather: pr.job.precision.is_low() && pr.job.fp8_param_gather,
                 fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
+                moe_capacity_factor: pr.model.moe.as_ref().and(pr.job.moe_capacity_factor),
             },
             mesh: MeshInfo {
                 world,

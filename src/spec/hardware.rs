@@ -44,6 +44,12 @@ pub struct ComputeEfficiency {
     /// Background User's Guide*, §2.2 "Tensor Core Requirements").
     /// Dimensionless; see the GPU profile for how it was obtained.
     pub misaligned_attention: f64,
+    /// Tokens per local expert at which a grouped expert GEMM runs at half
+    /// the rate of one dense GEMM of the same rows (`m½` of
+    /// [`crate::cost::moe::grouped_gemm_efficiency`]), tokens; ≥ 0 (0 =
+    /// grouped GEMMs as fast as dense ones). See the GPU profile for how it
+    /// was obtained.
+    pub grouped_gemm_half_tokens: f64,
 }
 
 /// Compute slowdown while a collective overlaps compute (`[contention]` of
@@ -330,6 +336,11 @@ impl Gpu {
             file,
             "efficiency.misaligned_attention",
             self.efficiency.misaligned_attention,
+        )?;
+        check_non_negative(
+            file,
+            "efficiency.grouped_gemm_half_tokens",
+            self.efficiency.grouped_gemm_half_tokens,
         )?;
         check_share(file, "contention.intra", self.contention.intra)?;
         check_share(file, "contention.inter", self.contention.inter)?;

@@ -336,14 +336,23 @@ pub struct Job {
     /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
     /// since late 2021; `false` models Megatron-LM of April 2021).
     pub async_tp_backward: bool,
-    /// Load of the busiest expert rank over the mean (1.0 = perfectly
-    /// balanced routing); multiplies routed-expert compute and all-to-all.
+    /// Load of the busiest expert rank over the mean as stated (1.0 =
+    /// perfectly balanced routing); multiplies routed-expert compute and
+    /// all-to-all. The cost model raises it to the random-routing floor of
+    /// the layout ([`crate::cost::moe::random_routing_skew`]).
     pub moe_imbalance: f64,
     /// Expert capacity factor (Megatron `--moe-expert-capacity-factor`);
     /// `None` = dropless routing (Megatron's default). With a factor c the
     /// busiest rank's load is `min(moe_imbalance, c)` times the mean.
     #[serde(default)]
     pub moe_capacity_factor: Option<f64>,
+    /// Expert all-to-alls overlapped with another micro-batch's compute
+    /// (Megatron `--overlap-moe-expert-parallel-comm`, the 1F1B A2A overlap
+    /// of Megatron-Bridge's `moe_a2a_overlap`); off by default. Priced by
+    /// [`crate::cost::moe::a2a_overlap`]; `generate` does not write the
+    /// flag (its preconditions are not checked), so only `validate` sets it.
+    #[serde(default)]
+    pub moe_a2a_overlap: bool,
     /// Number format of the linear-layer GEMMs (bf16 by default).
     #[serde(default)]
     pub precision: Precision,
@@ -398,6 +407,7 @@ impl Job {
             async_tp_backward: true,
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_a2a_overlap: false,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
             fp8_kernels: Fp8Kernels::Te,
@@ -459,14 +469,12 @@ impl Job {
         Ok(())
     }
 
-    /// Routed token-expert pairs of the busiest expert rank over the mean:
-    /// `moe_imbalance` for dropless routing, `min(moe_imbalance, c)` with a
-    /// capacity factor c (tokens beyond capacity are dropped; Megatron's
-    /// `--moe-pad-expert-input-to-capacity` is not modelled).
+    /// Routed token-expert pairs of the busiest expert rank over the mean
+    /// as the job states it: `moe_imbalance` for dropless routing,
+    /// `min(moe_imbalance, c)` with a capacity factor c (tokens beyond
+    /// capacity are dropped). The cost model also applies the random-routing
+    /// floor of the layout's EP group ([`crate::cost::layer::moe_load`]).
     pub fn moe_load(&self) -> f64 {
-        match self.moe_capacity_factor {
-            Some(c) => self.moe_imbalance.min(c),
-            None => self.moe_imbalance,
-        }
+        crate::cost::moe::expert_load(self.moe_imbalance, 1.0, self.moe_capacity_factor)
     }
 }
