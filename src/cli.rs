@@ -1303,6 +1303,20 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// Writes `overlay` to `path` with a header naming the `command` that
+/// fitted it and how to apply it.
+fn write_overlay(path: &std::path::Path, overlay: &Overlay, command: &str) -> Result<()> {
+    let text = toml::to_string_pretty(overlay)?;
+    let header = format!(
+        "# meshplan profile overlay (written by `meshplan {command}`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n"
+    );
+    std::fs::write(path, format!("{header}{text}")).map_err(|source| InputError::Write {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    Ok(())
+}
+
 fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
     let mut rows = read_rows(&a.file)?;
     if let Some(ids) = &a.rows {
@@ -1317,12 +1331,7 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
     cat.gpu(&a.gpu).map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
     let fit = calibrate::calibrate(&rows, &cat, &a.gpu)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
-    let text = toml::to_string_pretty(&fit.overlay)?;
-    let header = "# meshplan profile overlay (written by `meshplan calibrate`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
-    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Write {
-        file: a.out.clone(),
-        source,
-    })?;
+    write_overlay(&a.out, &fit.overlay, "calibrate")?;
     writeln!(
         out,
         "{:<32} {:>10} {:>10}",
@@ -1357,12 +1366,7 @@ fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Resul
         .map(|f| Ok(crate::nccl_tests::parse(&read_text(f)?, f)?))
         .collect::<Result<Vec<_>>>()?;
     let fit = crate::calibrate_network::fit(&runs, cluster).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let text = toml::to_string_pretty(&fit.overlay)?;
-    let header = "# meshplan profile overlay (written by `meshplan calibrate-network`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n";
-    std::fs::write(&a.out, format!("{header}{text}")).map_err(|source| InputError::Write {
-        file: a.out.clone(),
-        source,
-    })?;
+    write_overlay(&a.out, &fit.overlay, "calibrate-network")?;
     writeln!(
         out,
         "{:<6} {:>5} {:>8} {:>12} {:>22} {:>20}",
