@@ -50,6 +50,9 @@ enum Command {
     /// Fit a cluster's link bandwidths and latencies to nccl-tests output
     /// and write a profile overlay (`search --profile FILE`).
     CalibrateNetwork(CalibrateNetworkArgs),
+    /// Print Megatron-LM training logs as measurement rows (CSV of
+    /// `validate`'s columns): `meshplan import-log run.log --gpu h100-sxm >> runs.csv`.
+    ImportLog(ImportLogArgs),
     /// Print the model card (TOML) of a Hugging Face config.json:
     /// `meshplan import-model config.json > models/NAME.toml`.
     ImportModel(ImportModelArgs),
@@ -103,8 +106,19 @@ struct ValidateArgs {
 
 #[derive(Debug, Args)]
 struct CalibrateArgs {
-    /// Measurement CSV of the user's own runs (same format as `validate`).
-    file: PathBuf,
+    /// Measurement CSV of the user's own runs (same format as `validate`);
+    /// optional when --megatron-log gives the runs.
+    #[arg(required_unless_present = "megatron_log")]
+    file: Option<PathBuf>,
+    /// A Megatron-LM training log (rank 0's stdout: the arguments block,
+    /// the iteration lines, the memory reports) as one more measured run;
+    /// repeatable. `meshplan import-log` shows the row it becomes.
+    #[arg(long)]
+    megatron_log: Vec<PathBuf>,
+    /// Padded vocabulary of the --megatron-log runs, when their logs lack
+    /// the tokenizer's ` > padded vocab … (new size: V)` line.
+    #[arg(long, value_parser = parse_count)]
+    vocab: Option<u64>,
     /// GPU profile to fit (`meshplan list gpus`), e.g. `a100-80g`.
     #[arg(long)]
     gpu: String,
@@ -114,6 +128,20 @@ struct CalibrateArgs {
     /// Use only these row ids (comma separated).
     #[arg(long, value_delimiter = ',')]
     rows: Option<Vec<String>>,
+}
+
+/// `import-log`: Megatron-LM logs → measurement rows.
+#[derive(Debug, Args)]
+struct ImportLogArgs {
+    /// Megatron-LM training logs (rank 0's stdout).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// GPU profile the runs used (`meshplan list gpus`), e.g. `h100-sxm`.
+    #[arg(long)]
+    gpu: String,
+    /// Padded vocabulary, when a log lacks the tokenizer's line.
+    #[arg(long, value_parser = parse_count)]
+    vocab: Option<u64>,
 }
 
 /// `calibrate-network`: nccl-tests runs → link overlay.
@@ -1317,20 +1345,62 @@ fn write_overlay(path: &std::path::Path, overlay: &Overlay, command: &str) -> Re
     Ok(())
 }
 
+/// The measurement rows of Megatron-LM logs, each named after its file.
+fn log_rows(files: &[PathBuf], gpu: &str, vocab: Option<u64>) -> Result<String> {
+    let rows = files
+        .iter()
+        .map(|f| {
+            let log = crate::megatron_log::parse(&read_text(f)?, f)?;
+            let id = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "log".into());
+            Ok(log.row(&id, f, gpu, vocab)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(crate::megatron_log::csv(&rows))
+}
+
+fn run_import_log(a: &ImportLogArgs, out: &mut dyn Write) -> Result<()> {
+    Catalog::shipped()?
+        .gpu(&a.gpu)
+        .map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
+    write!(out, "{}", log_rows(&a.files, &a.gpu, a.vocab)?)?;
+    Ok(())
+}
+
 fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
-    let mut rows = read_rows(&a.file)?;
+    let mut rows = match &a.file {
+        Some(f) => read_rows(f)?,
+        None => Vec::new(),
+    };
+    if !a.megatron_log.is_empty() {
+        let text = log_rows(&a.megatron_log, &a.gpu, a.vocab)?;
+        rows.extend(validate::read_csv(
+            &text,
+            std::path::Path::new("--megatron-log"),
+        )?);
+    }
     if let Some(ids) = &a.rows {
         for id in ids {
             if !rows.iter().any(|r| &r.id == id) {
-                bail!("--rows: no row `{id}` in {}", a.file.display());
+                bail!("--rows: no row `{id}` among the runs given");
             }
         }
         rows.retain(|r| ids.contains(&r.id));
     }
     let cat = Catalog::shipped()?;
     cat.gpu(&a.gpu).map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
-    let fit = calibrate::calibrate(&rows, &cat, &a.gpu)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let fit = calibrate::calibrate(&rows, &cat, &a.gpu).map_err(|e| {
+        let from = a
+            .file
+            .iter()
+            .chain(&a.megatron_log)
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        anyhow::anyhow!("{from}: {e}")
+    })?;
     write_overlay(&a.out, &fit.overlay, "calibrate")?;
     writeln!(
         out,
@@ -1452,6 +1522,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Validate(a) => run_validate(a, &mut out),
         Command::Calibrate(a) => run_calibrate(a, &mut out),
         Command::CalibrateNetwork(a) => run_calibrate_network(a, &mut out),
+        Command::ImportLog(a) => run_import_log(a, &mut out),
         Command::ImportModel(a) => run_import_model(a, &mut out),
     }
 }

@@ -49,6 +49,7 @@ pub mod generate;
 pub mod gpu_count;
 pub mod layout;
 pub mod limits;
+pub mod megatron_log;
 pub mod names;
 pub mod nccl_tests;
 pub mod plot;
