@@ -700,9 +700,20 @@ impl Splitter {
             tie_break: true,
             diagnose_infeasible: false,
         };
+        // With one chunk per rank the dynamic program is exact, with the
+        // ILP's tie-break (`split::dp`; tests/split_solvers.rs checks the
+        // two agree), and takes microseconds where HiGHS takes
+        // milliseconds; interleaved layouts need the ILP.
         let found: Vec<Option<Vec<u32>>> = todo
             .par_iter()
-            .map(|(_, sp)| split::ilp::solve(sp, &opts).ok().map(|s| s.layers))
+            .map(|(_, sp)| {
+                let split = if sp.vpp == 1 {
+                    split::dp::solve(sp)
+                } else {
+                    split::ilp::solve(sp, &opts)
+                };
+                split.ok().map(|s| s.layers)
+            })
             .collect();
         self.solved += todo.len() as u64;
         for ((key, _), f) in todo.into_iter().zip(found) {

@@ -51,9 +51,11 @@
 //! the objective; the search re-prices the chosen split with
 //! [`crate::cost::evaluate`] and keeps it only if the step is faster.
 //!
-//! Two solvers: [`ilp::solve`] (good_lp with HiGHS, any v; used by the
-//! search) and [`dp::solve`] (an exact dynamic program for v = 1, the test
-//! oracle). Per-stage recomputation counts are not chosen: a layout has one
+//! Two solvers: [`ilp::solve`] (good_lp with HiGHS, any v) and
+//! [`dp::solve`] (an exact dynamic program for v = 1 with the same
+//! tie-break). The search uses the DP for v = 1, where it is exact and
+//! about a thousand times faster, and the ILP for interleaved layouts;
+//! each is the other's oracle in `tests/split_solvers.rs`. Per-stage recomputation counts are not chosen: a layout has one
 //! recompute setting, and Megatron's `--recompute-num-layers` is one number
 //! for all stages.
 //!
