@@ -786,13 +786,25 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             ..b.clone()
         }
     };
-    // (a) The best 2K, all at once.
+    // (a) The best 2K, all at once; a layout whose split bound cannot
+    // beat its own uniform split, nor reach the K-th best, is not solved
+    // (no split can move it).
     let top = std::mem::take(&mut acc.top);
+    let kth = top
+        .get(k.saturating_sub(1))
+        .map(|c| c.eval.tokens_per_s)
+        .unwrap_or(0.0);
     let problems: Vec<Option<SplitProblem>> = top
         .iter()
         .map(|c| {
-            (c.layout.pp > 1)
-                .then(|| split_problem(pr, &c.layout))
+            let l = &c.layout;
+            if l.pp <= 1 {
+                return None;
+            }
+            let lc = cost::layer::layer_costs(pr, l, &crate::layout::Placement::of(l, pr.cluster));
+            let bound = split_bound(pr, l, &lc)?;
+            (bound > c.eval.tokens_per_s && bound > kth)
+                .then(|| split_problem(pr, l))
                 .flatten()
         })
         .collect();
