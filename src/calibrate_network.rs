@@ -94,6 +94,8 @@ pub struct NetworkFit {
     pub levels: Vec<LevelFit>,
     /// Per run: measured against fitted.
     pub checks: Vec<RunCheck>,
+    /// What the fit could not determine, in sentences.
+    pub notes: Vec<String>,
 }
 
 /// Where a run's group sits on `cluster`: ranks contiguous on their hosts,
@@ -204,7 +206,19 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
     if runs.is_empty() {
         return Err("no nccl-tests runs given".into());
     }
-    for r in runs {
+    for (i, r) in runs.iter().enumerate() {
+        if runs[..i].iter().any(|q| q.file == r.file) {
+            return Err(format!("{}: given twice", r.file.display()));
+        }
+        if r.hosts > cluster.nodes {
+            return Err(format!(
+                "{}: {} hosts, but cluster {} has {} nodes",
+                r.file.display(),
+                r.hosts,
+                cluster.name,
+                cluster.nodes
+            ));
+        }
         if r.ranks_per_host() > cluster.gpus_per_node {
             return Err(format!(
                 "{}: {} ranks per host, but a {} node has {} GPUs",
@@ -307,6 +321,15 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         (1.0 / x, y)
     };
     let nic = cluster.nic_bytes_per_s_per_gpu();
+    let mut notes = Vec::new();
+    if !inter_runs.is_empty() && inter_lat == 0.0 {
+        notes.push(format!(
+            "the NIC latency fitted to 0: the small messages of the multi-node runs take no longer than their NVLink phases priced at {} ({:.2} µs per step){}; the latency is not determined",
+            if intra_runs.is_empty() { "the profile's latency" } else { "the single-node runs' latency" },
+            intra_lat * 1e6,
+            if intra_runs.is_empty() { ": give a single-node run too" } else { "" }
+        ));
+    }
     if !inter_runs.is_empty() {
         levels.push(LevelFit {
             level: "inter",
@@ -327,7 +350,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
                 (nic, "the NIC rate per GPU")
             };
             return Err(format!(
-                "the {} runs give {:.1} GB/s per GPU, above {what} ({:.1} GB/s) of cluster {}: in-network reduction (NVLink SHARP, SHARP) or a wrong profile; the cost model prices rings and trees on the links, so check the profile or run with NCCL_NVLS_ENABLE=0 / NCCL_COLLNET_ENABLE=0",
+                "the {} runs give {:.1} GB/s per GPU, above {what} ({:.1} GB/s) of cluster {}: a wrong profile, the wrong cluster, or (for reductions) in-network reduction (NVLink SHARP, SHARP), which the cost model does not price; check the profile, or run with NCCL_NVLS_ENABLE=0 / NCCL_COLLNET_ENABLE=0",
                 l.level,
                 l.bandwidth / 1e9,
                 rate / 1e9,
@@ -343,7 +366,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         inter_lat,
         oversub: before.oversub,
     };
-    let checks = runs
+    let checks: Vec<RunCheck> = runs
         .iter()
         .map(|r| {
             let g = group_of(r, cluster);
@@ -395,10 +418,24 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         },
         ..Overlay::default()
     };
+    for c in &checks {
+        let e = c.fitted_busbw / c.measured_busbw - 1.0;
+        if e.abs() > 0.1 {
+            notes.push(format!(
+                "{}: the fitted links give {:.1} GB/s at {:.0} MB against {:.1} GB/s measured ({:+.0}%): the α–β model does not follow this run (are its times and busbw columns consistent?)",
+                c.file,
+                c.fitted_busbw / 1e9,
+                c.largest_bytes / 1e6,
+                c.measured_busbw / 1e9,
+                100.0 * e
+            ));
+        }
+    }
     Ok(NetworkFit {
         overlay,
         levels,
         checks,
+        notes,
     })
 }
 

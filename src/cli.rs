@@ -260,10 +260,13 @@ struct JobArgs {
     /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`).
     #[arg(long)]
     hardware_dir: Option<PathBuf>,
-    /// Profile overlay written by `meshplan calibrate`: replaces the GPU's
-    /// efficiencies and the cluster's collective efficiencies.
+    /// Profile overlay written by `meshplan calibrate` (the GPU's
+    /// efficiencies, the cluster's collective efficiencies) or `meshplan
+    /// calibrate-network` (collective efficiencies and link latencies);
+    /// repeatable, applied in the order given. Each applied overlay is
+    /// named in a note on stderr.
     #[arg(long)]
-    profile: Option<PathBuf>,
+    profile: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -720,11 +723,18 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     let (model, model_notes) = resolve_model(&cat, a)?;
     let mut cluster = cat.cluster(&a.cluster)?.clone();
     let mut gpu = cat.gpu(&cluster.gpu)?.clone();
-    if let Some(path) = &a.profile {
+    let mut overlay_notes = Vec::new();
+    for path in &a.profile {
         let o = read_overlay(path)?;
         o.check_gpu(path, &gpu.name, &cluster.name)?;
         o.apply_gpu(&mut gpu);
         o.apply_cluster(&mut cluster);
+        overlay_notes.push(format!(
+            "note: profile overlay {} applied to {} / {}",
+            path.display(),
+            gpu.name,
+            cluster.name
+        ));
     }
     let world = a.gpus.unwrap_or(cluster.total_gpus());
     if world == 0 {
@@ -742,6 +752,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     let seq_len = a.seq_len.unwrap_or(model.defaults.seq_len);
     // Notes wait until the job is known to be possible.
     let mut notes = model_notes;
+    notes.extend(overlay_notes);
     let global_batch = match (a.global_batch, a.seq_len) {
         (Some(b), _) => b,
         // A new sequence length alone keeps the card's tokens per step, as
@@ -1430,6 +1441,12 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
 fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Result<()> {
     let cat = catalog(&None, &a.hardware_dir)?;
     let cluster = cat.cluster(&a.cluster)?;
+    if let Some(f) = a.files.iter().find(|f| **f == a.out) {
+        bail!(
+            "--out {} is also an input; write the overlay elsewhere",
+            f.display()
+        );
+    }
     let runs = a
         .files
         .iter()
@@ -1475,6 +1492,9 @@ fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Resul
             c.profile_busbw / 1e9,
             100.0 * c.max_time_error
         )?;
+    }
+    for n in &fit.notes {
+        writeln!(out, "note: {n}")?;
     }
     writeln!(out, "wrote {}", a.out.display())?;
     Ok(())

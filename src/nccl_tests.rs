@@ -138,7 +138,8 @@ struct Columns {
     size: usize,
     time: usize,
     busbw: usize,
-    wrong: usize,
+    /// Every `#wrong` column (out-of-place and in-place).
+    wrong: Vec<usize>,
 }
 
 impl Columns {
@@ -158,7 +159,15 @@ impl Columns {
             size: find(&["size"]).ok_or_else(|| missing("size"))?,
             time: find(&["time", "cputime"]).ok_or_else(|| missing("time"))?,
             busbw: find(&["busbw"]).ok_or_else(|| missing("busbw"))?,
-            wrong: find(&["#wrong"]).ok_or_else(|| missing("#wrong"))?,
+            wrong: {
+                let w: Vec<usize> = (0..header.len())
+                    .filter(|&i| header[i] == "#wrong")
+                    .collect();
+                if w.is_empty() {
+                    return Err(missing("#wrong"));
+                }
+                w
+            },
         })
     }
 }
@@ -206,7 +215,10 @@ fn parse_table(text: &str, file: &Path) -> Result<Run, InputError> {
         let words: Vec<&str> = t.split_whitespace().collect();
         // Data rows start with the size; anything else (NCCL INFO lines,
         // launcher chatter) is not nccl-tests' table.
-        if words.first().is_none_or(|w| w.parse::<u64>().is_err()) {
+        if words
+            .first()
+            .is_none_or(|w| w.is_empty() || !w.bytes().all(|b| b.is_ascii_digit()))
+        {
             continue;
         }
         let c = columns.as_ref().ok_or_else(|| {
@@ -220,16 +232,19 @@ fn parse_table(text: &str, file: &Path) -> Result<Run, InputError> {
         };
         let number = |k: usize, name: &str| -> Result<f64, InputError> {
             let w = get(k, name)?;
-            w.parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| at(format!("`{name}` = `{w}` is not a number")))
+            match w.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                Ok(_) => Err(at(format!("`{name}` = `{w}` must be a finite number ≥ 0"))),
+                Err(_) => Err(at(format!("`{name}` = `{w}` is not a number"))),
+            }
         };
-        let wrong = get(c.wrong, "#wrong")?;
-        if wrong != "N/A" && !wrong.parse::<f64>().is_ok_and(|x| x == 0.0) {
-            return Err(at(format!(
-                "#wrong = {wrong}: the collective returned wrong values, so its times mean nothing"
-            )));
+        for &k in &c.wrong {
+            let wrong = get(k, "#wrong")?;
+            if wrong != "N/A" && !wrong.parse::<f64>().is_ok_and(|x| x == 0.0) {
+                return Err(at(format!(
+                    "#wrong = {wrong}: the collective returned wrong values, so its times mean nothing"
+                )));
+            }
         }
         let sample = Sample {
             bytes: number(c.size, "size")?,
@@ -239,6 +254,7 @@ fn parse_table(text: &str, file: &Path) -> Result<Run, InputError> {
         if sample.time_s <= 0.0 {
             return Err(at(format!("time = 0 µs for {} bytes", sample.bytes)));
         }
+        check_size(&samples, sample.bytes, || at(String::new()))?;
         samples.push(sample);
     }
     let collective = match collective {
@@ -252,6 +268,34 @@ fn parse_table(text: &str, file: &Path) -> Result<Run, InputError> {
         samples,
         "the `#  Rank … on HOST` lines",
     )
+}
+
+/// Largest message size read, bytes (2⁴⁸ = 256 TiB; nccl-tests sweeps
+/// stop at the GPU's memory).
+const MAX_BYTES: f64 = 281_474_976_710_656.0;
+
+/// A sample's size must be 1 … [`MAX_BYTES`] and new to its run; `at`
+/// names where (its message is replaced).
+fn check_size(seen: &[Sample], bytes: f64, at: impl Fn() -> InputError) -> Result<(), InputError> {
+    let with = |problem: String| match at() {
+        InputError::Field { file, field, .. } => InputError::Field {
+            file,
+            field,
+            problem,
+        },
+        e => e,
+    };
+    if !(1.0..=MAX_BYTES).contains(&bytes) {
+        return Err(with(format!(
+            "size {bytes} bytes is outside 1 … 2^48 bytes"
+        )));
+    }
+    if seen.iter().any(|s| s.bytes == bytes) {
+        return Err(with(format!(
+            "size {bytes} bytes appears twice: one run per file (concatenated runs are not read)"
+        )));
+    }
+    Ok(())
 }
 
 fn collective_from_name(file: &Path) -> Result<Collective, InputError> {
@@ -359,29 +403,38 @@ fn parse_json(text: &str, file: &Path) -> Result<Run, InputError> {
             .get("size")
             .and_then(|s| s.as_f64())
             .ok_or_else(|| bad(&field("size"), "missing: the size column is needed".into()))?;
+        check_size(&samples, bytes, || bad(&field("size"), String::new()))?;
         let Some(o) = r.get("out_of_place").filter(|o| !o.is_null()) else {
             continue;
         };
         let num = |name: &str| {
-            o.get(name)
-                .and_then(|x| x.as_f64())
-                .filter(|x| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| {
-                    bad(
-                        &field(&format!("out_of_place.{name}")),
-                        "missing or not a number".into(),
-                    )
-                })
+            let f = field(&format!("out_of_place.{name}"));
+            match o.get(name) {
+                None => Err(bad(&f, "missing".into())),
+                Some(x) => x
+                    .as_f64()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| bad(&f, format!("{x} is not a finite number ≥ 0"))),
+            }
         };
-        if let Some(w) = o.get("nwrong").and_then(|w| w.as_f64())
-            && w != 0.0
-        {
-            return Err(bad(
-                &field("out_of_place.nwrong"),
-                format!("{w}: the collective returned wrong values, so its times mean nothing"),
-            ));
+        for place in ["out_of_place", "in_place"] {
+            if let Some(w) = r
+                .pointer(&format!("/{place}/nwrong"))
+                .and_then(|w| w.as_f64())
+                && w != 0.0
+            {
+                return Err(bad(
+                    &field(&format!("{place}.nwrong")),
+                    format!("{w}: the collective returned wrong values, so its times mean nothing"),
+                ));
+            }
         }
-        let time_s = num("time").or_else(|_| num("cpu_time"))? * 1e-6;
+        let time_key = if o.get("cpu_time").is_some() {
+            "cpu_time"
+        } else {
+            "time"
+        };
+        let time_s = num(time_key)? * 1e-6;
         if time_s <= 0.0 {
             return Err(bad(&field("out_of_place.time"), "0 µs".into()));
         }

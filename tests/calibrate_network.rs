@@ -175,3 +175,57 @@ fn bandwidth_above_the_link_is_refused() {
         "{e}"
     );
 }
+
+/// Break-test regressions: an in-place `#wrong`, a size twice, more hosts
+/// than the cluster has nodes, one file given twice, and the NIC latency
+/// a multi-node run alone cannot determine.
+#[test]
+fn broken_runs_are_named() {
+    let text = std::fs::read_to_string(SAMPLES[0]).unwrap();
+    let p = Path::new("x.txt");
+    // The in-place #wrong is the row's last column.
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1048576 "))
+        .unwrap();
+    let bad = row.trim_end().strip_suffix('0').unwrap().to_string() + "5";
+    let e = nccl_tests::parse(&text.replace(row, &bad), p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("#wrong = 5: the collective returned wrong values"),
+        "{e}"
+    );
+    let twice = text.replace(row, &format!("{row}\n{row}"));
+    let e = nccl_tests::parse(&twice, p).unwrap_err().to_string();
+    assert!(e.contains("size 1048576 bytes appears twice"), "{e}");
+
+    let cat = Catalog::shipped().unwrap();
+    let small = cat.cluster("dgx64").unwrap();
+    let mut r = runs();
+    r[1].hosts = 16;
+    r[1].ranks = 128;
+    let e = calibrate_network::fit(&r[1..2], small).unwrap_err();
+    assert_eq!(
+        e,
+        "examples/nccl-tests/all_reduce_perf-4nodes.txt: 16 hosts, but cluster dgx64 has 8 nodes"
+    );
+    let r = runs();
+    let e = calibrate_network::fit(
+        &[r[0].clone(), r[0].clone()],
+        cat.cluster("dgx-h100-64").unwrap(),
+    )
+    .unwrap_err();
+    assert!(e.ends_with("given twice"), "{e}");
+    // The 4-node run alone: the profile's 3 µs NVLink steps already cover
+    // its small messages, so the NIC latency fits to 0 and the fit says so.
+    let fit = calibrate_network::fit(&r[1..2], cat.cluster("dgx-h100-64").unwrap()).unwrap();
+    assert_eq!(fit.levels[0].latency_s, 0.0);
+    assert!(
+        fit.notes
+            .iter()
+            .any(|n| n.contains("give a single-node run too")),
+        "{:?}",
+        fit.notes
+    );
+}

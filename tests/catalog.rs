@@ -285,11 +285,47 @@ fn router_fields_are_checked_like_megatron() {
     let e = card("norm_epsilon = 1e-6", "norm_epsilon = 0.5").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "ds.toml: field `architecture.norm_epsilon`: must be a small positive number, found 0.5"
+        "ds.toml: field `architecture.norm_epsilon`: must be a small positive number in [1e-12, 0.1), found 0.5"
+    );
+    // 256 experts in 256 groups of one: top-8 over 4 groups reaches 4.
+    let e = card("groups = 8 ", "groups = 256 ").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("256 groups of 1 expert(s) with group_top_k 4 cannot route top_k 8"),
+        "{e}"
     );
     let e = card("score_function = \"sigmoid\"", "score_function = \"relu\"").unwrap_err();
     assert_eq!(
         e.to_string(),
         "ds.toml: field `moe.score_function`: `relu` is not one of softmax, sigmoid"
     );
+}
+
+/// A user card whose name is a shipped card's alias is the one found by
+/// that name: `import-model` names Llama 3.1 405B `llama-3.1-405b`, an
+/// alias of the shipped `llama3-405b`, and an edited import must not be
+/// ignored.
+#[test]
+fn a_cards_name_wins_over_another_cards_alias() {
+    let dir = std::env::temp_dir().join(format!("meshplan-alias-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string("models/llama3-8b.toml").unwrap();
+    let name_line = text.lines().find(|l| l.starts_with("name = ")).unwrap();
+    let alias_line = text.lines().find(|l| l.starts_with("aliases = ")).unwrap();
+    let card = text
+        .replace(name_line, "name = \"llama-3.1-405b\"")
+        .replace(alias_line, "aliases = []");
+    std::fs::write(dir.join("llama-3.1-405b.toml"), card).unwrap();
+    let mut cat = catalog();
+    assert_eq!(
+        cat.model("llama-3.1-405b").unwrap().architecture.layers,
+        126
+    );
+    cat.add_models_dir(&dir).unwrap();
+    // The user's card (32 layers, the 8B's) by its name; the shipped one
+    // still by its own name and other aliases.
+    assert_eq!(cat.model("llama-3.1-405b").unwrap().architecture.layers, 32);
+    assert_eq!(cat.model("llama3-405b").unwrap().architecture.layers, 126);
+    assert_eq!(cat.model("405b").unwrap().architecture.layers, 126);
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -188,11 +188,15 @@ impl Catalog {
     /// [`InputError::Unknown`] listing the known names.
     pub fn model(&self, name: &str) -> Result<&Model, InputError> {
         let key = name.to_ascii_lowercase();
+        // A card's own name wins over another card's alias (a user card
+        // named `llama-3.1-405b` over the shipped llama3-405b's alias).
         self.models
             .iter()
-            .find(|m| {
-                m.name.eq_ignore_ascii_case(&key)
-                    || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(&key))
+            .find(|m| m.name.eq_ignore_ascii_case(&key))
+            .or_else(|| {
+                self.models
+                    .iter()
+                    .find(|m| m.aliases.iter().any(|a| a.eq_ignore_ascii_case(&key)))
             })
             .ok_or_else(|| InputError::Unknown {
                 kind: "model",

@@ -393,6 +393,19 @@ impl Model {
                             format!("must be 1 to groups ({g}), found {k}"),
                         );
                     }
+                    // Megatron's group_limited_topk takes the best
+                    // top_k / group_top_k experts of each group, then the
+                    // top_k among the chosen groups' experts.
+                    let per_group = m.experts / g;
+                    if m.top_k % k != 0 || per_group * k < m.top_k || per_group < m.top_k / k {
+                        return err(
+                            "moe.groups",
+                            format!(
+                                "{g} groups of {per_group} expert(s) with group_top_k {k} cannot route top_k {}: Megatron needs top_k divisible by group_top_k and at least top_k / group_top_k experts per group",
+                                m.top_k
+                            ),
+                        );
+                    }
                 }
                 (Some(_), None) => {
                     return err("moe.group_top_k", "is needed with moe.groups".into());
@@ -402,11 +415,11 @@ impl Model {
                 }
             }
             if let Some(f) = m.topk_scaling_factor
-                && !(f.is_finite() && f > 0.0)
+                && !(f.is_finite() && f > 0.0 && f <= 1e3)
             {
                 return err(
                     "moe.topk_scaling_factor",
-                    format!("must be a positive number, found {f}"),
+                    format!("must be a positive number up to 1000, found {f}"),
                 );
             }
             if m.first_k_dense >= a.layers {
@@ -420,11 +433,11 @@ impl Model {
             }
         }
         if let Some(e) = a.norm_epsilon
-            && !(e.is_finite() && e > 0.0 && e < 0.1)
+            && !(e.is_finite() && (1e-12..0.1).contains(&e))
         {
             return err(
                 "architecture.norm_epsilon",
-                format!("must be a small positive number, found {e}"),
+                format!("must be a small positive number in [1e-12, 0.1), found {e}"),
             );
         }
         if let Some(r) = &a.rope_scaling {
@@ -434,16 +447,33 @@ impl Model {
                     "is set but position_embedding is not \"rope\"".into(),
                 );
             }
-            if !(r.factor.is_finite()
-                && r.factor >= 1.0
-                && r.low_freq_factor > 0.0
-                && r.high_freq_factor > r.low_freq_factor
-                && r.original_max_seq > 0)
-            {
-                return err(
-                    "architecture.rope_scaling",
+            let bad = |field: &str, problem: String| {
+                err(&format!("architecture.rope_scaling.{field}"), problem)
+            };
+            if !(r.factor.is_finite() && (1.0..=1e3).contains(&r.factor)) {
+                return bad("factor", format!("must be 1 to 1000, found {}", r.factor));
+            }
+            if !(r.low_freq_factor.is_finite() && r.low_freq_factor > 0.0) {
+                return bad(
+                    "low_freq_factor",
+                    format!("must be positive, found {}", r.low_freq_factor),
+                );
+            }
+            if !(r.high_freq_factor.is_finite() && r.high_freq_factor > r.low_freq_factor) {
+                return bad(
+                    "high_freq_factor",
                     format!(
-                        "needs factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_seq > 0, found {r:?}"
+                        "must exceed low_freq_factor ({}), found {}",
+                        r.low_freq_factor, r.high_freq_factor
+                    ),
+                );
+            }
+            if r.original_max_seq == 0 || r.original_max_seq > a.max_seq {
+                return bad(
+                    "original_max_seq",
+                    format!(
+                        "must be 1 to max_seq ({}), found {}",
+                        a.max_seq, r.original_max_seq
                     ),
                 );
             }
