@@ -238,8 +238,14 @@ fn parse_table(text: &str, file: &Path) -> Result<Run, InputError> {
                 Err(_) => Err(at(format!("`{name}` = `{w}` is not a number"))),
             }
         };
-        for &k in &c.wrong {
-            let wrong = get(k, "#wrong")?;
+        for (i, &k) in c.wrong.iter().enumerate() {
+            // The out-of-place `#wrong` must be there; the in-place one is
+            // checked where the row has it.
+            let wrong = match words.get(k) {
+                Some(w) => *w,
+                None if i > 0 => continue,
+                None => get(k, "#wrong")?,
+            };
             if wrong != "N/A" && !wrong.parse::<f64>().is_ok_and(|x| x == 0.0) {
                 return Err(at(format!(
                     "#wrong = {wrong}: the collective returned wrong values, so its times mean nothing"
