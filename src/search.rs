@@ -614,8 +614,14 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
         .total()
 }
 
-/// Most distinct stage-split programs one search solves.
+/// Most distinct stage-split ILPs (interleaved layouts, milliseconds
+/// each) one search solves.
 pub const MAX_SPLIT_SOLVES: u64 = 64;
+
+/// Most distinct v = 1 stage splits one search solves by the exact DP
+/// (about a millisecond for 126 layers over 16 stages, so this many cost
+/// about as much as the ILP budget).
+pub const MAX_DP_SOLVES: u64 = 1024;
 
 /// Upper bound on the tokens/s of layout `l` under any stage split that
 /// fits, or `None` when no split can fit. The pipeline time
@@ -656,7 +662,10 @@ fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
 /// a time on the rayon pool.
 struct Splitter {
     cache: HashMap<Vec<u64>, Option<Vec<u32>>>,
+    /// ILPs solved.
     solved: u64,
+    /// DPs solved.
+    dp_solved: u64,
 }
 
 impl Splitter {
@@ -694,7 +703,16 @@ impl Splitter {
                 todo.push((key, sp));
             }
         }
-        todo.truncate(MAX_SPLIT_SOLVES.saturating_sub(self.solved) as usize);
+        let (mut dp, mut ilp) = (0u64, 0u64);
+        todo.retain(|(_, sp)| {
+            let (n, max) = if sp.vpp == 1 {
+                (&mut dp, MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES))
+            } else {
+                (&mut ilp, MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES))
+            };
+            *n += 1;
+            *n <= max
+        });
         let opts = split::ilp::Options {
             time_limit_s: 1.0,
             tie_break: true,
@@ -715,7 +733,8 @@ impl Splitter {
                 split.ok().map(|s| s.layers)
             })
             .collect();
-        self.solved += todo.len() as u64;
+        self.solved += ilp.min(MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES));
+        self.dp_solved += dp.min(MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES));
         for ((key, _), f) in todo.into_iter().zip(found) {
             self.cache.insert(key, f);
         }
@@ -775,6 +794,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     let mut splitter = Splitter {
         cache: HashMap::new(),
         solved: 0,
+        dp_solved: 0,
     };
     let policy = &space.policy;
     let same = |a: &Layout, b: &Layout| {
@@ -841,7 +861,9 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     };
     let mut next = 0;
     let mut rescued: HashSet<TwinKey> = HashSet::new();
-    while next < pending.len() && splitter.solved < MAX_SPLIT_SOLVES {
+    while next < pending.len()
+        && (splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
+    {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
         let t = threshold(acc);
         while next < pending.len() && group.len() < batch && pending[next].bound > t {
@@ -905,7 +927,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     }
     acc.top = kept;
     acc.top.truncate(k);
-    acc.stats.splits_solved = splitter.solved;
+    acc.stats.splits_solved = splitter.solved + splitter.dp_solved;
 }
 
 /// Run the search for `pr` over `space`.
