@@ -14,7 +14,9 @@
 //! - TFLOP/s: Narayanan et al. 2021 count their Eq. 3,
 //!   `96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`, which includes the
 //!   recomputed forward (hardware FLOPs); the BLOOM log uses the same formula
-//!   (Megatron-DeepSpeed PR #251: `24·4·B·s·L·h²·(…)` with checkpointing);
+//!   from 02-21 on (Megatron-DeepSpeed PR #251: `24·4·B·s·L·h²·(…)` with
+//!   checkpointing) and before it `8·B·s·P_non-embedding`
+//!   ([`FlopConvention::MdsPre251`]);
 //!   Korthikanti et al. 2022 report model FLOPs `72·B·s·L·h²·(1 + s/(6h) +
 //!   V/(12·L·h))` (their MFU of 41.5% for 22B at 1.10 s reproduces with it);
 //!   the Megatron-Core README uses Megatron's `num_floating_point_operations`

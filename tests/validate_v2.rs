@@ -640,7 +640,8 @@ fn moe_rows_follow_their_recipes() {
 /// - BLOOMPQ-029 (02-20: L 80, h 13824, 320 GPUs, 147.43 s, 130.53): per
 ///   layer 12·13824² + 13·13824 = 2,293,415,424; P_ne = 183,473,261,568;
 ///   6.1562e18 FLOPs; 130.49.
-/// Narayanan's Eq. 3 gives 125.8, 97.9 and 135.3 for the same three steps:
+///
+/// Narayanan's Eq. 3 gives 125.8, 97.9 and 135.6 for the same three steps:
 /// the log's "under-reports ~3%" is the missing `s/6h + V/16Lh`.
 #[test]
 fn bloom_pre_pr251_estimator_by_hand() {
