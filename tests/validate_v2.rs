@@ -742,7 +742,7 @@ fn jean_zay_all_reduce_bench() {
 /// Issue 15: no regime's signed median speed error beyond ±5% for the
 /// regimes the 65 BLOOMPQ rows dominate (before the Omni-Path efficiency
 /// and the pre-02-21 convention: BLOOMPQ +14.1%, megatron-deepspeed +13.8%,
-/// a100-80g +10.4%, fp16 +9.7%, zero 1 +9.5%; after: +2.6, +2.4, +2.4,
+/// a100-80g +10.4%, fp16 +9.7%, zero 1 +9.5%; after: +2.5, +2.4, +2.4,
 /// +1.8, +1.5). The micro-batch-1 rows are the known remainder (+16% signed
 /// median over 14 rows, docs/fidelity.md).
 #[test]
