@@ -14,7 +14,9 @@
 //! - TFLOP/s: Narayanan et al. 2021 count their Eq. 3,
 //!   `96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))`, which includes the
 //!   recomputed forward (hardware FLOPs); the BLOOM log uses the same formula
-//!   (Megatron-DeepSpeed PR #251: `24·4·B·s·L·h²·(…)` with checkpointing);
+//!   from 02-21 on (Megatron-DeepSpeed PR #251: `24·4·B·s·L·h²·(…)` with
+//!   checkpointing) and before it `8·B·s·P_non-embedding`
+//!   ([`FlopConvention::MdsPre251`]);
 //!   Korthikanti et al. 2022 report model FLOPs `72·B·s·L·h²·(1 + s/(6h) +
 //!   V/(12·L·h))` (their MFU of 41.5% for 22B at 1.10 s reproduces with it);
 //!   the Megatron-Core README uses Megatron's `num_floating_point_operations`
@@ -735,6 +737,35 @@ pub enum FlopConvention {
     /// (`12·s·h` per layer and token; NVIDIA/NeMo `nemo/utils/flops_formulas.py`
     /// [ref:nemo-flops], the "Model TFLOP/sec/GPU" of its performance tables).
     NemoFullAttention,
+    /// Megatron-DeepSpeed's estimator before PR #251 (BigScience fork, commit
+    /// ae6277f5 of 2022-02-21 replaced it): `8·B·s·P_ne`, the non-embedding
+    /// parameter count times 2 FLOPs per multiply-add times 4 passes with
+    /// activation checkpointing ([`mds_pre251_flops`]); the attention score
+    /// matrix and the output-layer logits are not counted. The BLOOM log
+    /// (`chronicles-prequel.md`, "TFLOPs calculation improved") used it for
+    /// every row before 02-21.
+    MdsPre251,
+}
+
+/// FLOPs of one step under Megatron-DeepSpeed's estimator before PR #251,
+/// `ckpt·2·s·B·P_ne` with `ckpt` = 4 under activation checkpointing (3
+/// without) and `P_ne` the parameters outside the embedding tables
+/// (`megatron/training.py` `training_log` and `megatron/utils.py`
+/// `non_embedding_params` at bigscience-workshop/Megatron-DeepSpeed
+/// ae6277f5^). Per layer of a GPT block with biases and two LayerNorms
+/// `P = 4h² + 4h` (attention) `+ 2·h·f + f + h` (MLP) `+ 4h` (norms), plus
+/// the final LayerNorm `2h`. Units: FLOPs.
+///
+/// Worked example (BLOOMPQ-001, 02-17: L 8, h 14400, f 57600, s 2048,
+/// B 2048, 8 GPUs, 769.99 s): per layer 4·14400² + 2·14400·57600 + 13·14400
+/// = 2,488,507,200; `P_ne` = 8 × that + 28,800 = 19,908,086,400;
+/// `4·2·2048·2048·P_ne` = 6.680e17 FLOPs; over 769.99 s and 8 GPUs 108.45
+/// TFLOP/s, the log's 108.47 (Eq. 3 would give 125.8).
+pub fn mds_pre251_flops(l: f64, h: f64, ffn: f64, b: f64, s: f64, checkpointed: bool) -> f64 {
+    let per_layer = 4.0 * h * h + 4.0 * h + 2.0 * h * ffn + ffn + h + 4.0 * h;
+    let p_ne = l * per_layer + 2.0 * h;
+    let passes = if checkpointed { 4.0 } else { 3.0 };
+    passes * 2.0 * s * b * p_ne
 }
 
 impl FlopConvention {
@@ -747,6 +778,9 @@ impl FlopConvention {
             FlopConvention::Hardware => "model FLOPs + recomputed forward (hardware FLOPs)",
             FlopConvention::NemoFullAttention => {
                 "NeMo flops_formulas (model FLOPs, causal attention not halved)"
+            }
+            FlopConvention::MdsPre251 => {
+                "Megatron-DeepSpeed before PR #251 (8·B·s·non-embedding params)"
             }
         }
     }
@@ -775,6 +809,9 @@ impl FlopConvention {
                 // it leaves out: 3 passes · L · B · (QKᵀ + A·V)/2.
                 compute::model_flops_per_step(model, b, s)
                     + 3.0 * l * b * compute::attention_core_flops(model, s, s)
+            }
+            FlopConvention::MdsPre251 => {
+                mds_pre251_flops(l, h, a.ffn as f64, b, s, recompute == Recompute::Full)
             }
         }
     }
@@ -1628,6 +1665,15 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     };
     let convention = match (fam, run.hardware_flops) {
         (Family::Kor22, _) => FlopConvention::Korthikanti,
+        // The BLOOM log's TFLOP/s before 02-21 came from the old estimator
+        // (the notes say so); from 02-21 on, PR #251's Eq. 3.
+        (Family::Bloom, _) if notes.contains("pre-02-21 estimator") => {
+            assume.push(
+                "TFLOP/s: Megatron-DeepSpeed's estimator before PR #251, 8·B·s·non-embedding parameters (notes: pre-02-21 estimator)"
+                    .into(),
+            );
+            FlopConvention::MdsPre251
+        }
         (Family::Nar21 | Family::Bloom, _) => FlopConvention::NarayananEq3,
         _ if notes.contains("Eq.3") => FlopConvention::NarayananEq3,
         (_, Some(true)) => FlopConvention::Hardware,
@@ -2030,12 +2076,35 @@ fn column_model(
             model.architecture.layers = 1;
             let one = model.dense_layer_params();
             let rest = model.total_params() - one;
-            let l = ((p - rest) / one).round().max(1.0) as u32;
+            let exact = (p - rest) / one;
+            // The BLOOM log's topology sweeps (02-20, "the number of layers
+            // had to be tweaked to fit PP and NHIDDEN was fixed") ran a
+            // layer count that is a multiple of the stage count; the rows'
+            // notes say "NLAYERS adjusted per PP" or "NLAYERS not stated"
+            // for those tables. Their TFLOP/s and
+            // step-time pairs say so: under the pre-02-21 estimator they
+            // agree to 0.03% with 80 layers for "200B" at P 4 and P 8 and 78
+            // for "194B" at P 6, and are 1.3% apart with the rounded 79 and
+            // 77 (tests/validate_v2.rs).
+            let per_pp = fam == Family::Bloom
+                && (notes.contains("NLAYERS adjusted per PP")
+                    || notes.contains("NLAYERS not stated"));
+            let l = if per_pp {
+                let p_stages = row.pp.max(1) as f64;
+                ((exact / p_stages).round().max(1.0) * p_stages) as u32
+            } else {
+                exact.round().max(1.0) as u32
+            };
             model.architecture.layers = l;
             assume.push(format!(
-                "layers: {l} from the stated size {:.0}B ({} embeddings, (P − V·h)/params per layer rounded)",
+                "layers: {l} from the stated size {:.0}B ({} embeddings, (P − V·h)/params per layer rounded{})",
                 p / 1e9,
-                if tied { "tied" } else { "untied" }
+                if tied { "tied" } else { "untied" },
+                if per_pp {
+                    " to a multiple of the stage count: the sweep tweaked NLAYERS to fit PP"
+                } else {
+                    ""
+                }
             ));
         }
     }
@@ -2332,7 +2401,9 @@ pub fn nvidia_smi_gib(
 
 /// Largest disagreement between a row's measured TFLOP/s and its measured
 /// step time (through the row's FLOP convention) before the step time is
-/// set aside (15%: the BLOOM log's pre-02-21 estimator under-reports by ~3%).
+/// set aside (15%: wide enough for rounded logs; the BLOOM rows before 02-21
+/// agree to 0.03% in their own convention, [`FlopConvention::MdsPre251`],
+/// and BLOOMPQ-043's 4× is what it catches).
 pub const CONSISTENCY: f64 = 0.15;
 
 /// Price one case and compare.
@@ -2494,7 +2565,7 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
         conventions: vec![
             "error = predicted / measured − 1".into(),
             "throughput: TFLOP/s per GPU in the row's FLOP convention where the row measured TFLOP/s or MFU, else step time".into(),
-            "TFLOP/s conventions: NAR21 and BLOOMPQ Narayanan Eq. 3 (recompute counted); KOR22 Korthikanti model FLOPs; flops_convention = hardware: model FLOPs + recomputed forward; others Megatron num_floating_point_operations".into(),
+            "TFLOP/s conventions: NAR21 and BLOOMPQ from 02-21 Narayanan Eq. 3 (recompute counted); BLOOMPQ before 02-21 Megatron-DeepSpeed pre-PR-#251 8·B·s·non-embedding params; KOR22 Korthikanti model FLOPs; flops_convention = hardware: model FLOPs + recomputed forward; others Megatron num_floating_point_operations".into(),
             "memory: measured nvidia-smi GB read as GiB unless mem_unit says GB; predicted nvidia-smi = allocated peak of the worst rank + the GPU profile's reserve_gib (also for logged figures); torch-max-allocated and torch-max-reserved figures are compared with the allocated peak (the reserved pool holds no CUDA context or NCCL buffers); torchtitan's unstated figures are its logged max_reserved_gib, kempnerforge's logged ones max_memory_allocated, except Megatron-DeepSpeed rows (BLOOMPQ): 1.26 × allocated + 5.5 GiB (allocator cache and DeepSpeed buffers; fitted on BLOOMPQ-005/031/079/119 only)".into(),
             "fit: allocated ≤ memory − reserve (as search); BLOOMPQ: predicted nvidia-smi ≤ device memory".into(),
             "derived (*): the measured figure is computed from another measured one through the FLOP convention".into(),

@@ -5,8 +5,11 @@
 //! a valid p = 26 layout with an uneven split (3/2×15/3×9/1, 24.3% MFU),
 //! which was valid before too (`explain --auto-split` finds it with
 //! `grouped_gemm_half_tokens = 0`) but was not among the layouts the
-//! search re-split (why not is not examined here). 400 GPUs still do better per GPU (1.04×) and in
-//! total (1.0002×), so the note is printed.
+//! search re-split (why not is not examined here). Since issue 15 gave the
+//! cluster its measured Omni-Path efficiency (`[collective] inter` 0.18, was
+//! the DGX A100's 0.82), the expert all-to-all over 4 × 100 Gb/s per node
+//! costs 4.6× more: the 416-GPU winner is at 4.4% MFU and 392 GPUs (p = 49,
+//! 14.0%) do 3.2× better per GPU, so the note is printed.
 
 mod common;
 
@@ -22,7 +25,7 @@ fn jean_zay_deepseek_reports_a_better_count() {
     let r = search::search(&pr, &space);
     let win = r.top.first().expect("a valid layout on 416");
     assert!(
-        win.eval.mfu > 0.20 && win.eval.mfu < 0.30,
+        win.eval.mfu > 0.03 && win.eval.mfu < 0.06,
         "{}",
         win.eval.mfu
     );
@@ -43,13 +46,14 @@ fn jean_zay_deepseek_reports_a_better_count() {
         (f.better.tokens_per_s_per_gpu - wb.eval.tokens_per_s / f.better.gpus as f64).abs() < 1e-9
     );
     // …and it is the best per GPU of the three probed counts, 384
-    // included (the issue's 9.3% MFU at --gpus 384).
+    // included (the issue's 9.3% MFU at --gpus 384 was on the DGX A100
+    // network efficiency; 4.1% on Jean Zay's measured one).
     for c in [400u64, 392, 384] {
         let sc = Setup::new("deepseek-v3", "jean-zay-a100", Some(c));
         if let Some(w) = search::search(&sc.problem(), &Space::default()).top.first() {
             assert!(w.eval.tokens_per_s / c as f64 <= f.better.tokens_per_s_per_gpu + 1e-9);
             if c == 384 {
-                assert!(w.eval.mfu > 0.09, "384: {}", w.eval.mfu);
+                assert!(w.eval.mfu > 0.03, "384: {}", w.eval.mfu);
             }
         }
     }
@@ -83,7 +87,7 @@ fn table_note_and_json_field() {
         .expect("the note");
     assert!(note.contains("of 416 GPUs"), "{note}");
     assert!(
-        note.contains("all 416 (2^5·13) reach ") && note.contains("MFU 24.3%)"),
+        note.contains("all 416 (2^5·13) reach ") && note.contains("MFU 4.4%)"),
         "{note}"
     );
     assert!(note.contains("Probed 400, 392, 384"), "{note}");

@@ -334,13 +334,16 @@ fn parameter_counts_follow_the_card_or_the_block_family() {
 
 /// `validate --plan` re-splits a published layout whose layers do not
 /// divide over its stages before rejecting it, as the search does:
-/// BLOOMPQ-007 (79 layers derived from its 200B size, p = 4) runs with an
-/// ILP split of 79 layers whose stages differ by at most one layer.
+/// BLOOMPQ-007 with 79 layers stated (p = 4) runs with an ILP split of 79
+/// layers whose stages differ by at most one layer. (Until issue 15 the row
+/// derived 79 from its 200B size; it now derives 80, a multiple of its 4
+/// stages, as its TFLOP/s and step time say:
+/// `bloom_pre_0221_rows_compare_in_their_own_convention`.)
 #[test]
 fn plan_check_re_splits_layers_that_do_not_divide() {
     let cat = Catalog::shipped().unwrap();
-    let t = table(V2);
-    let row = t.rows.iter().find(|r| r.id == "BLOOMPQ-007").unwrap();
+    let t = table(&row_with("BLOOMPQ-007", &[("layers", "79")]));
+    let row = &t.rows[0];
     let case = validate::build_case(row, &cat, None).unwrap();
     assert_eq!(case.model.architecture.layers % case.layout.pp, 3);
     let p = validate::plan_check(&case);
@@ -623,4 +626,162 @@ fn moe_rows_follow_their_recipes() {
     assert!(ep.exposed < 0.9 * ep.total, "{ep:?}");
     let q = row(td).time.parts[TimePart::EpComm];
     assert!(q.total > 0.0 && q.exposed == q.total, "{q:?}");
+}
+
+/// Megatron-DeepSpeed's TFLOP/s estimator before PR #251 (the BLOOM log's
+/// rows before 02-21), `8·B·s·P_ne`, by hand against the log's own pairs of
+/// step time and TFLOP/s (`chronicles-prequel.md`):
+/// - BLOOMPQ-001 (02-17: L 8, h 14400, f 4h, 8 GPUs, 769.99 s, 108.47):
+///   per layer 12·14400² + 13·14400 = 2,488,507,200; P_ne = 8 × that +
+///   2·14400 = 19,908,086,400; 8·2048·2048·P_ne = 6.6799e17 FLOPs; over
+///   769.99 s and 8 GPUs 108.45 TFLOP/s.
+/// - BLOOMPQ-013 (02-20: L 80, h 14400, 320 GPUs, 221.21 s, 94.39): P_ne =
+///   80 × 2,488,507,200 + 28,800 = 199,080,604,800; 6.6800e18 FLOPs; 94.37.
+/// - BLOOMPQ-029 (02-20: L 80, h 13824, 320 GPUs, 147.43 s, 130.53): per
+///   layer 12·13824² + 13·13824 = 2,293,415,424; P_ne = 183,473,261,568;
+///   6.1562e18 FLOPs; 130.49.
+///
+/// Narayanan's Eq. 3 gives 125.8, 97.9 and 135.6 for the same three steps:
+/// the log's "under-reports ~3%" is the missing `s/6h + V/16Lh`.
+#[test]
+fn bloom_pre_pr251_estimator_by_hand() {
+    let s = 2048.0;
+    let b = 2048.0;
+    for (l, h, gpus, step, logged, flops_by_hand) in [
+        (8.0, 14400.0, 8.0, 769.99, 108.47, 6.6799e17),
+        (80.0, 14400.0, 320.0, 221.21, 94.39, 6.6800e18),
+        (80.0, 13824.0, 320.0, 147.43, 130.53, 6.1562e18),
+    ] {
+        let f = validate::mds_pre251_flops(l, h, 4.0 * h, b, s, true);
+        assert!(
+            (f / flops_by_hand - 1.0).abs() < 2e-4,
+            "L {l} h {h}: {f:e} FLOPs, by hand {flops_by_hand:e}"
+        );
+        let tflops = f / step / gpus / 1e12;
+        assert!(
+            (tflops / logged - 1.0).abs() < 1e-3,
+            "L {l} h {h}: {tflops:.2} TFLOP/s against the log's {logged}"
+        );
+    }
+    // Without checkpointing the estimator counts 3 passes, not 4.
+    let (ck, no) = (
+        validate::mds_pre251_flops(8.0, 14400.0, 57600.0, b, s, true),
+        validate::mds_pre251_flops(8.0, 14400.0, 57600.0, b, s, false),
+    );
+    assert!((ck / no - 4.0 / 3.0).abs() < 1e-12);
+}
+
+/// Every BLOOMPQ row logged before 02-21 is read with the old estimator:
+/// where it gives both a step time and TFLOP/s the two now agree through the
+/// FLOP count (within 0.1%; under Eq. 3 they were 3.7-16% apart and
+/// BLOOMPQ-001's step time was set aside), so the TFLOP/s error is the
+/// inverse of the step-time error.
+#[test]
+fn bloom_pre_0221_rows_compare_in_their_own_convention() {
+    let r = run(V2);
+    let old: Vec<_> = r
+        .rows
+        .iter()
+        .filter(|x| x.source == "BLOOMPQ" && x.convention.contains("PR #251"))
+        .collect();
+    // BLOOMPQ-001 … -029: 15 rows dated 02-17 and 02-20.
+    assert_eq!(old.len(), 15, "rows in the pre-02-21 convention");
+    for x in old {
+        let (tf, st) = (
+            x.tflops.unwrap(),
+            x.step_s
+                .unwrap_or_else(|| panic!("{}: step set aside", x.id)),
+        );
+        let product = (1.0 + tf.error) * (1.0 + st.error);
+        assert!(
+            (product - 1.0).abs() < 0.001,
+            "{}: TFLOP/s error {:+.1}% and step error {:+.1}% disagree",
+            x.id,
+            100.0 * tf.error,
+            100.0 * st.error
+        );
+    }
+}
+
+/// `[collective] inter` of jean-zay-a100, by hand: BigScience's
+/// all_reduce_bench on 4 A100 nodes (32 GPUs, 4 GB fp32, 2022-01-28,
+/// experiments/bandwidth/all_reduce_bench-a100-n4.txt) logs a median 41.9
+/// Gbps "algo throughput" (2·S·8 bits / t), i.e. t = 1.53 s. The model's
+/// hierarchical all-reduce at inter 0.18: NVLink reduce-scatter 7/8 · 4e9
+/// / (300e9 · 0.82) + 7 · 3 µs = 14.249 ms; NIC reduce-scatter of the 1/8
+/// shard over 4 nodes 3/4 · 5e8 / (50e9/8 · 0.18) + 3 · 5 µs = 333.348 ms;
+/// doubled for the all-gather: 0.6952 s. The fitted efficiency (from the
+/// 02-25 sweep rows) is 2.2× the January benchmark's network, which at
+/// this model's formula is efficiency 0.08; the DGX A100 value 0.82 would
+/// be 10× faster than the benchmark.
+#[test]
+fn jean_zay_all_reduce_bench() {
+    use meshplan::cost::comm::{Links, all_reduce};
+    use meshplan::layout::GroupSpan;
+    let cat = Catalog::shipped().unwrap();
+    let links = Links::of(cat.cluster("jean-zay-a100").unwrap());
+    let g = GroupSpan {
+        size: 32,
+        per_domain: 8,
+        domains: 4,
+        tier: 0,
+    };
+    let t = all_reduce(4e9, g, &links);
+    assert!(
+        (t - 0.6952).abs() < 5e-4,
+        "all-reduce {t:.4} s, by hand 0.6952 s"
+    );
+    let bench: f64 = 2.0 * 4e9 * 8.0 / 41.85e9;
+    assert!((bench - 1.529).abs() < 1e-3);
+    assert!(
+        t < bench && t > bench / 3.0,
+        "the profile must stay between the benchmark and 3x it"
+    );
+}
+
+/// Issue 15: no regime's signed median speed error beyond ±5% for the
+/// regimes the 65 BLOOMPQ rows dominate (before the Omni-Path efficiency
+/// and the pre-02-21 convention: BLOOMPQ +14.1%, megatron-deepspeed +13.8%,
+/// a100-80g +10.4%, fp16 +9.7%, zero 1 +9.5%; after: +2.5, +2.4, +2.4,
+/// +1.8, +1.5). The micro-batch-1 rows are the known remainder (+16% signed
+/// median over 14 rows, docs/fidelity.md).
+#[test]
+fn bloom_dominated_regimes_within_5_percent_signed() {
+    let r = run(V2);
+    let signed = |f: &dyn Fn(&validate::RowResult) -> bool| {
+        let v: Vec<f64> = r
+            .rows
+            .iter()
+            .filter(|x| f(x))
+            .filter_map(|x| x.speed_error)
+            .collect();
+        (v.len(), validate::median(&v))
+    };
+    for (name, (n, med), rows) in [
+        ("BLOOMPQ", signed(&|x| x.source == "BLOOMPQ"), 65),
+        (
+            "megatron-deepspeed",
+            signed(&|x| x.regime.engine == "megatron-deepspeed"),
+            68,
+        ),
+        ("a100-80g", signed(&|x| x.regime.gpu == "a100-80g"), 108),
+        ("fp16", signed(&|x| x.regime.precision == "fp16"), 88),
+        ("zero 1", signed(&|x| x.regime.zero == 1), 104),
+    ] {
+        assert_eq!(n, rows, "{name}: rows with a throughput comparison");
+        assert!(
+            med.abs() <= 0.05,
+            "{name}: signed median {:+.1}%",
+            100.0 * med
+        );
+    }
+    // Micro-batch 1 stays optimistic: the per-micro-batch cost of the
+    // pipeline engine is not modelled; this fails once it is, to be updated.
+    let mbs1 = signed(&|x| x.source == "BLOOMPQ" && x.layout.contains("mbs=1 "));
+    assert_eq!(mbs1.0, 14);
+    assert!(
+        mbs1.1 > 0.10 && mbs1.1 < 0.25,
+        "mbs 1 signed median {:+.1}%",
+        100.0 * mbs1.1
+    );
 }
