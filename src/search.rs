@@ -708,7 +708,10 @@ impl Splitter {
             let (n, max) = if sp.vpp == 1 {
                 (&mut dp, MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES))
             } else {
-                (&mut ilp, MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES))
+                (
+                    &mut ilp,
+                    MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES),
+                )
             };
             *n += 1;
             *n <= max

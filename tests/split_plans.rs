@@ -384,7 +384,10 @@ fn command_line_splits() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("split"), "{out}");
     assert!(out.contains("7/8×14/7"), "{out}");
-    assert!(out.contains("re-split by the ILP"), "{out}");
+    assert!(
+        out.contains("split programs solved: a DP for v = 1"),
+        "{out}"
+    );
 
     let o = meshplan(&[
         "explain",

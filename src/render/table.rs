@@ -196,7 +196,7 @@ impl Exporter for Table {
         if r.stats.splits_solved > 0 {
             writeln!(
                 w,
-                "Stage splits: {} layouts re-split by the ILP ({} programs solved); split = transformer layers per stage (p·v chunks, model order).",
+                "Stage splits: {} layouts re-split ({} split programs solved: a DP for v = 1, the ILP for interleaved); split = transformer layers per stage (p·v chunks, model order).",
                 r.stats.resplit, r.stats.splits_solved
             )?;
         }
