@@ -1983,6 +1983,7 @@ fn column_model(
         qk_layernorm: false,
         norm_epsilon: None,
         rope_scaling: None,
+        tokenizer_vocab: None,
     };
     if heads % kv_heads.max(1) != 0 {
         return Err(format!("{heads} heads are not a multiple of {kv_heads} kv heads").into());

@@ -558,3 +558,33 @@ fn slurm_head_node_lookup_cannot_die_of_sigpipe() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "node1");
     }
 }
+
+/// The GPT cards carry the padded 51,200 of their papers and the GPT-2
+/// tokenizer's 50,257: the divisor makes Megatron-LM pad one to the other
+/// (`_vocab_size_with_padding` rounds up to a multiple of X·T; checked
+/// with Megatron's own code by megatron-check on the T = 4 script: "padded
+/// 51200").
+#[test]
+fn vocabulary_divisor_reproduces_the_priced_vocabulary() {
+    use meshplan::generate::megatron::vocab_divisor;
+    // T = 8: 128·8 = 1024, ⌈50257/1024⌉ = 50 → 51,200 with Megatron's 128.
+    assert_eq!(vocab_divisor(50257, 51200, 8), Some(128));
+    // T = 4: 128 gives ⌈50257/512⌉·512 = 50,688; 256 gives 50·1024 = 51,200.
+    assert_eq!(vocab_divisor(50257, 51200, 4), Some(256));
+    // T = 3: the plan pads 51,200 to 51,456 = 134·384; X must divide
+    // 51456/3 = 17,152 = 2^8·67: 128 → 50,304, 256 → 50,688, 268 → 50,652,
+    // 536 → ⌈50257/1608⌉·1608 = 32·1608 = 51,456.
+    assert_eq!(vocab_divisor(50257, 51456, 3), Some(536));
+    let s = Setup::new("gpt3-175b", "dgx-a100-3072", Some(1024));
+    let l = meshplan::layout::Layout {
+        dp: 16,
+        tp: 4,
+        pp: 16,
+        ..fixed_layout()
+    };
+    let script = s.bundle(&l).file(generate::MEGATRON_SCRIPT).unwrap().to_string();
+    assert!(
+        script.contains("--make-vocab-size-divisible-by 256   # the tokenizer's 50257 padded to 51200"),
+        "{script}"
+    );
+}

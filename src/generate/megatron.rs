@@ -369,12 +369,26 @@ pub fn megatron(plan: &Plan) -> Megatron {
         model.push(val("--attention-dropout", 0));
         model.push(val("--hidden-dropout", 0));
     }
-    model.push(val("--make-vocab-size-divisible-by", 128).note(format!(
-        "vocabulary {} padded to {} (a multiple of 128·T = {})",
-        m.vocab,
-        m.padded_vocab,
-        128 * mesh.tp
-    )));
+    model.push(match m.tokenizer_vocab {
+        None => val("--make-vocab-size-divisible-by", 128).note(format!(
+            "vocabulary {} padded to {} (a multiple of 128·T = {})",
+            m.vocab,
+            m.padded_vocab,
+            128 * mesh.tp
+        )),
+        Some(t) => match vocab_divisor(t, m.padded_vocab, mesh.tp) {
+            Some(x) => val("--make-vocab-size-divisible-by", x).note(format!(
+                "the tokenizer's {t} padded to {}, the vocabulary priced (a multiple of {x}·T = {})",
+                m.padded_vocab,
+                x * mesh.tp as u64
+            )),
+            None => val("--make-vocab-size-divisible-by", 128).note(format!(
+                "CHECK: no divisor makes Megatron pad the tokenizer's {t} to the {} priced; it builds {}",
+                m.padded_vocab,
+                crate::cost::layer::padded_vocab(t, mesh.tp)
+            )),
+        },
+    });
 
     // Mixture of experts.
     let mut moe_args = Vec::new();
@@ -793,3 +807,20 @@ mod tests {
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
     }
 }
+
+/// The `--make-vocab-size-divisible-by` X for which Megatron-LM pads a
+/// tokenizer of `tokenizer` entries to `padded` at tensor parallelism `tp`:
+/// it rounds up to a multiple of X·T (`build_tokenizer.py`,
+/// `_vocab_size_with_padding`). Megatron's 128 when it works, else the
+/// smallest larger X, else the largest smaller one; `None` when none does.
+///
+/// Example: GPT-2 BPE (50,257) to the GPT-3 papers' 51,200 at T = 4: X =
+/// 128 gives ⌈50257/512⌉·512 = 50,688; X = 256 gives ⌈50257/1024⌉·1024 =
+/// 51,200.
+pub fn vocab_divisor(tokenizer: u64, padded: u64, tp: u32) -> Option<u64> {
+    let t = tp.max(1) as u64;
+    let pads = |x: u64| tokenizer.div_ceil(x * t) * x * t == padded;
+    let top = (padded / t).min(1 << 20);
+    (128..=top).find(|&x| pads(x)).or_else(|| (1..128).rev().find(|&x| pads(x)))
+}
+

@@ -84,6 +84,9 @@ pub struct ModelInfo {
     pub vocab: u64,
     /// Vocabulary padded as Megatron does for this T (multiple of 128·T).
     pub padded_vocab: u64,
+    /// The tokenizer's vocabulary when the card's is already padded.
+    #[serde(default)]
+    pub tokenizer_vocab: Option<u64>,
     /// Gated (SwiGLU) MLP.
     pub gated_mlp: bool,
     /// Normalisation.
@@ -776,6 +779,7 @@ impl Plan {
                 head_dim: model.head_dim(),
                 vocab: a.vocab,
                 padded_vocab: cost::layer::padded_vocab(a.vocab, l.tp),
+                tokenizer_vocab: a.tokenizer_vocab,
                 gated_mlp: a.gated_mlp,
                 norm: a.norm,
                 position_embedding: a.position_embedding,

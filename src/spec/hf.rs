@@ -910,6 +910,7 @@ impl Sizes {
             qk_layernorm: false,
             norm_epsilon,
             rope_scaling: None,
+            tokenizer_vocab: None,
         }
     }
 }
@@ -1140,6 +1141,7 @@ fn decoder(
         qk_layernorm,
         norm_epsilon,
         rope_scaling,
+        tokenizer_vocab: None,
     };
     Ok((architecture, moe, mla))
 }

@@ -127,6 +127,13 @@ pub struct Architecture {
     pub gated_mlp: bool,
     /// Vocabulary size V (before Megatron's padding).
     pub vocab: u64,
+    /// The tokenizer's own vocabulary when `vocab` is already padded (the
+    /// GPT-3 and Narayanan et al. 2021 models: GPT-2 BPE's 50,257 padded
+    /// to 51,200). `generate` then picks the
+    /// `--make-vocab-size-divisible-by` that makes Megatron-LM pad the
+    /// tokenizer to the vocabulary the plan priced.
+    #[serde(default)]
+    pub tokenizer_vocab: Option<u64>,
     /// Input embedding and output layer share weights.
     pub tied_embeddings: bool,
     /// Normalisation type.
@@ -431,6 +438,14 @@ impl Model {
                     ),
                 );
             }
+        }
+        if let Some(t) = a.tokenizer_vocab
+            && (t == 0 || t > a.vocab)
+        {
+            return err(
+                "architecture.tokenizer_vocab",
+                format!("must be 1 to vocab ({}), found {t}", a.vocab),
+            );
         }
         if let Some(e) = a.norm_epsilon
             && !(e.is_finite() && (1e-12..0.1).contains(&e))
