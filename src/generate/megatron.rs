@@ -795,19 +795,6 @@ pub fn megatron(plan: &Plan) -> Megatron {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting() {
-        assert_eq!(sh_quote("E,t*19|t*21,L"), "'E,t*19|t*21,L'");
-        assert_eq!(sh_quote("949,50,1"), "949,50,1");
-        assert_eq!(sh_quote("([0]*3+[1]*58)"), "'([0]*3+[1]*58)'");
-        assert_eq!(sh_quote("it's"), r"'it'\''s'");
-    }
-}
-
 /// The `--make-vocab-size-divisible-by` X for which Megatron-LM pads a
 /// tokenizer of `tokenizer` entries to `padded` at tensor parallelism `tp`:
 /// it rounds up to a multiple of X·T (`build_tokenizer.py`,
@@ -824,3 +811,15 @@ pub fn vocab_divisor(tokenizer: u64, padded: u64, tp: u32) -> Option<u64> {
     (128..=top).find(|&x| pads(x)).or_else(|| (1..128).rev().find(|&x| pads(x)))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("E,t*19|t*21,L"), "'E,t*19|t*21,L'");
+        assert_eq!(sh_quote("949,50,1"), "949,50,1");
+        assert_eq!(sh_quote("([0]*3+[1]*58)"), "'([0]*3+[1]*58)'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}
