@@ -1343,6 +1343,22 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 job.recipe = Recipe::ADAM_16B;
                 job.recipe_name = RecipeName::Adam16b;
             }
+            if engine == Some("megatron-bridge") {
+                // Megatron-Bridge 25.09/25.11 (tags v0.1.0rc4, v0.2.0) run
+                // Megatron-Core 0.14+ (v0.2.0 pins 3rdparty/Megatron-LM at
+                // 0d8e071): its `GPTModelProvider` turns on
+                // `cross_entropy_loss_fusion`, and the performance configs
+                // set `cross_entropy_fusion_impl = "te"` (the Llama and
+                // DeepSeek providers, `scripts/performance/configs/*.yaml`
+                // at v0.1.0rc4, `utils/helpers.py` at v0.2.0): TE's in-place
+                // fused cross-entropy (`memory::loss_buffer_bytes`). The
+                // MoE experts apply the routing probabilities in the
+                // weighted SwiGLU (`experts.py` core_v0.14.0), so the
+                // combine saves no expert output (`moe::RoutedSaved`).
+                job.engine_memory.loss = LossBuffers::TeFusedInPlace;
+                job.engine_memory.moe_probs_in_expert = true;
+                assume.push("memory: Megatron-Bridge — TE fused cross-entropy in place (2 B per logit), MoE probabilities applied in the expert activation (Megatron-Core 0.14)".into());
+            }
             assume.push(format!(
                 "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),

@@ -264,11 +264,21 @@ pub fn op_sac_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
 ///   `kempnerforge/distributed/tensor_parallel.py`), with `logits` held by
 ///   the loop (`scripts/train.py`) through backward: logits, saved
 ///   log-softmax and two gradients, 4·2 = 8 bytes per logit of the full V.
+/// - [`LossBuffers::TeFusedInPlace`] — Transformer Engine's
+///   `parallel_cross_entropy` (`transformer_engine/pytorch/triton/
+///   cross_entropy.py`; Megatron's `language_module.py`
+///   `compute_language_model_loss` calls it under
+///   `cross_entropy_loss_fusion` with `cross_entropy_fusion_impl = "te"`,
+///   core_v0.14.0): the forward keeps the bf16 logits and an fp32 (max,
+///   sum, target logit) triple per token, and the backward kernel writes
+///   the gradient into the logits in place: `2·t·V/T + 12·t`.
 ///
 /// Worked example, t = 16,384, V = 128,256, T = 1: Megatron 21.01e9,
-/// eager fp32 25.21e9, compiled 8.40e9, bf16 gathered 16.81e9 bytes.
+/// eager fp32 25.21e9, compiled 8.40e9, bf16 gathered 16.81e9 bytes, TE
+/// fused 2·2,101,346,304 + 12·16,384 = 4,202,889,216 bytes.
 pub fn loss_buffer_bytes(tokens: f64, vocab: f64, tp: f64, loss: LossBuffers) -> f64 {
     match loss {
+        LossBuffers::TeFusedInPlace => 2.0 * tokens * vocab / tp + 12.0 * tokens,
         LossBuffers::MegatronVocabParallel => logits_bytes(tokens, vocab, tp),
         LossBuffers::TorchFp32Eager => 12.0 * tokens * vocab / tp,
         LossBuffers::TorchCompiled => 4.0 * tokens * vocab / tp,
@@ -406,6 +416,11 @@ mod tests {
         assert_eq!(
             loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchFp32Eager),
             3.0 * n
+        );
+        // TE fused in place: 2 bytes per logit + 12 per token (doc comment).
+        assert_eq!(
+            loss_buffer_bytes(t, v, 1.0, LossBuffers::TeFusedInPlace),
+            4_202_889_216.0
         );
     }
 
