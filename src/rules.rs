@@ -320,6 +320,21 @@ pub fn comma(xs: &[u32]) -> String {
     xs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// Whether an explicit split leaves a stage with nothing to run: a zero
+/// layer count anywhere but the first stage (it holds the embedding) and
+/// the last (the output layer and loss). Megatron's
+/// `--pipeline-model-parallel-layout` allows those two to hold no
+/// transformer layer, e.g. Megatron-Bridge's DeepSeek-V3 H100 layout
+/// `Et|(tt|)*30mL` (`scripts/performance/run_script.py` at v0.1.0rc4):
+/// the last of its 32 stages holds only the MTP block and the loss.
+fn split_leaves_stage_empty(s: &[u32]) -> bool {
+    let n = s.len();
+    n < 2 && s.contains(&0)
+        || s.iter()
+            .enumerate()
+            .any(|(i, &x)| x == 0 && i != 0 && i + 1 != n)
+}
+
 /// `layers` split evenly over `chunks` stages.
 fn splits_evenly(layers: u32, chunks: impl Into<u64>) -> bool {
     let chunks = chunks.into();
@@ -487,13 +502,15 @@ const RULES: [RuleDef; 18] = [
         clauses: &[Clause {
             broken: |x| {
                 x.l.split.as_ref().is_some_and(|s| {
-                    s.len() as u64 != x.chunks || x.split_sum != x.a.layers as u64 || s.contains(&0)
+                    s.len() as u64 != x.chunks
+                        || x.split_sum != x.a.layers as u64
+                        || split_leaves_stage_empty(s)
                 })
             },
             message: |x| {
                 let s = x.l.split.as_deref().unwrap_or_default();
                 format!(
-                    "split {} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
+                    "split {} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty (only the first and last may hold no layer: they hold the embedding and the loss)",
                     comma(s),
                     s.len(),
                     x.split_sum,

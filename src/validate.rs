@@ -1614,6 +1614,48 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             ));
             Some(s)
         }
+    } else if engine == Some("megatron-bridge")
+        && run.card.as_deref() == Some("deepseek-v3")
+        && row.run.gpu_type.as_deref() == Some("h100-sxm")
+        && row.pp == 8
+        && vpp == 4
+        && layers == 61
+    {
+        // Megatron-Bridge's DeepSeek-V3 H100 performance run sets
+        // `pipeline_model_parallel_layout = "Et|(tt|)*30mL"` for its pp = 8,
+        // vp = 4 (`scripts/performance/run_script.py` at v0.1.0rc4): the
+        // embedding and one layer, thirty stages of two, and a last stage
+        // of the MTP block and the loss. The MTP block is not priced.
+        let mut s = vec![2u32; 32];
+        s[0] = 1;
+        s[31] = 0;
+        assume.push(
+            "split: Megatron-Bridge layout Et|(tt|)*30mL — 1, 2×30, 0 layers over the 32 stages (the last holds the MTP block, not priced, and the loss)".into(),
+        );
+        Some(s)
+    } else if engine == Some("megatron-bridge")
+        && run.card.as_deref() == Some("qwen3-235b-a22b")
+        && (layers + 2).is_multiple_of(row.pp * vpp)
+        && row.pp * vpp > 1
+    {
+        // Megatron-Bridge's Qwen3-235B-A22B recipe sets
+        // `account_for_embedding_in_pipeline_split` and
+        // `account_for_loss_in_pipeline_split`
+        // (`recipes/qwen/qwen3_235b_a22b.py` at v0.1.0rc4,
+        // `recipes/qwen/qwen3_moe.py` at v0.2.0): the embedding and the loss
+        // each take a layer slot, so the first and the last of the p·v
+        // stages hold one layer fewer.
+        let chunks = row.pp * vpp;
+        let per = (layers + 2) / chunks;
+        let mut s = vec![per; chunks as usize];
+        s[0] -= 1;
+        s[chunks as usize - 1] -= 1;
+        assume.push(format!(
+            "split: Megatron-Bridge account_for_embedding/loss_in_pipeline_split — {} layers per stage, {} on the first and last of {chunks}",
+            per,
+            per - 1
+        ));
+        Some(s)
     } else {
         None
     };
