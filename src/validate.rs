@@ -1634,7 +1634,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         );
         Some(s)
     } else if engine == Some("megatron-bridge")
-        && run.card.as_deref() == Some("qwen3-235b-a22b")
+        && named.as_deref() == Some("qwen3-235b-a22b")
         && (layers + 2).is_multiple_of(row.pp * vpp)
         && row.pp * vpp > 1
     {
