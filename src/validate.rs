@@ -1357,6 +1357,20 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 // combine saves no expert output (`moe::RoutedSaved`).
                 job.engine_memory.loss = LossBuffers::TeFusedInPlace;
                 job.engine_memory.moe_probs_in_expert = true;
+                if row.source.contains("release 25.11")
+                    && run.gpu_type.as_deref() == Some("gb200")
+                    && named.as_deref() == Some("llama3-70b")
+                    && run.zero == Some(3)
+                    && row.pp == 1
+                {
+                    // `LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG` (Megatron-FSDP,
+                    // mbs 2): `cpu_offloading_num_layers=40`, activations
+                    // only (`scripts/performance/configs/llama3/
+                    // workload_base_configs.py`, `utils/helpers.py`
+                    // `set_recompute_overrides` at v0.2.0).
+                    job.activation_offload_layers = 40;
+                    assume.push("activation offload: 40 of 80 layers' activations to host memory over NVLink-C2C (Megatron-Bridge 25.11 GB200 Llama3-70B recipe, cpu_offloading_num_layers = 40)".into());
+                }
                 assume.push("memory: Megatron-Bridge — TE fused cross-entropy in place (2 B per logit), MoE probabilities applied in the expert activation (Megatron-Core 0.14)".into());
             }
             assume.push(format!(

@@ -650,6 +650,11 @@ fn megatron_bridge_moe_rows_fit_as_they_ran() {
         ),
         ("MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256", 50.8),
         ("MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024", 70.5),
+        // Megatron-FSDP, 40 of 80 layers' activations offloaded to the
+        // Grace CPU (`cpu_offloading_num_layers = 40`): 303.3 GiB without
+        // the offload, less 40 layers × 3.62e9 bytes = 135 GiB; GB200
+        // usable 173.4 − 2.5 = 170.9 GiB.
+        ("MBRIDGE-25.11-DGX-GB200-LLAMA3_70B-FP8-CS-64", 168.3),
     ];
     for (id, pin) in pins {
         let row = r.rows.iter().find(|x| x.id == id).expect(id);

@@ -394,6 +394,15 @@ pub struct Job {
     /// What the engine keeps in memory where it differs from Megatron-LM.
     #[serde(default)]
     pub engine_memory: EngineMemory,
+    /// Transformer layers whose saved activations go to host memory during
+    /// forward and come back during backward (Megatron
+    /// `--cpu-offloading-num-layers` with activations only, Transformer
+    /// Engine's `get_cpu_offload_context`; Megatron refuses it with
+    /// pipeline parallelism); 0 = none. Priced by
+    /// [`crate::cost::memory::offload_transfer_time`] over the GPU's
+    /// `host_link_gbs`.
+    #[serde(default)]
+    pub activation_offload_layers: u32,
 }
 
 impl Job {
@@ -428,6 +437,7 @@ impl Job {
             attention_kernel: AttnKernel::Cudnn,
             cp_impl: CpImpl::Te,
             engine_memory: EngineMemory::default(),
+            activation_offload_layers: 0,
         }
     }
 
