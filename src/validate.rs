@@ -1343,6 +1343,20 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 job.recipe = Recipe::ADAM_16B;
                 job.recipe_name = RecipeName::Adam16b;
             }
+            if engine == Some("nemo")
+                && run.arch == Some(Arch::Nemotron)
+                && row.model.contains("340B")
+                && row.source.contains("NeMo 24.07")
+            {
+                // NeMo-Framework-Launcher 24.07's only Nemotron-340B training
+                // config, `launcher_scripts/conf/training/nemotron/
+                // nemotron_340b.yaml`, runs `distributed_fused_adam` with
+                // `dtype: bf16`: Apex `DistributedFusedAdam` keeps its
+                // parameter shard and both Adam moments in that dtype, 2 + 2
+                // + 2 bytes per parameter over D instead of 4 + 4 + 4.
+                job.recipe.optimizer_bytes = 6.0;
+                assume.push("optimizer: bf16 states, 6 B per parameter over D (NeMo-Framework-Launcher 24.07 nemotron_340b.yaml optim.dtype bf16; the summary's run is taken to keep it)".into());
+            }
             if engine == Some("megatron-bridge") {
                 // Megatron-Bridge 25.09/25.11 (tags v0.1.0rc4, v0.2.0) run
                 // Megatron-Core 0.14+ (v0.2.0 pins 3rdparty/Megatron-LM at
