@@ -321,18 +321,20 @@ pub fn comma(xs: &[u32]) -> String {
 }
 
 /// Whether an explicit split leaves a stage with nothing to run: a zero
-/// layer count anywhere but the first stage (it holds the embedding) and
-/// the last (the output layer and loss). Megatron's
-/// `--pipeline-model-parallel-layout` allows those two to hold no
+/// layer count anywhere but the last of the p·v stages of an interleaved
+/// layout, which holds the output layer and the loss. Megatron's
+/// `--pipeline-model-parallel-layout` (the form an interleaved uneven split
+/// takes, `generate::megatron::split`) allows a last stage of no
 /// transformer layer, e.g. Megatron-Bridge's DeepSeek-V3 H100 layout
-/// `Et|(tt|)*30mL` (`scripts/performance/run_script.py` at v0.1.0rc4):
-/// the last of its 32 stages holds only the MTP block and the loss.
-fn split_leaves_stage_empty(s: &[u32]) -> bool {
+/// `Et|(tt|)*30mL` (`scripts/performance/run_script.py` at v0.1.0rc4),
+/// whose last stage holds only the MTP block and the loss; without
+/// interleaving the split is written `--decoder-last-pipeline-num-layers`,
+/// which must be positive.
+fn split_leaves_stage_empty(s: &[u32], vpp: u32) -> bool {
     let n = s.len();
-    n < 2 && s.contains(&0)
-        || s.iter()
-            .enumerate()
-            .any(|(i, &x)| x == 0 && i != 0 && i + 1 != n)
+    s.iter()
+        .enumerate()
+        .any(|(i, &x)| x == 0 && !(vpp > 1 && n > 1 && i + 1 == n))
 }
 
 /// `layers` split evenly over `chunks` stages.
@@ -504,13 +506,13 @@ const RULES: [RuleDef; 18] = [
                 x.l.split.as_ref().is_some_and(|s| {
                     s.len() as u64 != x.chunks
                         || x.split_sum != x.a.layers as u64
-                        || split_leaves_stage_empty(s)
+                        || split_leaves_stage_empty(s, x.l.vpp)
                 })
             },
             message: |x| {
                 let s = x.l.split.as_deref().unwrap_or_default();
                 format!(
-                    "split {} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty (only the first and last may hold no layer: they hold the embedding and the loss)",
+                    "split {} has {} stages summing to {} layers; the layout needs {} stages summing to {}, none empty",
                     comma(s),
                     s.len(),
                     x.split_sum,
