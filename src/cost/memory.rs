@@ -312,15 +312,20 @@ pub fn unsharded_accumulated_grads(rank_params: f64, bytes_per_param: f64) -> f6
 ///
 /// 1F1B: `min(m, p − rank)` (Narayanan et al. 2021 [ref:narayanan-2021]).
 /// Interleaved with v chunks: `min(m·v, 2·(p − rank − 1) + (v − 1)·p + 1)`
-/// chunk micro-batches, Megatron's warm-up count plus one. GPipe would hold m.
-pub fn in_flight(rank: u32, pp: u32, vpp: u32, m: u64) -> f64 {
+/// chunk micro-batches, Megatron's warm-up count plus one; with the expert
+/// all-to-all overlapped across micro-batches (`a2a_overlap`,
+/// `--overlap-moe-expert-parallel-comm`) Megatron warms up one chunk
+/// micro-batch more (`get_pp_rank_microbatches` in
+/// `pipeline_parallel/schedules.py`, core_v0.14.0). GPipe would hold m.
+pub fn in_flight(rank: u32, pp: u32, vpp: u32, m: u64, a2a_overlap: bool) -> f64 {
     let p = pp as u64;
     let i = rank as u64;
     if vpp <= 1 {
         m.min(p - i) as f64
     } else {
         let v = vpp as u64;
-        (m * v).min(2 * (p - i - 1) + (v - 1) * p + 1) as f64
+        let extra = u64::from(a2a_overlap);
+        (m * v).min(2 * (p - i - 1) + (v - 1) * p + 1 + extra) as f64
     }
 }
 
@@ -469,13 +474,20 @@ mod tests {
     #[test]
     fn in_flight_counts() {
         // 1F1B p = 4, m = 8: stage 0 holds 4, stage 3 holds 1.
-        assert_eq!(in_flight(0, 4, 1, 8), 4.0);
-        assert_eq!(in_flight(3, 4, 1, 8), 1.0);
+        assert_eq!(in_flight(0, 4, 1, 8, false), 4.0);
+        assert_eq!(in_flight(3, 4, 1, 8, false), 1.0);
         // m < p: never more than m.
-        assert_eq!(in_flight(0, 8, 1, 2), 2.0);
+        assert_eq!(in_flight(0, 8, 1, 2, false), 2.0);
         // Interleaved p = 4, v = 2, stage 0: 2·3 + 4 + 1 = 11 chunk
         // micro-batches of L/8 layers = (L/4)·4·(1 + 3/8) as Megatron's factor.
-        assert_eq!(in_flight(0, 4, 2, 64), 11.0);
+        assert_eq!(in_flight(0, 4, 2, 64, false), 11.0);
         assert_eq!(11.0 / 2.0, 4.0 * (1.0 + 3.0 / 8.0));
+        // With the all-to-all overlapped one more warm-up chunk: 12; 1F1B
+        // unchanged. Qwen3-30B-A3B's p = 2, v = 24, last stage: 2·0 + 23·2
+        // + 1 = 47, overlapped 48.
+        assert_eq!(in_flight(0, 4, 2, 64, true), 12.0);
+        assert_eq!(in_flight(0, 4, 1, 8, true), 4.0);
+        assert_eq!(in_flight(1, 2, 24, 32, false), 47.0);
+        assert_eq!(in_flight(1, 2, 24, 32, true), 48.0);
     }
 }

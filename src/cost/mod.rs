@@ -386,7 +386,13 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     // Activations: the rank's items times the micro-batches in flight. For
     // interleaving the in-flight count is in chunk micro-batches, so divide
     // by v to get whole-rank micro-batches.
-    let in_flight = memory::in_flight(rank, l.pp, l.vpp, m) / l.vpp as f64;
+    let in_flight = memory::in_flight(
+        rank,
+        l.pp,
+        l.vpp,
+        m,
+        pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
+    ) / l.vpp as f64;
     let mut activations = items.activation * in_flight;
     // Activation offload (Megatron `--cpu-offloading-num-layers`, no
     // pipeline): the offloaded layers' saved activations leave the GPU; their
