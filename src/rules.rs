@@ -320,6 +320,23 @@ pub fn comma(xs: &[u32]) -> String {
     xs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// Whether an explicit split leaves a stage with nothing to run: a zero
+/// layer count anywhere but the last of the p·v stages of an interleaved
+/// layout, which holds the output layer and the loss. Megatron's
+/// `--pipeline-model-parallel-layout` (the form an interleaved uneven split
+/// takes, `generate::megatron::split`) allows a last stage of no
+/// transformer layer, e.g. Megatron-Bridge's DeepSeek-V3 H100 layout
+/// `Et|(tt|)*30mL` (`scripts/performance/run_script.py` at v0.1.0rc4),
+/// whose last stage holds only the MTP block and the loss; without
+/// interleaving the split is written `--decoder-last-pipeline-num-layers`,
+/// which must be positive.
+fn split_leaves_stage_empty(s: &[u32], vpp: u32) -> bool {
+    let n = s.len();
+    s.iter()
+        .enumerate()
+        .any(|(i, &x)| x == 0 && !(vpp > 1 && n > 1 && i + 1 == n))
+}
+
 /// `layers` split evenly over `chunks` stages.
 fn splits_evenly(layers: u32, chunks: impl Into<u64>) -> bool {
     let chunks = chunks.into();
@@ -487,7 +504,9 @@ const RULES: [RuleDef; 18] = [
         clauses: &[Clause {
             broken: |x| {
                 x.l.split.as_ref().is_some_and(|s| {
-                    s.len() as u64 != x.chunks || x.split_sum != x.a.layers as u64 || s.contains(&0)
+                    s.len() as u64 != x.chunks
+                        || x.split_sum != x.a.layers as u64
+                        || split_leaves_stage_empty(s, x.l.vpp)
                 })
             },
             message: |x| {

@@ -1380,6 +1380,50 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 job.recipe = Recipe::ADAM_16B;
                 job.recipe_name = RecipeName::Adam16b;
             }
+            if engine == Some("nemo")
+                && run.arch == Some(Arch::Nemotron)
+                && row.model.contains("340B")
+                && row.source.contains("NeMo 24.07")
+            {
+                // NeMo-Framework-Launcher 24.07's only Nemotron-340B training
+                // config, `launcher_scripts/conf/training/nemotron/
+                // nemotron_340b.yaml`, runs `distributed_fused_adam` with
+                // `dtype: bf16`: Apex `DistributedFusedAdam` keeps its
+                // parameter shard and both Adam moments in that dtype, 2 + 2
+                // + 2 bytes per parameter over D instead of 4 + 4 + 4.
+                job.recipe.optimizer_bytes = 6.0;
+                assume.push("optimizer: bf16 states, 6 B per parameter over D (NeMo-Framework-Launcher 24.07 nemotron_340b.yaml optim.dtype bf16; the summary's run is taken to keep it)".into());
+            }
+            if engine == Some("megatron-bridge") {
+                // Megatron-Bridge 25.09/25.11 (tags v0.1.0rc4, v0.2.0) run
+                // Megatron-Core 0.14+ (v0.2.0 pins 3rdparty/Megatron-LM at
+                // 0d8e071): its `GPTModelProvider` turns on
+                // `cross_entropy_loss_fusion`, and the performance configs
+                // set `cross_entropy_fusion_impl = "te"` (the Llama and
+                // DeepSeek providers, `scripts/performance/configs/*.yaml`
+                // at v0.1.0rc4, `utils/helpers.py` at v0.2.0): TE's in-place
+                // fused cross-entropy (`memory::loss_buffer_bytes`). The
+                // MoE experts apply the routing probabilities in the
+                // weighted SwiGLU (`experts.py` core_v0.14.0), so the
+                // combine saves no expert output (`moe::RoutedSaved`).
+                job.engine_memory.loss = LossBuffers::TeFusedInPlace;
+                job.engine_memory.moe_probs_in_expert = true;
+                if row.source.contains("release 25.11")
+                    && run.gpu_type.as_deref() == Some("gb200")
+                    && named.as_deref() == Some("llama3-70b")
+                    && run.zero == Some(3)
+                    && row.pp == 1
+                {
+                    // `LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG` (Megatron-FSDP,
+                    // mbs 2): `cpu_offloading_num_layers=40`, activations
+                    // only (`scripts/performance/configs/llama3/
+                    // workload_base_configs.py`, `utils/helpers.py`
+                    // `set_recompute_overrides` at v0.2.0).
+                    job.activation_offload_layers = 40;
+                    assume.push("activation offload: 40 of 80 layers' activations to host memory over NVLink-C2C (Megatron-Bridge 25.11 GB200 Llama3-70B recipe, cpu_offloading_num_layers = 40)".into());
+                }
+                assume.push("memory: Megatron-Bridge — TE fused cross-entropy in place (2 B per logit), MoE probabilities applied in the expert activation (Megatron-Core 0.14)".into());
+            }
             assume.push(format!(
                 "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
@@ -1635,6 +1679,48 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             ));
             Some(s)
         }
+    } else if engine == Some("megatron-bridge")
+        && run.card.as_deref() == Some("deepseek-v3")
+        && row.run.gpu_type.as_deref() == Some("h100-sxm")
+        && row.pp == 8
+        && vpp == 4
+        && layers == 61
+    {
+        // Megatron-Bridge's DeepSeek-V3 H100 performance run sets
+        // `pipeline_model_parallel_layout = "Et|(tt|)*30mL"` for its pp = 8,
+        // vp = 4 (`scripts/performance/run_script.py` at v0.1.0rc4): the
+        // embedding and one layer, thirty stages of two, and a last stage
+        // of the MTP block and the loss. The MTP block is not priced.
+        let mut s = vec![2u32; 32];
+        s[0] = 1;
+        s[31] = 0;
+        assume.push(
+            "split: Megatron-Bridge layout Et|(tt|)*30mL — 1, 2×30, 0 layers over the 32 stages (the last holds the MTP block, not priced, and the loss)".into(),
+        );
+        Some(s)
+    } else if engine == Some("megatron-bridge")
+        && named.as_deref() == Some("qwen3-235b-a22b")
+        && (layers + 2).is_multiple_of(row.pp * vpp)
+        && row.pp * vpp > 1
+    {
+        // Megatron-Bridge's Qwen3-235B-A22B recipe sets
+        // `account_for_embedding_in_pipeline_split` and
+        // `account_for_loss_in_pipeline_split`
+        // (`recipes/qwen/qwen3_235b_a22b.py` at v0.1.0rc4,
+        // `recipes/qwen/qwen3_moe.py` at v0.2.0): the embedding and the loss
+        // each take a layer slot, so the first and the last of the p·v
+        // stages hold one layer fewer.
+        let chunks = row.pp * vpp;
+        let per = (layers + 2) / chunks;
+        let mut s = vec![per; chunks as usize];
+        s[0] -= 1;
+        s[chunks as usize - 1] -= 1;
+        assume.push(format!(
+            "split: Megatron-Bridge account_for_embedding/loss_in_pipeline_split — {} layers per stage, {} on the first and last of {chunks}",
+            per,
+            per - 1
+        ));
+        Some(s)
     } else {
         None
     };

@@ -535,6 +535,7 @@ fn explain_json_parts_add_up_and_name_their_source() {
             "dp_grad",
             "param_gather",
             "contention",
+            "activation_offload",
             "optimizer"
         ]
     );

@@ -582,9 +582,15 @@ fn vocabulary_divisor_reproduces_the_priced_vocabulary() {
         pp: 16,
         ..fixed_layout()
     };
-    let script = s.bundle(&l).file(generate::MEGATRON_SCRIPT).unwrap().to_string();
+    let script = s
+        .bundle(&l)
+        .file(generate::MEGATRON_SCRIPT)
+        .unwrap()
+        .to_string();
     assert!(
-        script.contains("--make-vocab-size-divisible-by 256   # the tokenizer's 50257 padded to 51200"),
+        script.contains(
+            "--make-vocab-size-divisible-by 256   # the tokenizer's 50257 padded to 51200"
+        ),
         "{script}"
     );
 }

@@ -199,7 +199,7 @@ fn every_breakdown_part_names_a_real_function_and_reference() {
         .chain(MemoryPart::ALL.iter().map(|p| (p.key(), p.source())))
         .chain(MemoryDetail::ALL.iter().map(|p| (p.key(), p.source())))
         .collect();
-    assert_eq!(sources.len(), 12 + 7 + 9);
+    assert_eq!(sources.len(), 13 + 7 + 9);
     for (key, s) in sources {
         assert!(
             defined.contains(s.reference),

@@ -167,6 +167,11 @@ parts! {
         /// communication that overlap hid, for every overlapped term.
         Contention => ("contention", "overlap contention (compute slowed by NCCL)",
             "src/cost/contention.rs: contention, overlapped_step; src/cost/fsdp.rs: timeline", "isaev-2023"),
+        /// Activation offload to host memory: the transfers of the
+        /// offloaded layers' saved activations that the next layer's
+        /// forward (or backward) does not hide.
+        ActivationOffload => ("activation_offload", "activation offload (host link)",
+            "src/cost/memory.rs: offload_transfer_time", "megatron-cpu-offload"),
         /// Optimizer step over the rank's shard.
         Optimizer => ("optimizer", "optimizer step",
             "src/cost/data_parallel.rs: optimizer_step_time", "kingma-2015"),

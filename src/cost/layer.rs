@@ -381,6 +381,24 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // (`memory::op_sac_terms`) in place of Megatron's selective recompute.
     let op_sac = l.recompute == Recompute::Selective
         && job.engine_memory.selective == SelectivePolicy::TorchtitanOp;
+    // What the routed experts save (`experts::routed_activation_bytes`):
+    // the grouped GEMMs' inputs narrow under Transformer Engine's low
+    // precision, and the routing probabilities where the engine's
+    // Megatron-Core applies them in the expert activation.
+    let routed_saved = match &model.moe {
+        Some(m) => experts::RoutedSaved {
+            fc1_input: precision::saved_input_element_bytes(
+                pr.rates.low.as_ref(),
+                model.architecture.hidden as f64,
+            ),
+            fc2_input: precision::saved_input_element_bytes(
+                pr.rates.low.as_ref(),
+                m.expert_ffn as f64 / l.etp as f64,
+            ),
+            probs_in_expert: job.engine_memory.moe_probs_in_expert,
+        },
+        None => experts::RoutedSaved::BF16,
+    };
     let item = |moe: bool| -> ItemCost {
         let (pairs, etp) = if moe {
             let etp = l.etp as f64;
@@ -481,7 +499,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             } else {
                 layer_act(&attn_terms, l.recompute)
             };
-            let exp_act = experts::routed_activation_bytes(model, pairs, etp, tokens, tp);
+            let exp_act =
+                experts::routed_activation_bytes(model, pairs, etp, tokens, tp, &routed_saved);
             let full = if l.recompute == Recompute::Full {
                 0.0
             } else {
@@ -655,7 +674,14 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let routed = if l.recompute == Recompute::Full {
                 0.0
             } else {
-                experts::routed_activation_bytes(model, pairs, l.etp as f64, tokens, tp)
+                experts::routed_activation_bytes(
+                    model,
+                    pairs,
+                    l.etp as f64,
+                    tokens,
+                    tp,
+                    &routed_saved,
+                )
             };
             (
                 experts::dispatch_buffer_bytes(model, tokens, tp, load),

@@ -264,11 +264,21 @@ pub fn op_sac_terms(model: &Model, include_mlp: bool) -> ActivationTerms {
 ///   `kempnerforge/distributed/tensor_parallel.py`), with `logits` held by
 ///   the loop (`scripts/train.py`) through backward: logits, saved
 ///   log-softmax and two gradients, 4·2 = 8 bytes per logit of the full V.
+/// - [`LossBuffers::TeFusedInPlace`] — Transformer Engine's
+///   `parallel_cross_entropy` (`transformer_engine/pytorch/triton/
+///   cross_entropy.py`; Megatron's `language_module.py`
+///   `compute_language_model_loss` calls it under
+///   `cross_entropy_loss_fusion` with `cross_entropy_fusion_impl = "te"`,
+///   core_v0.14.0): the forward keeps the bf16 logits and an fp32 (max,
+///   sum, target logit) triple per token, and the backward kernel writes
+///   the gradient into the logits in place: `2·t·V/T + 12·t`.
 ///
 /// Worked example, t = 16,384, V = 128,256, T = 1: Megatron 21.01e9,
-/// eager fp32 25.21e9, compiled 8.40e9, bf16 gathered 16.81e9 bytes.
+/// eager fp32 25.21e9, compiled 8.40e9, bf16 gathered 16.81e9 bytes, TE
+/// fused 2·2,101,346,304 + 12·16,384 = 4,202,889,216 bytes.
 pub fn loss_buffer_bytes(tokens: f64, vocab: f64, tp: f64, loss: LossBuffers) -> f64 {
     match loss {
+        LossBuffers::TeFusedInPlace => 2.0 * tokens * vocab / tp + 12.0 * tokens,
         LossBuffers::MegatronVocabParallel => logits_bytes(tokens, vocab, tp),
         LossBuffers::TorchFp32Eager => 12.0 * tokens * vocab / tp,
         LossBuffers::TorchCompiled => 4.0 * tokens * vocab / tp,
@@ -302,16 +312,46 @@ pub fn unsharded_accumulated_grads(rank_params: f64, bytes_per_param: f64) -> f6
 ///
 /// 1F1B: `min(m, p − rank)` (Narayanan et al. 2021 [ref:narayanan-2021]).
 /// Interleaved with v chunks: `min(m·v, 2·(p − rank − 1) + (v − 1)·p + 1)`
-/// chunk micro-batches, Megatron's warm-up count plus one. GPipe would hold m.
-pub fn in_flight(rank: u32, pp: u32, vpp: u32, m: u64) -> f64 {
+/// chunk micro-batches, Megatron's warm-up count plus one; with the expert
+/// all-to-all overlapped across micro-batches (`a2a_overlap`,
+/// `--overlap-moe-expert-parallel-comm`) Megatron warms up one chunk
+/// micro-batch more (`get_pp_rank_microbatches` in
+/// `pipeline_parallel/schedules.py`, core_v0.14.0). GPipe would hold m.
+pub fn in_flight(rank: u32, pp: u32, vpp: u32, m: u64, a2a_overlap: bool) -> f64 {
     let p = pp as u64;
     let i = rank as u64;
     if vpp <= 1 {
         m.min(p - i) as f64
     } else {
         let v = vpp as u64;
-        (m * v).min(2 * (p - i - 1) + (v - 1) * p + 1) as f64
+        let extra = u64::from(a2a_overlap);
+        (m * v).min(2 * (p - i - 1) + (v - 1) * p + 1 + extra) as f64
     }
+}
+
+/// Transfer time of one offloaded layer's saved activations over the host
+/// link, one micro-batch, seconds: `(total, exposed)`. The activations go
+/// out while the next layer runs its forward and come back while the layer
+/// after it in backward order runs its backward (Transformer Engine's
+/// `cpu_offload.py` double-buffered group offload, which Megatron's
+/// `--cpu-offloading-num-layers` drives): each way takes `A/B`, and only
+/// what exceeds the compute it overlaps is exposed,
+/// `max(0, A/B − t_f) + max(0, A/B − t_b)`.
+///
+/// Worked example: A = 3.62e9 bytes (a Llama-3 70B layer, b = 2, s = 8192,
+/// FP8 inputs), B = 225 GB/s: 16.1 ms each way; against t_f = 12 ms and
+/// t_b = 24 ms, 4.1 ms of the 32.2 ms is exposed.
+pub fn offload_transfer_time(
+    layer_bytes: f64,
+    host_gbs: f64,
+    fwd_time: f64,
+    bwd_time: f64,
+) -> (f64, f64) {
+    let one_way = layer_bytes / (host_gbs * 1e9);
+    (
+        2.0 * one_way,
+        (one_way - fwd_time).max(0.0) + (one_way - bwd_time).max(0.0),
+    )
 }
 
 /// Logits and loss buffers on the last stage for one micro-batch, bytes:
@@ -407,6 +447,11 @@ mod tests {
             loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchFp32Eager),
             3.0 * n
         );
+        // TE fused in place: 2 bytes per logit + 12 per token (doc comment).
+        assert_eq!(
+            loss_buffer_bytes(t, v, 1.0, LossBuffers::TeFusedInPlace),
+            4_202_889_216.0
+        );
     }
 
     #[test]
@@ -416,15 +461,33 @@ mod tests {
     }
 
     #[test]
+    fn offload_hidden_unless_the_link_is_slower() {
+        // Doc example: 3.62e9 / 225e9 = 16.09 ms each way; exposed
+        // (16.09 − 12) + 0 = 4.09 ms; total 32.18 ms.
+        let (total, exposed) = offload_transfer_time(3.62e9, 225.0, 0.012, 0.024);
+        assert!((total - 0.032_177_8).abs() < 1e-6, "{total}");
+        assert!((exposed - 0.004_088_9).abs() < 1e-6, "{exposed}");
+        // Compute longer both ways: nothing exposed.
+        assert_eq!(offload_transfer_time(3.62e9, 225.0, 0.02, 0.04).1, 0.0);
+    }
+
+    #[test]
     fn in_flight_counts() {
         // 1F1B p = 4, m = 8: stage 0 holds 4, stage 3 holds 1.
-        assert_eq!(in_flight(0, 4, 1, 8), 4.0);
-        assert_eq!(in_flight(3, 4, 1, 8), 1.0);
+        assert_eq!(in_flight(0, 4, 1, 8, false), 4.0);
+        assert_eq!(in_flight(3, 4, 1, 8, false), 1.0);
         // m < p: never more than m.
-        assert_eq!(in_flight(0, 8, 1, 2), 2.0);
+        assert_eq!(in_flight(0, 8, 1, 2, false), 2.0);
         // Interleaved p = 4, v = 2, stage 0: 2·3 + 4 + 1 = 11 chunk
         // micro-batches of L/8 layers = (L/4)·4·(1 + 3/8) as Megatron's factor.
-        assert_eq!(in_flight(0, 4, 2, 64), 11.0);
+        assert_eq!(in_flight(0, 4, 2, 64, false), 11.0);
         assert_eq!(11.0 / 2.0, 4.0 * (1.0 + 3.0 / 8.0));
+        // With the all-to-all overlapped one more warm-up chunk: 12; 1F1B
+        // unchanged. Qwen3-30B-A3B's p = 2, v = 24, last stage: 2·0 + 23·2
+        // + 1 = 47, overlapped 48.
+        assert_eq!(in_flight(0, 4, 2, 64, true), 12.0);
+        assert_eq!(in_flight(0, 4, 1, 8, true), 4.0);
+        assert_eq!(in_flight(1, 2, 24, 32, false), 47.0);
+        assert_eq!(in_flight(1, 2, 24, 32, true), 48.0);
     }
 }

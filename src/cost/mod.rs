@@ -386,8 +386,38 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     // Activations: the rank's items times the micro-batches in flight. For
     // interleaving the in-flight count is in chunk micro-batches, so divide
     // by v to get whole-rank micro-batches.
-    let in_flight = memory::in_flight(rank, l.pp, l.vpp, m) / l.vpp as f64;
-    let activations = items.activation * in_flight;
+    let in_flight = memory::in_flight(
+        rank,
+        l.pp,
+        l.vpp,
+        m,
+        pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
+    ) / l.vpp as f64;
+    let mut activations = items.activation * in_flight;
+    // Activation offload (Megatron `--cpu-offloading-num-layers`, no
+    // pipeline): the offloaded layers' saved activations leave the GPU; their
+    // transfers over the host link, less the compute they overlap, are
+    // exposed (`memory::offload_transfer_time`).
+    let offload = pr
+        .job
+        .activation_offload_layers
+        .min(n_layers.saturating_sub(1));
+    if offload > 0 && l.pp == 1 && pr.gpu.host_link_gbs > 0.0 {
+        let it = if moe_layers == n_layers {
+            &lc.moe
+        } else {
+            &lc.dense
+        };
+        let (total, exposed) = memory::offload_transfer_time(
+            it.activation,
+            pr.gpu.host_link_gbs,
+            it.fwd_time(),
+            it.time() - it.fwd_time(),
+        );
+        activations -= offload as f64 * it.activation * in_flight;
+        items.time[TimePart::ActivationOffload] =
+            Term::overlapped(offload as f64 * exposed, offload as f64 * total);
+    }
     let is_last = rank == l.pp - 1;
     let logits = if is_last { lc.output.working_set } else { 0.0 };
     // Temporaries: one layer's backward working set; SP all-gather, CP K/V

@@ -108,32 +108,91 @@ pub fn etp_comm_time(model: &Model, pairs: f64, passes: f64, etp: GroupSpan, lin
     passes * comm::all_reduce(pairs * model.architecture.hidden as f64 * 2.0, etp, links)
 }
 
+/// Bytes per element at which the routed part saves its tensors: the
+/// inputs of the two expert GEMMs (fc1 input of width h, fc2 input of width
+/// f' = f/ETP) and whether the routing probabilities are applied inside the
+/// expert activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoutedSaved {
+    /// Bytes per element of the saved fc1 input (2 = bf16; Transformer
+    /// Engine's FP8 saves its narrow copy, `precision::saved_input_element_bytes`).
+    pub fc1_input: f64,
+    /// Bytes per element of the saved fc2 input (the activation output).
+    pub fc2_input: f64,
+    /// Megatron-Core ≥ 0.13 multiplies the routing probabilities into the
+    /// gated activation (`weighted_bias_swiglu_impl` in `experts.py`,
+    /// `TEGroupedMLP.forward`), and the unpermute of the combine takes no
+    /// probabilities (`token_dispatcher.py` `unpermute(...)` at
+    /// core_v0.14.0), so the combined expert output `t/T·k·2h` is not
+    /// saved; the activation saves the probabilities instead (counted fp32,
+    /// 4 bytes per pair). Earlier releases apply them in the unpermute and
+    /// save its input.
+    pub probs_in_expert: bool,
+}
+
+impl RoutedSaved {
+    /// bf16 inputs, probabilities applied in the unpermute (Megatron-Core
+    /// before 0.13): the bytes of [`routed_activation_bytes`] as first written.
+    pub const BF16: RoutedSaved = RoutedSaved {
+        fc1_input: 2.0,
+        fc2_input: 2.0,
+        probs_in_expert: false,
+    };
+}
+
 /// Saved bytes of the routed part of one MoE layer for one rank and one
-/// micro-batch (bf16 tensors, fp32 router state):
+/// micro-batch (bf16 tensors unless `saved` narrows the GEMM inputs, fp32
+/// router state):
 ///
 /// - per computed pair (`pairs`, see [`routed_pairs_per_rank`]): the expert
-///   input `2h` (gathered over ETP), fc1 output `2·2f'` (gated) or `2f'`,
-///   and the activation output `2f'`, with `f' = f/ETP`;
+///   input `b_1·h` (gathered over ETP), fc1 output `2·2f'` (gated) or `2f'`,
+///   and the activation output `b_2·f'`, with `f' = f/ETP` (`b_1 = b_2 = 2`
+///   for bf16);
 /// - per pair the rank sent (`t/T · k`): the combined expert output `2h`,
-///   kept for the routing-probability gradient of the unpermute;
+///   kept for the routing-probability gradient of the unpermute — or, when
+///   the probabilities are applied in the expert activation
+///   ([`RoutedSaved::probs_in_expert`]), 4 bytes of probability per computed
+///   pair instead;
 /// - per local token (`t/T`): the MoE block input `2h` (router, shared
 ///   experts and permutation read it) and the router state: fp32 logits and
 ///   probabilities over all experts plus a one-byte routing map, `9·experts`;
-/// - shared experts: their MLP intermediates (`2·2f_s + 2f_s` gated) per
+/// - shared experts: their MLP intermediates (`2·2f_s + b_2·f_s` gated) per
 ///   local token, `f_s` = all shared experts' width (TP-sharded like a dense
 ///   MLP, so `t·f_s/T = (t/T)·f_s`).
-pub fn routed_activation_bytes(model: &Model, pairs: f64, etp: f64, tokens: f64, tp: f64) -> f64 {
+///
+/// Worked example, Qwen3-30B-A3B (h = 2048, f = 768, 128 experts, k = 8,
+/// no shared expert), t = 8192, T = ETP = 1, λ = 1 (65,536 pairs), FP8
+/// tensor-wise inputs (1 byte, one scale per tensor), probs in
+/// the expert: pairs · (2048 + 4·768 + 768 + 4) = 65,536 · 5,892 =
+/// 386,138,112; block input 8192 · 4096 = 33,554,432; router 8192 · 9 · 128 =
+/// 9,437,184; total 429,129,728 bytes, against 881,852,416 with
+/// [`RoutedSaved::BF16`] (65,536 · 8,704 + 65,536 · 4,096 + 33,554,432 +
+/// 9,437,184).
+pub fn routed_activation_bytes(
+    model: &Model,
+    pairs: f64,
+    etp: f64,
+    tokens: f64,
+    tp: f64,
+    saved: &RoutedSaved,
+) -> f64 {
     let Some(m) = &model.moe else { return 0.0 };
     let a = &model.architecture;
     let h = a.hidden as f64;
     let f = m.expert_ffn as f64 / etp;
-    let inter = if a.gated_mlp { 6.0 * f } else { 4.0 * f };
+    let fc1_out = if a.gated_mlp { 4.0 } else { 2.0 };
+    let per_pair = saved.fc1_input * h + fc1_out * f + saved.fc2_input * f;
     let local = tokens / tp;
     let sent = local * m.top_k as f64;
+    let combine = if saved.probs_in_expert {
+        4.0 * pairs
+    } else {
+        sent * 2.0 * h
+    };
     let shared_f = m.shared_experts as f64 * m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64;
-    let shared = local * if a.gated_mlp { 6.0 } else { 4.0 } * shared_f;
+    let shared = local * (fc1_out + saved.fc2_input) * shared_f;
     let router = local * 9.0 * m.experts as f64;
-    pairs * (2.0 * h + inter) + sent * 2.0 * h + local * 2.0 * h + router + shared
+    pairs * per_pair + combine + local * 2.0 * h + router + shared
 }
 
 /// Dispatch buffers of one MoE layer in flight, bytes: the permuted send
@@ -236,6 +295,30 @@ mod tests {
     use crate::spec::Catalog;
 
     #[test]
+    fn routed_saved_fp8_probs_in_expert() {
+        // Worked in `routed_activation_bytes`'s doc comment: Qwen3-30B-A3B,
+        // t = 8192, k = 8 → 65,536 pairs at λ = 1.
+        let cat = Catalog::shipped().unwrap();
+        let m = cat.model("qwen3-30b-a3b").unwrap();
+        let fp8 = RoutedSaved {
+            fc1_input: 1.0,
+            fc2_input: 1.0,
+            probs_in_expert: true,
+        };
+        // 65,536·(2048 + 4·768 + 768 + 4) + 8192·4096 + 8192·9·128.
+        assert_eq!(
+            routed_activation_bytes(m, 65_536.0, 1.0, 8192.0, 1.0, &fp8),
+            429_129_728.0
+        );
+        // bf16, probabilities in the unpermute: 65,536·(4096 + 6·768)
+        // + 65,536·4096 (combined output) + 33,554,432 + 9,437,184.
+        assert_eq!(
+            routed_activation_bytes(m, 65_536.0, 1.0, 8192.0, 1.0, &RoutedSaved::BF16),
+            881_852_416.0
+        );
+    }
+
+    #[test]
     fn deepseek_v3_pairs_and_bytes_by_hand() {
         // DeepSeek-V3: h = 7168, k = 8. b = 1, s = 4096, C = 1, T = 2,
         // ETP = 1, λ = 1.2: pairs = 1.2·4096/2·8 = 19,660.8; one all-to-all
@@ -259,7 +342,7 @@ mod tests {
         // router 4096·9·8 = 294,912; total 872,710,144.
         let cat = Catalog::shipped().unwrap();
         let m = cat.model("mixtral-8x7b").unwrap();
-        let b = routed_activation_bytes(m, 8192.0, 1.0, 4096.0, 1.0);
+        let b = routed_activation_bytes(m, 8192.0, 1.0, 4096.0, 1.0, &RoutedSaved::BF16);
         assert_eq!(b, 872_710_144.0);
         // Dispatch buffers: send 64 MiB + receive 64 MiB at λ = 1.
         assert_eq!(

@@ -521,6 +521,22 @@ pub fn saved_input_bytes_per_token(
     (replicated, sharded)
 }
 
+/// Bytes per element at which a low-precision linear keeps its input for
+/// the weight gradient, rows of `row` elements: Transformer Engine saves the
+/// narrow column-wise copy, `b + scale` ([ref:te-fp8-primer]; its
+/// `GroupedLinear`, the experts' grouped GEMM, saves its quantized inputs
+/// the same way); torchao and bf16 save the bf16 input, 2. The complement
+/// of what [`saved_input_bytes_per_token`] removes per element.
+///
+/// Example: FP8 tensor-wise (current scaling), TE: 1 + 0 = 1 byte; FP8
+/// block-wise, rows of 2048: 1 + 4/128 = 1.03125 bytes.
+pub fn saved_input_element_bytes(lp: Option<&LowPrecision>, row: f64) -> f64 {
+    match lp {
+        Some(lp) if lp.kernels == Fp8Kernels::Te => lp.operand_bytes + lp.act_scale_bytes(row),
+        _ => 2.0,
+    }
+}
+
 /// Element bytes of the SP all-gathers (forward input gathers, backward
 /// output-gradient gathers) over the bf16 two: Transformer Engine and
 /// torchao's tensor-wise float8 tensor parallelism cast before gathering
@@ -631,6 +647,28 @@ mod tests {
             operand_bytes: 1.0,
             amax_reads: amax_reads(Precision::Fp8, recipe),
         }
+    }
+
+    #[test]
+    fn saved_input_element_bytes_te_and_bf16() {
+        // bf16 (no low precision): 2 bytes.
+        assert_eq!(saved_input_element_bytes(None, 2048.0), 2.0);
+        let mut job = crate::spec::Job::new(8, 4096);
+        job.precision = crate::spec::Precision::Fp8;
+        job.fp8_kernels = Fp8Kernels::Te;
+        // Tensor-wise current scaling: 1 byte, one scale per tensor.
+        job.fp8_recipe = Fp8Recipe::Current;
+        let lp = LowPrecision::unusable(&job);
+        assert_eq!(saved_input_element_bytes(Some(&lp), 2048.0), 1.0);
+        // Block-wise: one fp32 scale per 1×128 tile, 1 + 4/128.
+        job.fp8_recipe = Fp8Recipe::Blockwise;
+        let lp = LowPrecision::unusable(&job);
+        assert_eq!(saved_input_element_bytes(Some(&lp), 2048.0), 1.03125);
+        // torchao saves the bf16 input.
+        job.fp8_kernels = Fp8Kernels::Torchao;
+        job.fp8_recipe = Fp8Recipe::Current;
+        let lp = LowPrecision::unusable(&job);
+        assert_eq!(saved_input_element_bytes(Some(&lp), 2048.0), 2.0);
     }
 
     #[test]

@@ -808,7 +808,9 @@ pub fn vocab_divisor(tokenizer: u64, padded: u64, tp: u32) -> Option<u64> {
     let t = tp.max(1) as u64;
     let pads = |x: u64| tokenizer.div_ceil(x * t) * x * t == padded;
     let top = (padded / t).min(1 << 20);
-    (128..=top).find(|&x| pads(x)).or_else(|| (1..128).rev().find(|&x| pads(x)))
+    (128..=top)
+        .find(|&x| pads(x))
+        .or_else(|| (1..128).rev().find(|&x| pads(x)))
 }
 
 #[cfg(test)]

@@ -99,6 +99,11 @@ pub struct Gpu {
     /// its tensor cores.
     #[serde(default)]
     pub block_scaled_mma: bool,
+    /// Bandwidth of the GPU's link to host memory, one direction, GB/s
+    /// (PCIe or NVLink-C2C); 0 = not stated (activation offload cannot be
+    /// priced).
+    #[serde(default)]
+    pub host_link_gbs: f64,
     /// Achieved-fraction parameters.
     pub efficiency: ComputeEfficiency,
     /// Compute slowdown under overlapped communication.

@@ -244,6 +244,12 @@ pub enum LossBuffers {
     /// held by the training loop, the saved bf16 log-softmax and the two
     /// bf16 gradients, 8 bytes per logit of the full vocabulary.
     TorchBf16Gathered,
+    /// Transformer Engine's fused `parallel_cross_entropy` (Megatron's
+    /// `cross_entropy_loss_fusion` with `cross_entropy_fusion_impl = "te"`):
+    /// the Triton kernel keeps the bf16 logits and writes their gradient
+    /// over them in place, plus three fp32 values per token, 2 bytes per
+    /// logit + 12 per token.
+    TeFusedInPlace,
 }
 
 /// What the training engine keeps in memory where it differs from
@@ -281,6 +287,12 @@ pub struct EngineMemory {
     /// parameters; `None` = gather whole units (FSDP).
     #[serde(default)]
     pub deepspeed_zero3: Option<DeepSpeedZero3>,
+    /// The MoE routing probabilities are multiplied in the expert
+    /// activation (Megatron-Core ≥ 0.13, `weighted_bias_swiglu_impl`), so
+    /// the combine's unpermute saves no expert output
+    /// (`cost::moe::RoutedSaved::probs_in_expert`).
+    #[serde(default)]
+    pub moe_probs_in_expert: bool,
 }
 
 /// DeepSpeed ZeRO-3's gather and reduce limits, parameters (elements).
@@ -382,6 +394,15 @@ pub struct Job {
     /// What the engine keeps in memory where it differs from Megatron-LM.
     #[serde(default)]
     pub engine_memory: EngineMemory,
+    /// Transformer layers whose saved activations go to host memory during
+    /// forward and come back during backward (Megatron
+    /// `--cpu-offloading-num-layers` with activations only, Transformer
+    /// Engine's `get_cpu_offload_context`; Megatron refuses it with
+    /// pipeline parallelism); 0 = none. Priced by
+    /// [`crate::cost::memory::offload_transfer_time`] over the GPU's
+    /// `host_link_gbs`.
+    #[serde(default)]
+    pub activation_offload_layers: u32,
 }
 
 impl Job {
@@ -416,6 +437,7 @@ impl Job {
             attention_kernel: AttnKernel::Cudnn,
             cp_impl: CpImpl::Te,
             engine_memory: EngineMemory::default(),
+            activation_offload_layers: 0,
         }
     }
 

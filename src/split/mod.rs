@@ -297,7 +297,15 @@ impl SplitProblem {
             rank_time: vec![p2p; l.pp as usize],
             rank_bytes,
             in_flight: (0..l.pp)
-                .map(|r| memory::in_flight(r, l.pp, l.vpp, m) / l.vpp as f64)
+                .map(|r| {
+                    memory::in_flight(
+                        r,
+                        l.pp,
+                        l.vpp,
+                        m,
+                        pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
+                    ) / l.vpp as f64
+                })
                 .collect(),
             expert_bytes: lc.ep_buffers,
             usable: pr.usable_bytes(),
@@ -639,7 +647,13 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     let buffers = cost::temporary_buffers(pr, l, lc);
     let last = l.pp as usize - 1;
     let rank = |r: usize| {
-        let phi = memory::in_flight(r as u32, l.pp, l.vpp, m) / l.vpp as f64;
+        let phi = memory::in_flight(
+            r as u32,
+            l.pp,
+            l.vpp,
+            m,
+            pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
+        ) / l.vpp as f64;
         let mut time = p2p;
         let mut bytes = buffers + zero3_units(pr, l, lc, r);
         if r == 0 {
