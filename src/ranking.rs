@@ -76,6 +76,9 @@ impl Bands {
 pub struct Ranked {
     /// Predicted tokens/s, clipped to the measured envelope when above it.
     pub tokens: f64,
+    /// Predicted tokens/s as priced (breaks ties between plans clipped to
+    /// the same envelope).
+    pub predicted: f64,
     /// Its band `b`.
     pub band: f64,
     /// Whether a measured run covers its regime.
@@ -92,12 +95,18 @@ impl Ranked {
         // record MFU plus the margin, in the plan's own tokens/s.
         let tokens = match &t.envelope {
             Some(e) if e.implausible && e.predicted_mfu > 0.0 => {
-                tokens_per_s * (e.record_mfu + crate::trust::ENVELOPE_MARGIN) / e.predicted_mfu
+                // tokens/s per unit of MFU is the job's own constant; round
+                // it to 10 significant digits so that every plan of the job
+                // clips to the same value (then the faster as priced leads).
+                let unit = tokens_per_s / e.predicted_mfu;
+                let q = 10f64.powi(unit.abs().log10().floor() as i32 - 9);
+                (unit / q).round() * q * (e.record_mfu + crate::trust::ENVELOPE_MARGIN)
             }
             _ => tokens_per_s,
         };
         Ranked {
             tokens,
+            predicted: tokens_per_s,
             band: bands.band(t),
             validated: t.extrapolated.is_none() && t.median_abs.is_some(),
             implausible,
@@ -132,6 +141,7 @@ pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
         plans[b]
             .key(by)
             .total_cmp(&plans[a].key(by))
+            .then(plans[b].predicted.total_cmp(&plans[a].predicted))
             .then(a.cmp(&b))
     });
     // A group is the first plan left and every later plan whose band
@@ -169,6 +179,7 @@ mod tests {
     fn plan(tokens: f64, band: f64, validated: bool) -> Ranked {
         Ranked {
             tokens,
+            predicted: tokens,
             band,
             validated,
             implausible: false,
@@ -227,10 +238,20 @@ mod tests {
         // 62% predicted against a 50% record: clipped to 53/62 of its
         // tokens/s, 1000 → 854.8.
         let r = Ranked::of(1000.0, &t, &bands);
-        assert!((r.tokens - 1000.0 * 0.53 / 0.62).abs() < 1e-9);
+        assert!((r.tokens - 1000.0 * 0.53 / 0.62).abs() < 1e-6);
         assert!(r.implausible && r.validated && r.band == 0.05);
         let ok = plan(850.0, 0.05, true);
         assert_eq!(order(&[r, ok], RankBy::Predicted), vec![(1, 1), (0, 1)]);
+        // Two implausible plans clip to the same envelope tokens/s (1000
+        // and 1001 at 62% and 62.06% MFU both → 854.8): the faster as
+        // priced comes first, whatever the order they arrive in.
+        let mut t2 = t.clone();
+        if let Some(e) = t2.envelope.as_mut() {
+            e.predicted_mfu = 0.62 * 1001.0 / 1000.0;
+        }
+        let faster = Ranked::of(1001.0, &t2, &bands);
+        assert_eq!(faster.tokens, r.tokens);
+        assert_eq!(order(&[r, faster], RankBy::Predicted), vec![(1, 1), (0, 1)]);
     }
 
     #[test]
