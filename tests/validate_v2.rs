@@ -140,6 +140,17 @@ fn dev_v2_rows_are_predicted_or_skipped_with_their_reason() {
         .unwrap();
     // 23 bf16/fp16 runs and 15 FP8 ones (torchtitan FSDP2, Megatron-FSDP).
     assert_eq!(zero3.count, 38);
+    // The regime line's signed median is the median of its rows' signed
+    // errors, counted here from the rows (an independent pass).
+    let signed: Vec<f64> = r
+        .rows
+        .iter()
+        .filter(|x| x.regime.zero == 3)
+        .filter_map(|x| x.speed_error)
+        .collect();
+    assert_eq!(signed.len(), 38);
+    assert_eq!(zero3.median_signed, validate::median(&signed));
+    assert!(zero3.median_signed.abs() <= zero3.median_abs);
     assert!(
         r.regimes
             .iter()
