@@ -396,3 +396,114 @@ fn solver_failure_is_an_error() {
     }
     assert!(e.to_string().contains("HiGHS"), "{e}");
 }
+
+/// A case CI's random search found: HiGHS's presolve reduced the memory
+/// tie-break program to an empty one whose point broke a constraint, and
+/// the solve returned "Solve error". The solver retries without presolve
+/// and must then give the split worked out here (the DP agrees).
+///
+/// Head H (t 1, s 1), layers E E D E D E E E E, tail T (t 1), with
+/// E = (t 11, s 24, ws 16, MoE) and D = (t 1, s 5, a 13, ws 20); stage
+/// extras 5, 4, 0, 6, 0 bytes; in flight 5..1; dispatch 10; usable 109.
+/// Time: 22 is impossible — H E E and E E T are 23, so the first and last
+/// stages hold one E each, leaving E D E D E E E on three stages of at
+/// most two E's, and E D E is 23. Split [2, 1, 2, 2, 2] reaches 23:
+/// H E E | D | E D | E E | E E T = 23, 1, 12, 22, 23. Bytes per stage:
+/// 5 + 1 + 48 + 16 + 10 = 80; 4 + 5 + 4·13 + 20 = 81;
+/// 0 + 29 + 3·13 + 20 + 10 = 98; 6 + 48 + 16 + 10 = 80; 48 + 16 + 10 = 74.
+/// That no other 23-time split has a smaller largest stage is the exact
+/// DP's answer, checked here as well.
+#[test]
+fn presolve_fault_is_retried() {
+    let item = |time: f64, states: f64, activation: f64, working_set: f64, layer, expert| Item {
+        time,
+        states,
+        activation,
+        working_set,
+        layer,
+        expert,
+    };
+    let e = || item(11.0, 24.0, 0.0, 16.0, true, true);
+    let d = || item(1.0, 5.0, 13.0, 20.0, true, false);
+    let p = SplitProblem {
+        items: vec![
+            item(1.0, 1.0, 0.0, 0.0, false, false),
+            e(),
+            e(),
+            d(),
+            e(),
+            d(),
+            e(),
+            e(),
+            e(),
+            e(),
+            item(1.0, 0.0, 0.0, 0.0, false, false),
+        ],
+        pp: 5,
+        vpp: 1,
+        rank_time: vec![0.0; 5],
+        rank_bytes: vec![5.0, 4.0, 0.0, 6.0, 0.0],
+        in_flight: vec![5.0, 4.0, 3.0, 2.0, 1.0],
+        expert_bytes: 10.0,
+        usable: 109.0,
+    };
+    let s = ilp::solve(&p, &ilp::Options::default()).expect("the retry without presolve solves");
+    check_split(&p, &s);
+    assert_eq!(s.layers, vec![2, 1, 2, 2, 2]);
+    assert_eq!(s.priced.max_time(), 23.0);
+    assert_eq!(s.priced.max_bytes(), 98.0);
+    let exact = dp::solve(&p).expect("a split fits");
+    assert_eq!(exact.layers, s.layers);
+}
+
+/// The second case CI's random search found the same day: with presolve,
+/// HiGHS declared this feasible time program infeasible. Same shape as
+/// [`presolve_fault_is_retried`] with E = (t 6, s 24, ws 14, MoE),
+/// D = (t 1, s 6, a 13, ws 19), tail T = (t 2, s 5, a 9), extras
+/// 1, 4, 0, 6, 5, usable 114. The exact DP's split [2, 1, 2, 2, 2],
+/// H E E | D | E D | E E | E E T, priced by hand: times 13, 1, 7, 12, 14;
+/// bytes 1 + 1 + 48 + 14 + 10 = 74, 4 + 6 + 4·13 + 19 = 81,
+/// 0 + 30 + 3·13 + 19 + 10 = 98, 6 + 48 + 14 + 10 = 78,
+/// 5 + 53 + 9 + 14 + 10 = 91. (Faster splits exist on time alone, e.g.
+/// [2, 3, 2, 1, 1] at 13, but D E D with 4 micro-batches in flight needs
+/// 4 + 36 + 104 + 19 + 10 = 173 > 114.)
+#[test]
+fn presolve_false_infeasible_is_retried() {
+    let item = |time: f64, states: f64, activation: f64, working_set: f64, layer, expert| Item {
+        time,
+        states,
+        activation,
+        working_set,
+        layer,
+        expert,
+    };
+    let e = || item(6.0, 24.0, 0.0, 14.0, true, true);
+    let d = || item(1.0, 6.0, 13.0, 19.0, true, false);
+    let p = SplitProblem {
+        items: vec![
+            item(1.0, 1.0, 0.0, 0.0, false, false),
+            e(),
+            e(),
+            d(),
+            e(),
+            d(),
+            e(),
+            e(),
+            e(),
+            e(),
+            item(2.0, 5.0, 9.0, 0.0, false, false),
+        ],
+        pp: 5,
+        vpp: 1,
+        rank_time: vec![0.0; 5],
+        rank_bytes: vec![1.0, 4.0, 0.0, 6.0, 5.0],
+        in_flight: vec![5.0, 4.0, 3.0, 2.0, 1.0],
+        expert_bytes: 10.0,
+        usable: 114.0,
+    };
+    let s = ilp::solve(&p, &ilp::Options::default()).expect("a split fits");
+    check_split(&p, &s);
+    assert_eq!(s.layers, vec![2, 1, 2, 2, 2]);
+    assert_eq!(s.priced.rank_time, vec![13.0, 1.0, 7.0, 12.0, 14.0]);
+    assert_eq!(s.priced.rank_bytes, vec![74.0, 81.0, 98.0, 78.0, 91.0]);
+}
