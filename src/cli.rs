@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::calibrate::{self, Overlay};
 use crate::cost::{Evaluation, Problem};
 use crate::error::InputError;
+use crate::generate::Target;
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
 use crate::names::{self, Named};
 use crate::ranking::RankBy;
@@ -590,6 +591,16 @@ struct GenerateArgs {
     /// Directory to write the files into (created if missing).
     #[arg(long, default_value = "plan")]
     out: PathBuf,
+    /// The training program the files are for: `megatron` (Megatron-LM's
+    /// pretrain_gpt.py with torchrun and SLURM scripts), `torchtitan` (a
+    /// Python configuration function and a torchrun script),
+    /// `megatron-bridge` (a library recipe with KEY=VALUE overrides through
+    /// its train.sh) or `deepspeed` (ds_config.json and a deepspeed launcher
+    /// for your training script). Each refuses, with the reason, a plan it
+    /// cannot express; without layout flags or --plan, the search keeps to
+    /// what the target can run. src/generate/target.rs.
+    #[arg(long, default_value_t = Target::Megatron, value_parser = NamedParser::<Target>::new())]
+    target: Target,
     /// Take the K-th layout (1 = best) of the search, or row K of `--plan`.
     #[arg(long, value_name = "K", conflicts_with = "layout", value_parser = parse_positive)]
     rank: Option<u64>,
@@ -1148,11 +1159,12 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     // Rank at least as many plans as `search` lists by default, so that
     // `--rank K` names row K of its table (the tie groups depend on the
     // plans ranked together).
-    let space = Space {
+    let mut space = Space {
         top_k: k.max(Space::default().top_k),
         policy: req.policy.clone(),
         ..Space::default()
     };
+    a.target.limit_search(&mut space);
     let pr = req.problem();
     let result = search::search(&pr, &space);
     let rows = crate::report::ranked_rows(&pr, &result.top, a.rank_by);
@@ -1173,11 +1185,14 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     if a.job.format == Format::Csv {
         bail!("--format csv: generate prints the checklist (table) or the plan (json)");
     }
-    let req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    let mut req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    // Price the plan as the target runs it (engine behaviour; see
+    // `Target::engine_job`).
+    a.target.engine_job(&mut req.setup.job);
     let s = &req.setup;
     let pr = req.problem();
     let layout = generate_layout(a, &req)?;
-    let bundle = crate::generate::generate(&pr, &req.policy, &layout)?;
+    let bundle = crate::generate::generate_for(&pr, &req.policy, &layout, a.target)?;
     let paths = crate::generate::write(&bundle.files, &a.out)?;
     if a.job.format == Format::Json {
         out.write_all(

@@ -22,8 +22,12 @@
 //!   predicted numbers; also printed by the command.
 
 pub mod checklist;
+pub mod deepspeed;
 pub mod megatron;
+pub mod megatron_bridge;
 pub mod plan_file;
+pub mod target;
+pub mod torchtitan;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -38,6 +42,7 @@ use crate::rules::{self, Policy};
 use crate::spec::model::PositionEmbedding;
 
 pub use plan_file::Plan;
+pub use target::Target;
 
 static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/templates");
 
@@ -49,8 +54,19 @@ pub const SLURM_SCRIPT: &str = "slurm_megatron.sbatch";
 pub const PLAN_FILE: &str = "plan.json";
 /// The verification checklist.
 pub const CHECKLIST: &str = "CHECKLIST.md";
-/// Every file `generate` writes, in order.
+/// Every file `generate` writes for Megatron-LM, in order
+/// ([`Target::files`] for the others).
 pub const FILES: [&str; 4] = [MEGATRON_SCRIPT, SLURM_SCRIPT, PLAN_FILE, CHECKLIST];
+/// torchtitan's configuration module (`--module torchtitan_plan`).
+pub const TORCHTITAN_CONFIG: &str = "torchtitan_plan.py";
+/// torchtitan's torchrun script.
+pub const TORCHTITAN_SCRIPT: &str = "torchtitan_launch.sh";
+/// The Megatron-Bridge launch script (recipe plus overrides).
+pub const BRIDGE_SCRIPT: &str = "megatron_bridge_train.sh";
+/// The DeepSpeed configuration.
+pub const DEEPSPEED_CONFIG: &str = "ds_config.json";
+/// The DeepSpeed launcher script.
+pub const DEEPSPEED_SCRIPT: &str = "deepspeed_launch.sh";
 
 /// One reason a layout cannot be launched.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -129,6 +145,20 @@ pub fn refusals(
     l: &Layout,
     eval: &cost::Evaluation,
 ) -> Vec<Refusal> {
+    refusals_for(pr, policy, l, eval, Target::Megatron)
+}
+
+/// Every reason layout `l` cannot be launched with `target`: meshplan's
+/// rules, the node check, Megatron-LM's launch checks when the target runs
+/// on Megatron-Core ([`Target::is_megatron_core`]), and the target's own
+/// ([`Target::refusals`]).
+pub fn refusals_for(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    eval: &cost::Evaluation,
+    target: Target,
+) -> Vec<Refusal> {
     let mut out: Vec<Refusal> = rules::explain(pr, policy, l, memory_note(eval))
         .into_iter()
         .map(|v| Refusal {
@@ -137,7 +167,6 @@ pub fn refusals(
             remedy: v.remedy,
         })
         .collect();
-    let model = pr.model;
     let gpn = pr.cluster.gpus_per_node as u64;
     let world = l.world();
     if world > gpn && !world.is_multiple_of(gpn) {
@@ -153,6 +182,30 @@ pub fn refusals(
             ),
         });
     }
+    if target.is_megatron_core() {
+        out.extend(megatron_refusals(pr, l));
+    }
+    out.extend(target.refusals(pr.model, pr.job, l));
+    if target == Target::MegatronBridge && out.is_empty() {
+        let plan = Plan::new(pr, l, eval);
+        for flag in megatron_bridge::untranslated(&megatron::megatron(&plan)) {
+            out.push(Refusal {
+                code: "bridge-flag".into(),
+                message: format!(
+                    "the plan needs Megatron-LM's {flag}, which meshplan does not translate into a Megatron-Bridge override"
+                ),
+                remedy: "use --target megatron, or plan without the option that sets it".into(),
+            });
+        }
+    }
+    out
+}
+
+/// Megatron-LM's launch checks that meshplan's rules do not cover (see
+/// [`refusals`]); they apply to every target on Megatron-Core.
+fn megatron_refusals(pr: &Problem, l: &Layout) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    let model = pr.model;
     if pr.job.recipe_name == crate::spec::RecipeName::Deepspeed {
         out.push(Refusal {
             code: "megatron-recipe".into(),
@@ -257,14 +310,27 @@ impl Bundle {
     }
 }
 
-/// Judge layout `l` and render its files.
+/// Judge layout `l` and render its Megatron-LM files.
 ///
 /// # Errors
 /// [`GenerateError::Refused`] listing every broken rule when the layout
 /// cannot be launched; [`GenerateError::Template`] if a template fails.
 pub fn generate(pr: &Problem, policy: &Policy, l: &Layout) -> Result<Bundle, GenerateError> {
+    generate_for(pr, policy, l, Target::Megatron)
+}
+
+/// Judge layout `l` for `target` and render that target's files.
+///
+/// # Errors
+/// As [`generate`], with the target's own refusals.
+pub fn generate_for(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    target: Target,
+) -> Result<Bundle, GenerateError> {
     let eval = cost::evaluate(pr, l);
-    let refused = refusals(pr, policy, l, &eval);
+    let refused = refusals_for(pr, policy, l, &eval, target);
     if !refused.is_empty() {
         return Err(GenerateError::Refused {
             layout: l.short(),
@@ -272,7 +338,7 @@ pub fn generate(pr: &Problem, policy: &Policy, l: &Layout) -> Result<Bundle, Gen
         });
     }
     let plan = Plan::new(pr, l, &eval);
-    let files = render(&plan)?;
+    let files = render_for(&plan, target)?;
     Ok(Bundle { plan, files })
 }
 
@@ -305,21 +371,91 @@ fn environment() -> Result<minijinja::Environment<'static>, GenerateError> {
     Ok(env)
 }
 
-/// Render the files of `plan` (no checks: [`generate`] checks first).
+/// Render the Megatron-LM files of `plan` (no checks: [`generate`] checks
+/// first).
 ///
 /// # Errors
 /// [`GenerateError::Template`] if a template fails to render.
 pub fn render(plan: &Plan) -> Result<Vec<GeneratedFile>, GenerateError> {
+    render_for(plan, Target::Megatron)
+}
+
+/// What the Megatron-Bridge template reads.
+#[derive(Serialize)]
+struct BridgeContext {
+    recipe: &'static str,
+    overrides: Vec<ShellOverride>,
+    /// Environment variables the launcher forwards to the job.
+    forward_env: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ShellOverride {
+    shell: String,
+    note: Option<String>,
+}
+
+/// Render the files of `plan` for `target` (no checks: [`generate_for`]
+/// checks first; a target's model lookup that fails here is a template
+/// error, since the checks refuse such plans).
+///
+/// # Errors
+/// [`GenerateError::Template`] if a template fails to render.
+pub fn render_for(plan: &Plan, target: Target) -> Result<Vec<GeneratedFile>, GenerateError> {
     let env = environment()?;
+    let mega = megatron::megatron(plan);
+    let upstream = target::UPSTREAM_MODELS
+        .iter()
+        .find(|u| u.card == plan.model.name);
+    let missing = |what: &str| GenerateError::Template {
+        name: format!("{target}"),
+        detail: format!("no {what} for the card {}", plan.model.name),
+    };
+    let titan = match target {
+        Target::Torchtitan => Some(torchtitan::torchtitan(
+            plan,
+            upstream
+                .filter(|u| u.torchtitan_config.is_some())
+                .ok_or_else(|| missing("torchtitan configuration"))?,
+        )),
+        _ => None,
+    };
+    let bridge = match target {
+        Target::MegatronBridge => Some(BridgeContext {
+            recipe: upstream
+                .and_then(|u| u.bridge_recipe)
+                .ok_or_else(|| missing("Megatron-Bridge recipe"))?,
+            overrides: megatron_bridge::overrides(plan)
+                .into_iter()
+                .map(|o| ShellOverride {
+                    shell: o.shell(),
+                    note: o.note,
+                })
+                .collect(),
+            forward_env: mega
+                .env
+                .iter()
+                .filter_map(|e| e.text.strip_prefix("export "))
+                .filter_map(|t| t.split('=').next())
+                .map(str::to_string)
+                .collect(),
+        }),
+        _ => None,
+    };
     let ctx = minijinja::context! {
         plan => minijinja::Value::from_serialize(plan),
-        megatron => minijinja::Value::from_serialize(megatron::megatron(plan)),
+        megatron => minijinja::Value::from_serialize(&mega),
         checklist => minijinja::Value::from_serialize(checklist::checklist(plan)),
+        torchtitan => minijinja::Value::from_serialize(&titan),
+        bridge => minijinja::Value::from_serialize(&bridge),
         files => minijinja::context! {
             megatron => MEGATRON_SCRIPT,
             slurm => SLURM_SCRIPT,
             plan => PLAN_FILE,
             checklist => CHECKLIST,
+            torchtitan_config => TORCHTITAN_CONFIG,
+            torchtitan_launch => TORCHTITAN_SCRIPT,
+            deepspeed_config => DEEPSPEED_CONFIG,
         },
     };
     let tpl = |name: &str| -> Result<String, GenerateError> {
@@ -338,28 +474,33 @@ pub fn render(plan: &Plan) -> Result<Vec<GeneratedFile>, GenerateError> {
         name: PLAN_FILE.into(),
         detail: e.to_string(),
     })?;
-    Ok(vec![
-        GeneratedFile {
-            name: MEGATRON_SCRIPT,
-            executable: true,
-            contents: tpl("megatron_pretrain_gpt.sh.j2")?,
-        },
-        GeneratedFile {
-            name: SLURM_SCRIPT,
-            executable: true,
-            contents: tpl("slurm_megatron.sbatch.j2")?,
-        },
-        GeneratedFile {
-            name: PLAN_FILE,
-            executable: false,
-            contents: json,
-        },
-        GeneratedFile {
-            name: CHECKLIST,
-            executable: false,
-            contents: tpl("checklist.md.j2")?,
-        },
-    ])
+    let file = |name: &'static str, executable: bool, contents: String| GeneratedFile {
+        name,
+        executable,
+        contents,
+    };
+    let mut files = match target {
+        Target::Megatron => vec![
+            file(MEGATRON_SCRIPT, true, tpl("megatron_pretrain_gpt.sh.j2")?),
+            file(SLURM_SCRIPT, true, tpl("slurm_megatron.sbatch.j2")?),
+        ],
+        Target::Torchtitan => vec![
+            file(TORCHTITAN_CONFIG, false, tpl("torchtitan_plan.py.j2")?),
+            file(TORCHTITAN_SCRIPT, true, tpl("torchtitan_launch.sh.j2")?),
+        ],
+        Target::MegatronBridge => vec![file(
+            BRIDGE_SCRIPT,
+            true,
+            tpl("megatron_bridge_train.sh.j2")?,
+        )],
+        Target::Deepspeed => vec![
+            file(DEEPSPEED_CONFIG, false, deepspeed::config_text(plan)),
+            file(DEEPSPEED_SCRIPT, true, tpl("deepspeed_launch.sh.j2")?),
+        ],
+    };
+    files.push(file(PLAN_FILE, false, json));
+    files.push(file(CHECKLIST, false, tpl("checklist.md.j2")?));
+    Ok(files)
 }
 
 /// Write `files` into directory `dir` (created if missing), replacing files

@@ -1,0 +1,343 @@
+//! Which training software the launch files are written for
+//! (`generate --target`), what each can express, and the files each writes.
+//!
+//! Every target reads the same engine-neutral [`Plan`]; a target that cannot
+//! express a plan refuses it with the reason ([`Target::refusals`]) rather
+//! than writing files that would train another layout. When `generate` picks
+//! the layout itself, the search is first limited to what the target can
+//! run ([`Target::limit_search`]), so `--target deepspeed` gives the best
+//! plan DeepSpeed can launch, not a refusal of the overall best.
+
+use crate::layout::{Layout, Recompute};
+use crate::search::Space;
+use crate::spec::{Fp8Kernels, Fp8Recipe, Model, Precision};
+
+use super::Refusal;
+
+/// A training program `generate` writes launch files for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Megatron-LM's `pretrain_gpt.py` with a torchrun script and a SLURM
+    /// batch script (the default).
+    #[default]
+    Megatron,
+    /// torchtitan: a Python configuration function returning a
+    /// `Trainer.Config` (its current configuration mechanism,
+    /// [ref:torchtitan-config]), started with torchrun.
+    Torchtitan,
+    /// Megatron-Bridge: one of its library recipes with `KEY=VALUE`
+    /// overrides of the recipe's `ConfigContainer`, through its
+    /// `scripts/training/train.sh` ([ref:megatron-bridge-training]).
+    MegatronBridge,
+    /// DeepSpeed: a `ds_config.json` and a `deepspeed` launcher script for a
+    /// training script of the user's that calls `deepspeed.initialize`
+    /// (data parallelism with ZeRO; no tensor, pipeline, context or expert
+    /// parallelism, which need Megatron-DeepSpeed or model code).
+    Deepspeed,
+}
+
+crate::names::named!(Target, "launch target", [Megatron => "megatron", Torchtitan => "torchtitan", MegatronBridge => "megatron-bridge" | "bridge", Deepspeed => "deepspeed"]);
+
+/// A model torchtitan or Megatron-Bridge ships a configuration for: the
+/// card it matches, the upstream names, and the architecture the upstream
+/// configuration builds (checked against the card, so a card edited away
+/// from the upstream model is refused instead of launched as another
+/// model).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpstreamModel {
+    /// meshplan card name.
+    pub card: &'static str,
+    /// torchtitan model package (`torchtitan.models.<package>`), if it has one.
+    pub torchtitan_package: Option<&'static str>,
+    /// torchtitan configuration function in that package's
+    /// `config_registry.py`.
+    pub torchtitan_config: Option<&'static str>,
+    /// torchtitan `model_registry` flavor.
+    pub torchtitan_flavor: Option<&'static str>,
+    /// Megatron-Bridge library pre-training recipe.
+    pub bridge_recipe: Option<&'static str>,
+    /// Transformer layers, hidden size, attention heads, KV heads,
+    /// vocabulary of the upstream model.
+    pub shape: (u32, u64, u32, u32, u64),
+}
+
+/// The models with upstream configurations. Shapes: torchtitan
+/// `torchtitan/models/llama3/__init__.py` `_8b`/`_70b`/`_405b` and the
+/// Hugging Face configurations of Llama 3/3.1 8B, 70B, 405B, DeepSeek-V3,
+/// Qwen3-30B-A3B and Qwen3-235B-A22B, which Megatron-Bridge's recipes load
+/// (`AutoBridge.from_hf_pretrained`, e.g. `recipes/llama/h100/llama3.py`).
+pub const UPSTREAM_MODELS: [UpstreamModel; 6] = [
+    UpstreamModel {
+        card: "llama3-8b",
+        torchtitan_package: Some("llama3"),
+        torchtitan_config: Some("llama3_8b"),
+        torchtitan_flavor: Some("8B"),
+        bridge_recipe: Some("llama3_8b_pretrain_config"),
+        shape: (32, 4096, 32, 8, 128256),
+    },
+    UpstreamModel {
+        card: "llama3-70b",
+        torchtitan_package: Some("llama3"),
+        torchtitan_config: Some("llama3_70b"),
+        torchtitan_flavor: Some("70B"),
+        bridge_recipe: Some("llama3_70b_pretrain_config"),
+        shape: (80, 8192, 64, 8, 128256),
+    },
+    UpstreamModel {
+        card: "llama3-405b",
+        torchtitan_package: Some("llama3"),
+        torchtitan_config: Some("llama3_405b"),
+        torchtitan_flavor: Some("405B"),
+        bridge_recipe: Some("llama31_405b_pretrain_config"),
+        shape: (126, 16384, 128, 8, 128256),
+    },
+    UpstreamModel {
+        card: "deepseek-v3",
+        torchtitan_package: Some("deepseek_v3"),
+        torchtitan_config: Some("deepseek_v3_671b"),
+        torchtitan_flavor: Some("671B"),
+        bridge_recipe: Some("deepseek_v3_pretrain_config"),
+        shape: (61, 7168, 128, 128, 129280),
+    },
+    UpstreamModel {
+        card: "qwen3-30b-a3b",
+        torchtitan_package: Some("qwen3"),
+        torchtitan_config: Some("qwen3_30b_a3b"),
+        torchtitan_flavor: Some("30B-A3B"),
+        bridge_recipe: Some("qwen3_30b_a3b_pretrain_config"),
+        shape: (48, 2048, 32, 4, 151936),
+    },
+    UpstreamModel {
+        card: "qwen3-235b-a22b",
+        torchtitan_package: None,
+        torchtitan_config: None,
+        torchtitan_flavor: None,
+        bridge_recipe: Some("qwen3_235b_a22b_pretrain_config"),
+        shape: (94, 4096, 64, 4, 151936),
+    },
+];
+
+/// The upstream entry of `model`, if its card has one.
+pub fn upstream(model: &Model) -> Option<&'static UpstreamModel> {
+    UPSTREAM_MODELS.iter().find(|u| u.card == model.name)
+}
+
+fn refusal(code: &str, message: String, remedy: &str) -> Refusal {
+    Refusal {
+        code: code.into(),
+        message,
+        remedy: remedy.into(),
+    }
+}
+
+/// Push a refusal for every check whose condition holds: (broken, code,
+/// message, remedy).
+fn push_broken<const N: usize>(out: &mut Vec<Refusal>, checks: [(bool, &str, String, &str); N]) {
+    for (broken, code, message, remedy) in checks {
+        if broken {
+            out.push(refusal(code, message, remedy));
+        }
+    }
+}
+
+/// Why the card differs from the upstream model's shape, if it does.
+fn shape_mismatch(model: &Model, u: &UpstreamModel) -> Option<String> {
+    let a = &model.architecture;
+    let card = (a.layers, a.hidden, a.heads, a.kv_heads, a.vocab);
+    (card != u.shape).then(|| {
+        format!(
+            "the card {} has (layers, hidden, heads, KV heads, vocabulary) = {:?}, the upstream configuration builds {:?}",
+            model.name, card, u.shape
+        )
+    })
+}
+
+impl Target {
+    /// The files this target writes, in order; `plan.json` and
+    /// `CHECKLIST.md` for every target.
+    pub fn files(self) -> &'static [&'static str] {
+        use super::{
+            BRIDGE_SCRIPT, CHECKLIST, DEEPSPEED_CONFIG, DEEPSPEED_SCRIPT, MEGATRON_SCRIPT,
+            PLAN_FILE, SLURM_SCRIPT, TORCHTITAN_CONFIG, TORCHTITAN_SCRIPT,
+        };
+        match self {
+            Target::Megatron => &[MEGATRON_SCRIPT, SLURM_SCRIPT, PLAN_FILE, CHECKLIST],
+            Target::Torchtitan => &[TORCHTITAN_CONFIG, TORCHTITAN_SCRIPT, PLAN_FILE, CHECKLIST],
+            Target::MegatronBridge => &[BRIDGE_SCRIPT, PLAN_FILE, CHECKLIST],
+            Target::Deepspeed => &[DEEPSPEED_CONFIG, DEEPSPEED_SCRIPT, PLAN_FILE, CHECKLIST],
+        }
+    }
+
+    /// Whether the target runs on Megatron-Core, so Megatron-LM's launch
+    /// checks ([`super::megatron_refusals`]) apply to it.
+    pub fn is_megatron_core(self) -> bool {
+        matches!(self, Target::Megatron | Target::MegatronBridge)
+    }
+
+    /// Set what `job` assumes of the training program to this target's
+    /// behaviour, so its plan is priced as the target will run it (the
+    /// defaults are Megatron-LM's, which Megatron-Bridge shares):
+    /// - torchtitan (PyTorch FSDP2, as `validate` prices its rows): gathers
+    ///   and reductions overlapped, FlashAttention-2 through SDPA, PyTorch's
+    ///   `context_parallel`, the embedding and output layer as FSDP2's root
+    ///   unit, fp32 shards only (the model is fp32 and FSDP2 casts at the
+    ///   gather), the compiled loss, and torchao's low-precision linears
+    ///   (torchtitan has no Transformer Engine path);
+    /// - DeepSpeed: ZeRO-3's gather and reduce limits at the values
+    ///   [`super::deepspeed::config`] writes.
+    pub fn engine_job(self, job: &mut crate::spec::Job) {
+        use crate::spec::{AttnKernel, CpImpl, DeepSpeedZero3, LossBuffers};
+        match self {
+            Target::Megatron | Target::MegatronBridge => {}
+            Target::Torchtitan => {
+                job.overlap_grad_reduce = true;
+                job.overlap_param_gather = true;
+                job.flash_attention = true;
+                job.attention_kernel = AttnKernel::Fa2;
+                job.cp_impl = CpImpl::Torch;
+                job.fp8_kernels = Fp8Kernels::Torchao;
+                job.engine_memory.fsdp2_root_unit = true;
+                job.engine_memory.fp32_shards_only = true;
+                job.engine_memory.loss = LossBuffers::TorchCompiled;
+            }
+            Target::Deepspeed => {
+                use super::deepspeed::{BUCKET_ELEMENTS, ZERO3_MAX_LIVE, ZERO3_PREFETCH};
+                job.engine_memory.deepspeed_zero3 = Some(DeepSpeedZero3 {
+                    max_live: ZERO3_MAX_LIVE as f64,
+                    prefetch_bucket: ZERO3_PREFETCH as f64,
+                    reduce_bucket: BUCKET_ELEMENTS as f64,
+                });
+            }
+        }
+    }
+
+    /// Limit a search to the layouts this target can express (sizes, ZeRO
+    /// stages, recompute modes); [`Target::refusals`] states the rest.
+    pub fn limit_search(self, space: &mut Space) {
+        match self {
+            Target::Megatron | Target::MegatronBridge => {}
+            Target::Torchtitan => {
+                // FSDP2 (ZeRO-3), FSDP2 without resharding after forward
+                // (ZeRO-2) and DDP (ZeRO-0); no optimizer-only sharding.
+                space.zero_stages.retain(|z| *z != 1);
+                space.filter.etp = Some(1);
+            }
+            Target::Deepspeed => {
+                space.filter.tp = Some(1);
+                space.filter.pp = Some(1);
+                space.filter.cp = Some(1);
+                space.filter.ep = Some(1);
+                space.recompute_modes.retain(|r| *r != Recompute::Selective);
+            }
+        }
+    }
+
+    /// Every reason layout `l` of `model` under `job` cannot be written for
+    /// this target, beyond meshplan's rules and Megatron-LM's launch checks.
+    pub fn refusals(self, model: &Model, job: &crate::spec::Job, l: &Layout) -> Vec<Refusal> {
+        let mut out = Vec::new();
+        match self {
+            Target::Megatron => {}
+            Target::MegatronBridge => match upstream(model).and_then(|u| u.bridge_recipe.map(|r| (u, r))) {
+                None => out.push(refusal(
+                    "bridge-model",
+                    format!(
+                        "Megatron-Bridge has no library recipe meshplan maps to the card {}",
+                        model.name
+                    ),
+                    "use --target megatron, or one of the cards with a recipe: llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b, qwen3-235b-a22b",
+                )),
+                Some((u, _)) => {
+                    if let Some(why) = shape_mismatch(model, u) {
+                        out.push(refusal("bridge-model", why, "use --target megatron, which writes the card's architecture flag by flag"));
+                    }
+                }
+            },
+            Target::Torchtitan => {
+                match upstream(model).and_then(|u| u.torchtitan_config.map(|c| (u, c))) {
+                    None => out.push(refusal(
+                        "torchtitan-model",
+                        format!(
+                            "torchtitan ships no configuration meshplan maps to the card {}",
+                            model.name
+                        ),
+                        "use --target megatron, or one of llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b",
+                    )),
+                    Some((u, _)) => {
+                        if let Some(why) = shape_mismatch(model, u) {
+                            out.push(refusal("torchtitan-model", why, "use --target megatron"));
+                        }
+                    }
+                }
+                let low_not_llama3 = job.precision.is_low()
+                    && upstream(model).and_then(|u| u.torchtitan_package) != Some("llama3");
+                let checks = [
+                    (
+                        l.zero == 1,
+                        "torchtitan-zero",
+                        "ZeRO-1 (optimizer states sharded, parameters and gradients replicated) has no torchtitan form: it shards with FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward) or replicates with DDP".to_string(),
+                        "plan with --zero 0, 2 or 3",
+                    ),
+                    (
+                        l.etp > 1,
+                        "torchtitan-etp",
+                        format!("ETP = {}: torchtitan has no expert tensor parallelism (its expert mesh is EP × expert FSDP, torchtitan/config/configs.py)", l.etp),
+                        "plan with --etp 1",
+                    ),
+                    (
+                        job.precision == Precision::Fp8 && job.fp8_recipe != Fp8Recipe::Rowwise,
+                        "torchtitan-precision",
+                        format!("FP8 with {} scaling: torchtitan's Float8LinearConverter takes only the row-wise recipes (torchtitan/components/quantization/float8.py)", job.fp8_recipe),
+                        "plan with --fp8-recipe rowwise",
+                    ),
+                    (
+                        low_not_llama3,
+                        "torchtitan-precision",
+                        format!("precision {}: meshplan writes torchtitan's low-precision converters only for its llama3 configurations (whose model_registry takes them)", job.precision),
+                        "plan with --precision bf16, or use --target megatron",
+                    ),
+                    (
+                        l.recompute == Recompute::Selective,
+                        "torchtitan-recompute",
+                        "selective recompute as priced here recomputes the attention core only; torchtitan's SelectiveAC is a per-op policy that saves other tensors (torchtitan/distributed/activation_checkpoint.py)".to_string(),
+                        "plan with --recompute full or none",
+                    ),
+                ];
+                push_broken(&mut out, checks);
+            }
+            Target::Deepspeed => {
+                for (axis, size, flag) in [("T", l.tp, "--tp 1"), ("p", l.pp, "--pp 1"), ("C", l.cp, "--cp 1"), ("E", l.ep, "--ep 1")] {
+                    if size > 1 {
+                        out.push(refusal(
+                            "deepspeed-mesh",
+                            format!("{axis} = {size}: DeepSpeed alone parallelizes over data (ZeRO); tensor, pipeline, context and expert parallelism need Megatron-DeepSpeed or model code"),
+                            flag,
+                        ));
+                    }
+                }
+                let checks = [
+                    (
+                        model.moe.is_some(),
+                        "deepspeed-moe",
+                        format!("{} is a mixture of experts; DeepSpeed-MoE layers are part of the model code, which these files do not write", model.name),
+                        "use --target megatron or torchtitan",
+                    ),
+                    (
+                        job.precision.is_low(),
+                        "deepspeed-precision",
+                        format!("precision {}: DeepSpeed's configuration has no low-precision GEMM recipe (its fp16/bf16 sections set the training dtype)", job.precision),
+                        "plan with --precision bf16",
+                    ),
+                    (
+                        l.recompute == Recompute::Selective,
+                        "deepspeed-recompute",
+                        "selective recompute (the attention core only) is model code; DeepSpeed's activation checkpointing recomputes whole checkpointed functions".to_string(),
+                        "plan with --recompute full or none",
+                    ),
+                ];
+                push_broken(&mut out, checks);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,458 @@
+//! `generate --target torchtitan|megatron-bridge|deepspeed`: what each
+//! writes for the 70B main job and other plans (values worked out by hand),
+//! what each refuses, that Megatron-Bridge's overrides carry every layout
+//! flag of the Megatron-LM script (the script Megatron-LM's own parser
+//! accepts, `tests/megatron_flags.rs`) with the same value, and the
+//! targets' own parsers through `scripts/check-launch-target` where their
+//! packages are installed (skipped with a message otherwise).
+
+mod common;
+
+use std::process::Command;
+
+use common::{Setup, meshplan, temp_dir};
+use meshplan::generate::{self, Bundle, GenerateError, Target, megatron, megatron_bridge};
+use meshplan::layout::{CpComm, Layout, RankOrder, Recompute};
+use meshplan::rules::Policy;
+use meshplan::spec::{Fp8Recipe, Precision};
+use serde_json::Value;
+
+/// Render `l` for `target` as `generate` does (the job priced as the
+/// target runs it).
+fn render(s: &mut Setup, l: &Layout, target: Target) -> Result<Bundle, GenerateError> {
+    target.engine_job(&mut s.job);
+    generate::generate_for(&s.problem(), &Policy::default(), l, target)
+}
+
+/// The refusal codes of `l` for `target`.
+fn refused(s: &mut Setup, l: &Layout, target: Target) -> Vec<String> {
+    match render(s, l, target) {
+        Ok(_) => Vec::new(),
+        Err(GenerateError::Refused { refusals, .. }) => {
+            refusals.into_iter().map(|r| r.code).collect()
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// D = 64 ZeRO-3, b = 2, full recompute: the layout `generate --target
+/// deepspeed` picks for the 70B main job.
+fn zero3_dp64() -> Layout {
+    Layout {
+        micro_batch: 2,
+        recompute: Recompute::Full,
+        zero: 3,
+        ..Layout::dense(64, 1, 1, 1)
+    }
+}
+
+/// The Megatron flags of the 70B main job's winner: D8 T4 p2, SP, ZeRO-2,
+/// split 41/39 (the search's uneven split of 80 layers).
+fn main_job_winner() -> Layout {
+    Layout {
+        zero: 2,
+        split: Some(vec![41, 39]),
+        ..Layout::dense(8, 4, 2, 1)
+    }
+}
+
+#[test]
+fn deepspeed_config_for_the_main_job() {
+    let mut s = Setup::new("70b", "dgx64", None);
+    let b = render(&mut s, &zero3_dp64(), Target::Deepspeed).expect("DeepSpeed runs pure ZeRO-3");
+    let names: Vec<_> = b.files.iter().map(|f| f.name).collect();
+    assert_eq!(names, Target::Deepspeed.files());
+    let c: Value = serde_json::from_str(b.file(generate::DEEPSPEED_CONFIG).unwrap()).unwrap();
+    // Global batch 2048 = b · m · D = 2 · 16 · 64, DeepSpeed's
+    // _batch_assertion with the data-parallel world size 64.
+    assert_eq!(c["train_batch_size"], 2048);
+    assert_eq!(c["train_micro_batch_size_per_gpu"], 2);
+    assert_eq!(c["gradient_accumulation_steps"], 16);
+    assert_eq!(2 * 16 * 64, 2048);
+    assert_eq!(c["zero_optimization"]["stage"], 3);
+    assert_eq!(c["zero_optimization"]["overlap_comm"], true);
+    assert_eq!(
+        c["zero_optimization"]["stage3_max_live_parameters"],
+        1_000_000_000u64
+    );
+    assert_eq!(
+        c["zero_optimization"]["stage3_prefetch_bucket_size"],
+        50_000_000u64
+    );
+    // Megatron's 2/4/12 recipe: bf16 training, fp32 gradient accumulation.
+    assert_eq!(c["bf16"]["enabled"], true);
+    assert_eq!(c["data_types"]["grad_accum_dtype"], "fp32");
+    assert!(c.get("fp16").is_none());
+    let sh = b.file(generate::DEEPSPEED_SCRIPT).unwrap();
+    assert!(sh.contains("--num_nodes 8 --num_gpus 8"), "{sh}");
+}
+
+#[test]
+fn deepspeed_refuses_what_it_cannot_run() {
+    let mut s = Setup::new("70b", "dgx64", None);
+    // The overall winner has T = 4 and p = 2: two mesh refusals.
+    let codes = refused(&mut s, &main_job_winner(), Target::Deepspeed);
+    assert_eq!(codes, ["deepspeed-mesh", "deepspeed-mesh"]);
+    let selective = Layout {
+        recompute: Recompute::Selective,
+        ..zero3_dp64()
+    };
+    // (It also breaks the memory limit at b = 2; the target's refusal is
+    // listed after meshplan's rules.)
+    assert!(
+        refused(&mut s, &selective, Target::Deepspeed).contains(&"deepspeed-recompute".to_string())
+    );
+    let mut m = Setup::new("mixtral-8x7b", "dgx64", None);
+    let moe = Layout {
+        zero: 3,
+        micro_batch: 1,
+        recompute: Recompute::Full,
+        ..Layout::dense(64, 1, 1, 1)
+    };
+    assert!(refused(&mut m, &moe, Target::Deepspeed).contains(&"deepspeed-moe".to_string()));
+    let mut f = Setup::new("70b", "dgx-h100-64", None);
+    f.job.precision = Precision::Fp8;
+    assert!(
+        refused(&mut f, &zero3_dp64(), Target::Deepspeed)
+            .contains(&"deepspeed-precision".to_string())
+    );
+}
+
+#[test]
+fn torchtitan_config_for_the_main_job() {
+    let mut s = Setup::new("70b", "dgx64", None);
+    let b = render(&mut s, &main_job_winner(), Target::Torchtitan).expect("torchtitan runs it");
+    let py = b.file(generate::TORCHTITAN_CONFIG).unwrap();
+    assert!(py.contains("from torchtitan.models.llama3.config_registry import llama3_70b"));
+    assert!(py.contains("config = llama3_70b()"));
+    for line in [
+        "config.parallelism.data_parallel_shard_degree = 8",
+        "config.parallelism.data_parallel_replicate_degree = 1",
+        "config.parallelism.fsdp_reshard_after_forward = \"never\"",
+        "config.parallelism.tensor_parallel_degree = 4",
+        "config.parallelism.enable_sequence_parallel = True",
+        "config.parallelism.pipeline_parallel_degree = 2",
+        "config.parallelism.pipeline_parallel_schedule = \"1F1B\"",
+        // B / (D·b) = 2048 / (8·1) = 256 micro-batches in one round.
+        "config.parallelism.num_pp_microbatches = 256",
+        // b·s = 1 · 8192 and B·s = 2048 · 8192 = 16,777,216.
+        "config.training.num_tokens_per_microbatch_per_dp_rank = 8192",
+        "config.training.num_tokens_per_train_step = 16777216",
+        "config.activation_checkpoint = None",
+    ] {
+        assert!(py.contains(line), "missing `{line}` in\n{py}");
+    }
+    // Stage 0: the embedding and layers 0–40 (41 layers); stage 1: layers
+    // 41–79 (39) and the final norm and output layer.
+    let stages = generate::torchtitan::stage_modules(&b.plan);
+    assert_eq!(stages.len(), 2);
+    assert_eq!(stages[0].len(), 1 + 41);
+    assert_eq!(stages[0][0], "tok_embeddings");
+    assert_eq!(stages[0][41], "layers.40");
+    assert_eq!(stages[1].len(), 39 + 2);
+    assert_eq!(stages[1][0], "layers.41");
+    assert_eq!(stages[1][38..], ["layers.79", "norm", "lm_head"]);
+    let sh = b.file(generate::TORCHTITAN_SCRIPT).unwrap();
+    assert!(sh.contains("--module torchtitan_plan"), "{sh}");
+    assert!(sh.contains("--config meshplan_plan"), "{sh}");
+}
+
+#[test]
+fn torchtitan_interleaved_stages_and_float8() {
+    // p = 2, v = 2 on 80 layers: four chunks of 20, stage k on rank k mod 2.
+    let mut s = Setup::new("70b", "dgx-h100-64", None);
+    s.job.precision = Precision::Fp8;
+    s.job.fp8_recipe = Fp8Recipe::Rowwise;
+    let l = Layout {
+        vpp: 2,
+        zero: 3,
+        recompute: Recompute::Full,
+        ..Layout::dense(4, 8, 2, 1)
+    };
+    let b = render(&mut s, &l, Target::Torchtitan).expect("torchtitan runs it");
+    let stages = generate::torchtitan::stage_modules(&b.plan);
+    assert_eq!(
+        stages.iter().map(Vec::len).collect::<Vec<_>>(),
+        [21, 20, 20, 22]
+    );
+    assert_eq!(stages[2][0], "layers.40");
+    let py = b.file(generate::TORCHTITAN_CONFIG).unwrap();
+    assert!(py.contains("\"Interleaved1F1B\""));
+    assert!(py.contains("FullAC.Config()"));
+    assert!(py.contains(
+        "model_registry(\"70B\", converters=[Float8LinearConverter.Config(recipe_name=\"rowwise\")])"
+    ));
+}
+
+#[test]
+fn torchtitan_refusals() {
+    let mut s = Setup::new("70b", "dgx64", None);
+    let zero1 = Layout {
+        zero: 1,
+        ..main_job_winner()
+    };
+    // (ZeRO-1 also leaves the fp32 states unsharded enough to break the
+    // memory limit; both are listed.)
+    assert!(refused(&mut s, &zero1, Target::Torchtitan).contains(&"torchtitan-zero".to_string()));
+    let mut g = Setup::new("gpt3-175b", "dgx-a100-3072", Some(1024));
+    let l = Layout::dense(16, 8, 8, 1);
+    assert!(refused(&mut g, &l, Target::Torchtitan).contains(&"torchtitan-model".to_string()));
+    let mut f = Setup::new("70b", "dgx-h100-64", None);
+    f.job.precision = Precision::Fp8;
+    f.job.fp8_recipe = Fp8Recipe::Current;
+    let l = Layout {
+        zero: 3,
+        ..Layout::dense(8, 8, 1, 1)
+    };
+    assert!(refused(&mut f, &l, Target::Torchtitan).contains(&"torchtitan-precision".to_string()));
+}
+
+/// Layouts of several kinds for the Megatron-Bridge oracle.
+fn bridge_cases() -> Vec<(&'static str, &'static str, Layout, Option<Precision>)> {
+    vec![
+        ("70b", "dgx64", main_job_winner(), None),
+        (
+            "70b",
+            "dgx-h100-64",
+            Layout {
+                vpp: 5,
+                recompute: Recompute::Selective,
+                cp: 2,
+                cp_comm: CpComm::Ring,
+                ..Layout::dense(2, 4, 4, 2)
+            },
+            Some(Precision::Fp8),
+        ),
+        (
+            "llama3-8b",
+            "dgx-h100-64",
+            Layout {
+                zero: 0,
+                order: RankOrder::TpCpEpPpDp,
+                recompute: Recompute::Full,
+                split: Some(vec![3, 10, 10, 9]),
+                ..Layout::dense(16, 1, 4, 1)
+            },
+            None,
+        ),
+        (
+            "qwen3-30b-a3b",
+            "dgx-h100-64",
+            Layout {
+                ep: 8,
+                zero: 1,
+                ..Layout::dense(8, 1, 8, 1)
+            },
+            None,
+        ),
+    ]
+}
+
+#[test]
+fn bridge_overrides_carry_every_megatron_layout_flag() {
+    // Each Megatron flag of the translated groups that has a Bridge field
+    // appears as that field with the same value.
+    let pairs = [
+        (
+            "--tensor-model-parallel-size",
+            "model.tensor_model_parallel_size",
+        ),
+        (
+            "--pipeline-model-parallel-size",
+            "model.pipeline_model_parallel_size",
+        ),
+        ("--context-parallel-size", "model.context_parallel_size"),
+        (
+            "--num-virtual-stages-per-pipeline-rank",
+            "model.virtual_pipeline_model_parallel_size",
+        ),
+        (
+            "--decoder-first-pipeline-num-layers",
+            "model.num_layers_in_first_pipeline_stage",
+        ),
+        (
+            "--decoder-last-pipeline-num-layers",
+            "model.num_layers_in_last_pipeline_stage",
+        ),
+        ("--micro-batch-size", "train.micro_batch_size"),
+        ("--global-batch-size", "train.global_batch_size"),
+        (
+            "--expert-model-parallel-size",
+            "model.expert_model_parallel_size",
+        ),
+        ("--recompute-granularity", "model.recompute_granularity"),
+        (
+            "--data-parallel-sharding-strategy",
+            "ddp.data_parallel_sharding_strategy",
+        ),
+    ];
+    for (model, cluster, l, precision) in bridge_cases() {
+        let mut s = Setup::new(model, cluster, None);
+        if let Some(p) = precision {
+            s.job.precision = p;
+            s.job.fp8_recipe = Fp8Recipe::Current;
+        }
+        let b = render(&mut s, &l, Target::MegatronBridge)
+            .unwrap_or_else(|e| panic!("{model} {}: {e}", l.short()));
+        let m = megatron::megatron(&b.plan);
+        assert!(megatron_bridge::untranslated(&m).is_empty());
+        let ov = megatron_bridge::overrides(&b.plan);
+        let get = |k: &str| {
+            ov.iter()
+                .rev()
+                .find(|o| o.key == k)
+                .map(|o| o.value.clone())
+        };
+        for g in &m.groups {
+            for a in &g.args {
+                let (flag, value) = a.text.split_once(' ').unwrap_or((&a.text, ""));
+                if let Some((_, key)) = pairs.iter().find(|(f, _)| *f == flag) {
+                    assert_eq!(get(key).as_deref(), Some(value), "{model}: {flag} → {key}");
+                }
+            }
+        }
+        // Every override is one Hydra `key=value` with a plain value.
+        let plain = regex_lite(&ov);
+        assert!(plain.is_empty(), "{model}: not plain: {plain:?}");
+        // No interleaving means the recipe's own v is cleared.
+        if l.vpp == 1 {
+            assert_eq!(
+                get("model.virtual_pipeline_model_parallel_size").as_deref(),
+                Some("null")
+            );
+        }
+        // Worked values per case: 3, 10, 10, 9 has equal middle stages, so
+        // Megatron's first/last flags carry it (3 and 9 layers), with the
+        // tp-cp-ep-pp-dp mapping and ZeRO-0; the FP8 case takes Bridge's
+        // current-scaling preset, selective recompute of the attention core
+        // and the ring (p2p) K/V exchange.
+        let expected: &[(&str, &str)] = if l.split.as_ref().is_some_and(|s| s[0] == 3) {
+            &[
+                ("model.num_layers_in_first_pipeline_stage", "3"),
+                ("model.num_layers_in_last_pipeline_stage", "9"),
+                ("dist.use_tp_pp_dp_mapping", "true"),
+                ("ddp.use_distributed_optimizer", "false"),
+            ]
+        } else if precision == Some(Precision::Fp8) {
+            &[
+                ("mixed_precision", "bf16_with_fp8_current_scaling_mixed"),
+                ("model.recompute_modules", "[core_attn]"),
+                ("model.cp_comm_type", "p2p"),
+            ]
+        } else {
+            &[]
+        };
+        for (key, value) in expected {
+            assert_eq!(get(key).as_deref(), Some(*value), "{model}: {key}");
+        }
+    }
+}
+
+/// Overrides whose value is not a bare word, number, `[list]` or a
+/// double-quoted string (Hydra's override grammar for the values written).
+fn regex_lite(ov: &[megatron_bridge::Override]) -> Vec<String> {
+    ov.iter()
+        .filter(|o| {
+            let v = o.value.as_str();
+            let word = !v.is_empty()
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
+            let list = v.starts_with('[') && v.ends_with(']');
+            let quoted = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
+            let key_ok = o
+                .key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+            !(key_ok && (word || list || quoted))
+        })
+        .map(|o| format!("{}={}", o.key, o.value))
+        .collect()
+}
+
+#[test]
+fn bridge_refuses_cards_without_a_recipe() {
+    let mut s = Setup::new("gpt-22b", "dgx64", None);
+    let codes = refused(&mut s, &Layout::dense(8, 8, 1, 1), Target::MegatronBridge);
+    assert!(codes.contains(&"bridge-model".to_string()), "{codes:?}");
+}
+
+#[test]
+fn cli_target_limits_the_search() {
+    // Without layout flags, `--target deepspeed` takes the best layout
+    // DeepSpeed can run: T = p = C = 1.
+    let dir = temp_dir("target-ds");
+    let out = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "deepspeed",
+        "--format",
+        "json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["mesh"]["tp"], 1);
+    assert_eq!(plan["mesh"]["pp"], 1);
+    assert_eq!(plan["mesh"]["dp"], 64);
+    assert!(dir.join(generate::DEEPSPEED_CONFIG).exists());
+    // An unknown target is one clear error naming the choices.
+    let bad = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "nemo",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("megatron-bridge") && err.contains("deepspeed"),
+        "{err}"
+    );
+}
+
+/// The targets' own parsers, where installed (`scripts/check-launch-target`
+/// exits 2 when the package is missing: skipped with its message).
+#[test]
+fn targets_own_parsers_accept_the_files() {
+    let mut ran = 0;
+    for (target, layout) in [
+        (Target::Deepspeed, zero3_dp64()),
+        (Target::Torchtitan, main_job_winner()),
+        (Target::MegatronBridge, main_job_winner()),
+    ] {
+        let mut s = Setup::new("70b", "dgx64", None);
+        let b = render(&mut s, &layout, target).unwrap();
+        let dir = temp_dir(&format!("parse-{target}"));
+        generate::write(&b.files, &dir).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check-launch-target");
+        let out = match Command::new("python3")
+            .args([script, &target.to_string(), dir.to_str().unwrap()])
+            .output()
+        {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("skipped: python3 not found ({e})");
+                return;
+            }
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(2) => eprintln!("skipped {target}: {}", text.trim()),
+            _ => panic!("{target}: {text}{}", String::from_utf8_lossy(&out.stderr)),
+        }
+    }
+    eprintln!("{ran} of 3 targets checked with their own parsers");
+}
