@@ -1159,8 +1159,24 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     // Rank at least as many plans as `search` lists by default, so that
     // `--rank K` names row K of its table (the tie groups depend on the
     // plans ranked together).
+    // What the target refuses whatever the layout is said before searching.
+    let whole = a.target.model_refusals(&s.model, &s.job);
+    if !whole.is_empty() {
+        bail!(
+            "--target {}: no layout of {} can be written for it:{}",
+            a.target,
+            s.model.name,
+            whole
+                .iter()
+                .map(|r| format!("\n  [{}] {}; fix: {}", r.code, r.message, r.remedy))
+                .collect::<String>()
+        );
+    }
+    // Another target keeps more rows: some of the best may break one of
+    // its conditions that the search's limits do not express.
+    let keep = if a.target == Target::Megatron { 1 } else { 20 };
     let mut space = Space {
-        top_k: k.max(Space::default().top_k),
+        top_k: k.max(Space::default().top_k) * keep,
         policy: req.policy.clone(),
         ..Space::default()
     };
@@ -1168,8 +1184,32 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     let pr = req.problem();
     let result = search::search(&pr, &space);
     let rows = crate::report::ranked_rows(&pr, &result.top, a.rank_by);
-    match rows.get(k - 1) {
+    let runnable: Vec<_> = rows
+        .iter()
+        .filter(|c| a.target.refusals(&s.model, &s.job, &c.layout).is_empty())
+        .collect();
+    match runnable.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
+        None if a.target != Target::Megatron => {
+            let first = rows
+                .first()
+                .map(|c| a.target.refusals(&s.model, &s.job, &c.layout))
+                .and_then(|r| r.into_iter().next());
+            bail!(
+                "--target {}: {} of the search's {} distinct valid layout(s) for {} on {} GPUs can be written for {} (the search kept to what it runs: {}){}",
+                a.target,
+                runnable.len(),
+                result.stats.valid - result.stats.twins,
+                s.model.name,
+                s.world,
+                a.target,
+                a.target.search_limits(),
+                match first {
+                    Some(r) => format!("; the best ranked one is refused: {}", r.message),
+                    None => String::new(),
+                }
+            )
+        }
         None => bail!(
             "--rank {k}: the search ranks only {} distinct valid layout(s) for {} on {} GPUs ({} valid, {} of them rank-order twins listed once)",
             result.stats.valid - result.stats.twins,

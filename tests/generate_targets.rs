@@ -179,9 +179,14 @@ fn torchtitan_interleaved_stages_and_float8() {
     let py = b.file(generate::TORCHTITAN_CONFIG).unwrap();
     assert!(py.contains("\"Interleaved1F1B\""));
     assert!(py.contains("FullAC.Config()"));
+    // The output layer stays bf16, as priced.
     assert!(py.contains(
-        "model_registry(\"70B\", converters=[Float8LinearConverter.Config(recipe_name=\"rowwise\")])"
-    ));
+        "model_registry(\"70B\", converters=[Float8LinearConverter.Config(recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"], model_compile_enabled=True)])"
+    ), "{py}");
+    // ZeRO-3 under PP: "always", since torchtitan's "default" keeps the
+    // parameters gathered after forward when p > 1.
+    assert!(py.contains("config.parallelism.fsdp_reshard_after_forward = \"always\""));
+    assert!(py.contains("config.training.disable_cuda_graphs = True"));
 }
 
 #[test]
@@ -205,6 +210,68 @@ fn torchtitan_refusals() {
         ..Layout::dense(8, 8, 1, 1)
     };
     assert!(refused(&mut f, &l, Target::Torchtitan).contains(&"torchtitan-precision".to_string()));
+    // The other rank order, and E = 8 under DDP with T = 2, C = 1: E must
+    // divide dp_shard·C·T = 1·1·2.
+    let other_order = Layout {
+        order: RankOrder::TpCpEpPpDp,
+        ..main_job_winner()
+    };
+    assert!(
+        refused(&mut s, &other_order, Target::Torchtitan).contains(&"torchtitan-order".to_string())
+    );
+    let mut q = Setup::new("qwen3-30b-a3b", "dgx-h100-64", None);
+    let ddp_ep = Layout {
+        zero: 0,
+        ep: 8,
+        ..Layout::dense(32, 2, 1, 1)
+    };
+    assert!(refused(&mut q, &ddp_ep, Target::Torchtitan).contains(&"torchtitan-ep".to_string()));
+}
+
+#[test]
+fn torchtitan_bf16_rebuilds_the_model_without_converters() {
+    // torchtitan's own llama3_405b() converts linears to float8; a bf16
+    // plan must rebuild the model spec without converters.
+    let mut s = Setup::new("405b", "dgx-h100-1024", None);
+    let l = Layout {
+        zero: 3,
+        recompute: Recompute::Full,
+        ..Layout::dense(64, 8, 2, 1)
+    };
+    let b = render(&mut s, &l, Target::Torchtitan).expect("torchtitan runs it");
+    let py = b.file(generate::TORCHTITAN_CONFIG).unwrap();
+    assert!(
+        py.contains("config.model_spec = model_registry(\"405B\")"),
+        "{py}"
+    );
+    assert!(!py.contains("Float8"));
+}
+
+#[test]
+fn bridge_refuses_what_its_presets_override() {
+    let l = main_job_winner();
+    // Current scaling keeps the first and last layers in bf16 and gathers
+    // FP8 parameters; adam-16b's bf16 reduction is undone by bf16_mixed.
+    let mut f = Setup::new("70b", "dgx-h100-64", None);
+    f.job.precision = Precision::Fp8;
+    f.job.fp8_recipe = Fp8Recipe::Current;
+    let codes = refused(&mut f, &l, Target::MegatronBridge);
+    let bridge: Vec<_> = codes.iter().filter(|c| c.starts_with("bridge")).collect();
+    assert_eq!(bridge, ["bridge-precision", "bridge-precision"]);
+    let mut r = Setup::new("70b", "dgx64", None);
+    r.job.recipe_name = meshplan::spec::RecipeName::Adam16b;
+    r.job.recipe = meshplan::spec::Recipe::ADAM_16B;
+    assert!(refused(&mut r, &l, Target::MegatronBridge).contains(&"bridge-precision".to_string()));
+}
+
+#[test]
+fn deepspeed_refuses_zero0_with_fp32_accumulation() {
+    let mut s = Setup::new("gpt-1.7b", "dgx-h100-64", None);
+    let l = Layout {
+        zero: 0,
+        ..Layout::dense(64, 1, 1, 1)
+    };
+    assert_eq!(refused(&mut s, &l, Target::Deepspeed), ["deepspeed-recipe"]);
 }
 
 /// Layouts of several kinds for the Megatron-Bridge oracle.
@@ -222,6 +289,17 @@ fn bridge_cases() -> Vec<(&'static str, &'static str, Layout, Option<Precision>)
                 ..Layout::dense(2, 4, 4, 2)
             },
             Some(Precision::Fp8),
+        ),
+        (
+            "70b",
+            "dgx-h100-64",
+            Layout {
+                cp: 2,
+                cp_comm: CpComm::AllGather,
+                recompute: Recompute::Full,
+                ..Layout::dense(2, 2, 8, 2)
+            },
+            None,
         ),
         (
             "llama3-8b",
@@ -289,8 +367,11 @@ fn bridge_overrides_carry_every_megatron_layout_flag() {
     for (model, cluster, l, precision) in bridge_cases() {
         let mut s = Setup::new(model, cluster, None);
         if let Some(p) = precision {
+            // Delayed scaling with FP8 parameter gathers: what Bridge's
+            // delayed-scaling preset does (current scaling is refused).
             s.job.precision = p;
-            s.job.fp8_recipe = Fp8Recipe::Current;
+            s.job.fp8_recipe = Fp8Recipe::Delayed;
+            s.job.fp8_param_gather = true;
         }
         let b = render(&mut s, &l, Target::MegatronBridge)
             .unwrap_or_else(|e| panic!("{model} {}: {e}", l.short()));
@@ -324,7 +405,7 @@ fn bridge_overrides_carry_every_megatron_layout_flag() {
         // Worked values per case: 3, 10, 10, 9 has equal middle stages, so
         // Megatron's first/last flags carry it (3 and 9 layers), with the
         // tp-cp-ep-pp-dp mapping and ZeRO-0; the FP8 case takes Bridge's
-        // current-scaling preset, selective recompute of the attention core
+        // delayed-scaling preset, selective recompute of the attention core
         // and the ring (p2p) K/V exchange.
         let expected: &[(&str, &str)] = if l.split.as_ref().is_some_and(|s| s[0] == 3) {
             &[
@@ -333,9 +414,12 @@ fn bridge_overrides_carry_every_megatron_layout_flag() {
                 ("dist.use_tp_pp_dp_mapping", "true"),
                 ("ddp.use_distributed_optimizer", "false"),
             ]
+        } else if l.cp_comm == CpComm::AllGather && l.cp > 1 {
+            // Transformer Engine's spelling (it rejects `allgather`).
+            &[("model.cp_comm_type", "all_gather")]
         } else if precision == Some(Precision::Fp8) {
             &[
-                ("mixed_precision", "bf16_with_fp8_current_scaling_mixed"),
+                ("mixed_precision", "bf16_with_fp8_delayed_scaling_mixed"),
                 ("model.recompute_modules", "[core_attn]"),
                 ("model.cp_comm_type", "p2p"),
             ]
@@ -423,7 +507,10 @@ fn cli_target_limits_the_search() {
 }
 
 /// The targets' own parsers, where installed (`scripts/check-launch-target`
-/// exits 2 when the package is missing: skipped with its message).
+/// exits 2 when the package is missing: skipped with its message). With
+/// DeepSpeed 0.19.8 and torch 2.15 installed, DeepSpeed's `DeepSpeedConfig`
+/// (pydantic, unknown keys rejected, the batch identity checked against
+/// the data-parallel size) accepts the ZeRO-3 config here.
 #[test]
 fn targets_own_parsers_accept_the_files() {
     let mut ran = 0;
@@ -437,7 +524,10 @@ fn targets_own_parsers_accept_the_files() {
         let dir = temp_dir(&format!("parse-{target}"));
         generate::write(&b.files, &dir).unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check-launch-target");
-        let out = match Command::new("python3")
+        // MESHPLAN_CHECK_PYTHON names an interpreter with the packages
+        // (e.g. a virtual environment's python); python3 otherwise.
+        let python = std::env::var("MESHPLAN_CHECK_PYTHON").unwrap_or_else(|_| "python3".into());
+        let out = match Command::new(&python)
             .args([script, &target.to_string(), dir.to_str().unwrap()])
             .output()
         {

@@ -597,7 +597,10 @@ pub fn megatron(plan: &Plan) -> Megatron {
                 val("--cp-comm-type", "p2p").note("ring exchange of K/V, overlapped with attention")
             }
             crate::layout::CpComm::AllGather => {
-                val("--cp-comm-type", "allgather").note("all-gather of K/V before attention")
+                // `all_gather`, as TransformerConfig documents it: Megatron
+                // passes the string on to Transformer Engine, which rejects
+                // the `allgather` spelling of the flag's help text.
+                val("--cp-comm-type", "all_gather").note("all-gather of K/V before attention")
             }
         });
     }

@@ -59,7 +59,7 @@ use Translate::{Quoted, Recipe, Switch, SwitchOff, Value};
 /// Megatron-Bridge fields (field names of Megatron-Core's
 /// `TransformerConfig`/`DistributedDataParallelConfig` and Bridge's
 /// `ConfigContainer`, `src/megatron/bridge/training/config.py`).
-pub const FLAG_KEYS: [(&str, Translate); 35] = [
+pub const FLAG_KEYS: [(&str, Translate); 37] = [
     (
         "--tensor-model-parallel-size",
         Value(&["model.tensor_model_parallel_size"]),
@@ -155,6 +155,10 @@ pub const FLAG_KEYS: [(&str, Translate); 35] = [
     ("--fp4-format", Recipe),
     ("--fp4-recipe", Recipe),
     ("--attention-backend", Recipe),
+    // The preset's own choice, checked against the plan before rendering
+    // (`target::bridge_precision_refusals`).
+    ("--fp8-param-gather", Recipe),
+    ("--fp4-param-gather", Recipe),
 ];
 
 /// Flags of the translated groups that the recipe sets: hyperparameters
@@ -228,8 +232,7 @@ pub fn precision_preset(precision: Precision, recipe: Option<Fp8Recipe>) -> &'st
 
 /// Flags of the translated groups with no Megatron-Bridge field in
 /// [`FLAG_KEYS`] and not set by the recipe: the plan cannot be written for
-/// Megatron-Bridge while any remain (`--fp8-param-gather`, for one, sits in
-/// the mixed-precision preset the override replaces).
+/// Megatron-Bridge while any remain.
 pub fn untranslated(m: &Megatron) -> Vec<String> {
     m.groups
         .iter()
@@ -326,6 +329,19 @@ pub fn overrides(plan: &Plan) -> Vec<Override> {
     if plan.rank_order.order != crate::layout::RankOrder::TpCpEpPpDp {
         push("dist.use_tp_pp_dp_mapping", "false".into(), None);
     }
+    push(
+        "comm_overlap",
+        "null".into(),
+        Some("no CommOverlapConfig: its setup would switch on TP overlap with SP, which the plan does not price".into()),
+    );
+    push(
+        "model.mtp_num_layers",
+        "null".into(),
+        Some(
+            "the plan prices no multi-token prediction (the DeepSeek-V3 recipe sets one MTP layer)"
+                .into(),
+        ),
+    );
     push("model.seq_length", plan.job.seq_len.to_string(), None);
     push("dataset.seq_length", plan.job.seq_len.to_string(), None);
     push(

@@ -447,6 +447,10 @@ pub fn render_for(plan: &Plan, target: Target) -> Result<Vec<GeneratedFile>, Gen
         megatron => minijinja::Value::from_serialize(&mega),
         checklist => minijinja::Value::from_serialize(checklist::checklist(plan)),
         torchtitan => minijinja::Value::from_serialize(&titan),
+        target => minijinja::context! {
+            name => target.as_str(),
+            hint => target.checklist_hint(),
+        },
         bridge => minijinja::Value::from_serialize(&bridge),
         files => minijinja::context! {
             megatron => MEGATRON_SCRIPT,

@@ -130,6 +130,53 @@ fn refusal(code: &str, message: String, remedy: &str) -> Refusal {
     }
 }
 
+/// What Megatron-Bridge's mixed-precision presets
+/// ([`super::megatron_bridge::precision_preset`]) fix that the plan may
+/// have priced otherwise: the recipes hold the preset by name, and its
+/// `setup` copies every field onto the model, optimizer and DDP configs
+/// (`training/mixed_precision.py`), so the overrides cannot change them.
+fn bridge_precision_refusals(job: &crate::spec::Job) -> Vec<Refusal> {
+    use crate::spec::RecipeName;
+    let preset = super::megatron_bridge::precision_preset(job.precision, Some(job.fp8_recipe));
+    // Low-precision parameter gathers the preset does: the FP8 delayed,
+    // current and MXFP8 presets gather FP8, the NVFP4 preset FP4, the
+    // sub-channel (blockwise) preset none.
+    let gathers = match job.precision {
+        Precision::Bf16 => false,
+        Precision::Fp8 => job.fp8_recipe != Fp8Recipe::Blockwise,
+        Precision::Mxfp8 | Precision::Nvfp4 => true,
+    };
+    let checks = [
+        (
+            job.recipe_name != RecipeName::Megatron,
+            "bridge-precision",
+            format!("the {} recipe: Megatron-Bridge's {preset} preset reduces gradients in fp32 (grad_reduce_in_fp32) whatever the overrides say", job.recipe_name),
+            "plan with --recipe megatron, or use --target megatron",
+        ),
+        (
+            job.precision.is_low() && job.fp8_param_gather != gathers,
+            "bridge-precision",
+            format!("Megatron-Bridge's {preset} preset {} parameters in the low-precision format, and the plan was priced {}", if gathers { "all-gathers" } else { "does not all-gather" }, if job.fp8_param_gather { "with --fp8-param-gather" } else { "without it" }),
+            if gathers { "plan with --fp8-param-gather" } else { "plan without --fp8-param-gather" },
+        ),
+        (
+            job.precision == Precision::Fp8 && job.fp8_recipe == Fp8Recipe::Current,
+            "bridge-precision",
+            format!("Megatron-Bridge's {preset} preset keeps the first and last transformer layers in bf16; the plan prices every layer in FP8"),
+            "use --target megatron (its flags run every layer in FP8), or another FP8 recipe",
+        ),
+        (
+            job.tp_comm_overlap,
+            "bridge-tp-overlap",
+            "the plan overlaps TP communication with GEMMs; Megatron-Bridge sets that up through the recipe's CommOverlapConfig (userbuffers), which these overrides do not write".to_string(),
+            "plan without --tp-comm-overlap, or use --target megatron",
+        ),
+    ];
+    let mut out = Vec::new();
+    push_broken(&mut out, checks);
+    out
+}
+
 /// Push a refusal for every check whose condition holds: (broken, code,
 /// message, remedy).
 fn push_broken<const N: usize>(out: &mut Vec<Refusal>, checks: [(bool, &str, String, &str); N]) {
@@ -211,6 +258,32 @@ impl Target {
         }
     }
 
+    /// Where this target sets what CHECKLIST.md names by Megatron-LM's
+    /// options.
+    pub fn checklist_hint(self) -> &'static str {
+        match self {
+            Target::Megatron => "the launch script",
+            Target::Torchtitan => {
+                "the configuration function (the model's layer count in `model_spec`, `training.steps`, `checkpoint.interval`, `metrics` for tokens per second and memory)"
+            }
+            Target::MegatronBridge => {
+                "overrides of the same fields (`model.num_layers`, `train.micro_batch_size`, `checkpoint.save_interval`, `logger.*`)"
+            }
+            Target::Deepspeed => {
+                "your training script (model size, steps, logging; `torch.cuda.max_memory_allocated()` for memory) and `ds_config.json` (`steps_per_print`, `wall_clock_breakdown`)"
+            }
+        }
+    }
+
+    /// The limits [`Target::limit_search`] sets, in words.
+    pub fn search_limits(self) -> &'static str {
+        match self {
+            Target::Megatron | Target::MegatronBridge => "every layout",
+            Target::Torchtitan => "ZeRO 0, 2 or 3, ETP = 1, rank order tp-cp-ep-dp-pp",
+            Target::Deepspeed => "T = p = C = E = 1, no selective recompute",
+        }
+    }
+
     /// Limit a search to the layouts this target can express (sizes, ZeRO
     /// stages, recompute modes); [`Target::refusals`] states the rest.
     pub fn limit_search(self, space: &mut Space) {
@@ -221,6 +294,9 @@ impl Target {
                 // (ZeRO-2) and DDP (ZeRO-0); no optimizer-only sharding.
                 space.zero_stages.retain(|z| *z != 1);
                 space.filter.etp = Some(1);
+                // torchtitan's mesh order is pp, dp_replicate, dp_shard,
+                // cp, tp (`parallel_dims.py`): meshplan's tp-cp-ep-dp-pp.
+                space.filter.order = Some(crate::layout::RankOrder::TpCpEpDpPp);
             }
             Target::Deepspeed => {
                 space.filter.tp = Some(1);
@@ -232,45 +308,111 @@ impl Target {
         }
     }
 
-    /// Every reason layout `l` of `model` under `job` cannot be written for
-    /// this target, beyond meshplan's rules and Megatron-LM's launch checks.
-    pub fn refusals(self, model: &Model, job: &crate::spec::Job, l: &Layout) -> Vec<Refusal> {
+    /// Why `model` under `job` cannot be written for this target whatever
+    /// the layout (no upstream configuration of the card, a precision the
+    /// target cannot express).
+    pub fn model_refusals(self, model: &Model, job: &crate::spec::Job) -> Vec<Refusal> {
         let mut out = Vec::new();
-        match self {
-            Target::Megatron => {}
-            Target::MegatronBridge => match upstream(model).and_then(|u| u.bridge_recipe.map(|r| (u, r))) {
-                None => out.push(refusal(
-                    "bridge-model",
-                    format!(
-                        "Megatron-Bridge has no library recipe meshplan maps to the card {}",
-                        model.name
-                    ),
-                    "use --target megatron, or one of the cards with a recipe: llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b, qwen3-235b-a22b",
-                )),
-                Some((u, _)) => {
-                    if let Some(why) = shape_mismatch(model, u) {
-                        out.push(refusal("bridge-model", why, "use --target megatron, which writes the card's architecture flag by flag"));
-                    }
-                }
-            },
-            Target::Torchtitan => {
-                match upstream(model).and_then(|u| u.torchtitan_config.map(|c| (u, c))) {
-                    None => out.push(refusal(
-                        "torchtitan-model",
+        let (code, upstream_name, remedy) = match self {
+            Target::Megatron => return out,
+            Target::Deepspeed => {
+                let checks = [
+                    (
+                        model.moe.is_some(),
+                        "deepspeed-moe",
                         format!(
-                            "torchtitan ships no configuration meshplan maps to the card {}",
+                            "{} is a mixture of experts; DeepSpeed-MoE layers are part of the model code, which these files do not write",
                             model.name
                         ),
-                        "use --target megatron, or one of llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b",
-                    )),
-                    Some((u, _)) => {
-                        if let Some(why) = shape_mismatch(model, u) {
-                            out.push(refusal("torchtitan-model", why, "use --target megatron"));
-                        }
-                    }
+                        "use --target megatron or torchtitan",
+                    ),
+                    (
+                        job.precision.is_low(),
+                        "deepspeed-precision",
+                        format!(
+                            "precision {}: DeepSpeed's configuration has no low-precision GEMM recipe (its fp16/bf16 sections set the training dtype)",
+                            job.precision
+                        ),
+                        "plan with --precision bf16",
+                    ),
+                ];
+                push_broken(&mut out, checks);
+                return out;
+            }
+            Target::MegatronBridge => (
+                "bridge-model",
+                upstream(model).and_then(|u| u.bridge_recipe.map(|_| u)),
+                "use --target megatron, or one of the cards with a recipe: llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b, qwen3-235b-a22b",
+            ),
+            Target::Torchtitan => (
+                "torchtitan-model",
+                upstream(model).and_then(|u| u.torchtitan_config.map(|_| u)),
+                "use --target megatron, or one of llama3-8b, llama3-70b, llama3-405b, deepseek-v3, qwen3-30b-a3b",
+            ),
+        };
+        match upstream_name {
+            None => out.push(refusal(
+                code,
+                format!(
+                    "{self} has no configuration meshplan maps to the card {}",
+                    model.name
+                ),
+                remedy,
+            )),
+            Some(u) => {
+                if let Some(why) = shape_mismatch(model, u) {
+                    out.push(refusal(
+                        code,
+                        why,
+                        "use --target megatron, which writes the card's architecture flag by flag",
+                    ));
                 }
-                let low_not_llama3 = job.precision.is_low()
-                    && upstream(model).and_then(|u| u.torchtitan_package) != Some("llama3");
+            }
+        }
+        match self {
+            Target::MegatronBridge => out.extend(bridge_precision_refusals(job)),
+            Target::Torchtitan => {
+                let checks = [
+                    (
+                        job.precision == Precision::Fp8 && job.fp8_recipe != Fp8Recipe::Rowwise,
+                        "torchtitan-precision",
+                        format!(
+                            "FP8 with {} scaling: torchtitan's Float8LinearConverter takes only the row-wise recipes (torchtitan/components/quantization/float8.py)",
+                            job.fp8_recipe
+                        ),
+                        "plan with --fp8-recipe rowwise",
+                    ),
+                    (
+                        job.precision.is_low()
+                            && upstream(model).and_then(|u| u.torchtitan_package) != Some("llama3"),
+                        "torchtitan-precision",
+                        format!(
+                            "precision {}: meshplan writes torchtitan's low-precision converters only for its llama3 configurations (whose model_registry takes them)",
+                            job.precision
+                        ),
+                        "plan with --precision bf16, or use --target megatron",
+                    ),
+                ];
+                push_broken(&mut out, checks);
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Every reason layout `l` of `model` under `job` cannot be written for
+    /// this target, beyond meshplan's rules and Megatron-LM's launch checks:
+    /// [`Target::model_refusals`], then the layout's own.
+    pub fn refusals(self, model: &Model, job: &crate::spec::Job, l: &Layout) -> Vec<Refusal> {
+        let mut out = self.model_refusals(model, job);
+        match self {
+            Target::Megatron | Target::MegatronBridge => {}
+            Target::Torchtitan => {
+                // FSDP2 shards over dp_shard·cp (DDP: dp_shard = 1), and the
+                // expert mesh re-slices dp_shard·cp·tp as EP × expert FSDP
+                // (`torchtitan/distributed/parallel_dims.py`).
+                let shard = if l.zero == 0 { 1 } else { l.dp };
+                let dense = shard as u64 * l.cp as u64 * l.tp as u64;
                 let checks = [
                     (
                         l.zero == 1,
@@ -285,16 +427,22 @@ impl Target {
                         "plan with --etp 1",
                     ),
                     (
-                        job.precision == Precision::Fp8 && job.fp8_recipe != Fp8Recipe::Rowwise,
-                        "torchtitan-precision",
-                        format!("FP8 with {} scaling: torchtitan's Float8LinearConverter takes only the row-wise recipes (torchtitan/components/quantization/float8.py)", job.fp8_recipe),
-                        "plan with --fp8-recipe rowwise",
+                        l.order != crate::layout::RankOrder::TpCpEpDpPp,
+                        "torchtitan-order",
+                        format!("rank order {}: torchtitan builds its mesh in one order, pp outermost, then data, context and tensor parallel (tp-cp-ep-dp-pp)", l.order),
+                        "plan with --order tp-cp-ep-dp-pp",
                     ),
                     (
-                        low_not_llama3,
-                        "torchtitan-precision",
-                        format!("precision {}: meshplan writes torchtitan's low-precision converters only for its llama3 configurations (whose model_registry takes them)", job.precision),
-                        "plan with --precision bf16, or use --target megatron",
+                        model.moe.is_some() && !dense.is_multiple_of(l.ep.max(1) as u64),
+                        "torchtitan-ep",
+                        format!("E = {} does not divide dp_shard·C·T = {dense}: torchtitan carves expert parallelism out of the FSDP, CP and TP ranks (torchtitan/distributed/parallel_dims.py; ZeRO-0 shards over no data-parallel rank)", l.ep),
+                        "plan with ZeRO-2/3 or an E that divides D·C·T",
+                    ),
+                    (
+                        l.zero == 0 && l.cp > 1,
+                        "torchtitan-zero",
+                        format!("ZeRO-0 with C = {}: torchtitan shards parameters over dp_shard·cp, so DDP with context parallelism still shards over the CP ranks", l.cp),
+                        "plan with --zero 3, or C = 1",
                     ),
                     (
                         l.recompute == Recompute::Selective,
@@ -306,7 +454,12 @@ impl Target {
                 push_broken(&mut out, checks);
             }
             Target::Deepspeed => {
-                for (axis, size, flag) in [("T", l.tp, "--tp 1"), ("p", l.pp, "--pp 1"), ("C", l.cp, "--cp 1"), ("E", l.ep, "--ep 1")] {
+                for (axis, size, flag) in [
+                    ("T", l.tp, "--tp 1"),
+                    ("p", l.pp, "--pp 1"),
+                    ("C", l.cp, "--cp 1"),
+                    ("E", l.ep, "--ep 1"),
+                ] {
                     if size > 1 {
                         out.push(refusal(
                             "deepspeed-mesh",
@@ -317,16 +470,10 @@ impl Target {
                 }
                 let checks = [
                     (
-                        model.moe.is_some(),
-                        "deepspeed-moe",
-                        format!("{} is a mixture of experts; DeepSpeed-MoE layers are part of the model code, which these files do not write", model.name),
-                        "use --target megatron or torchtitan",
-                    ),
-                    (
-                        job.precision.is_low(),
-                        "deepspeed-precision",
-                        format!("precision {}: DeepSpeed's configuration has no low-precision GEMM recipe (its fp16/bf16 sections set the training dtype)", job.precision),
-                        "plan with --precision bf16",
+                        l.zero == 0 && job.recipe_name != crate::spec::RecipeName::Adam16b,
+                        "deepspeed-recipe",
+                        format!("ZeRO-0 with the {} recipe: without ZeRO DeepSpeed accumulates gradients only in the model's dtype (engine.py `_do_optimizer_sanity_check` rejects bf16 weights with fp32 accumulation)", job.recipe_name),
+                        "plan with --recipe adam-16b, or ZeRO 1 or more",
                     ),
                     (
                         l.recompute == Recompute::Selective,

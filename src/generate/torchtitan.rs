@@ -107,7 +107,10 @@ pub fn torchtitan(plan: &Plan, up: &UpstreamModel) -> Torchtitan {
     let (shard, replicate, reshard) = match plan.sharding.zero {
         0 => (1, mesh.dp, None),
         2 => (mesh.dp, 1, Some("never")),
-        _ => (mesh.dp, 1, Some("default")),
+        // "always": torchtitan's "default" keeps the parameters gathered
+        // after forward when p > 1 (`torchtitan/distributed/fsdp.py`), which
+        // is ZeRO-2's memory.
+        _ => (mesh.dp, 1, Some("always")),
     };
     let p = "config.parallelism";
     set(
@@ -213,6 +216,26 @@ pub fn torchtitan(plan: &Plan, up: &UpstreamModel) -> Torchtitan {
         job.seq_len.to_string(),
         None,
     );
+    set(
+        &format!("{t}.disable_cuda_graphs"),
+        "True".into(),
+        Some(
+            "torchtitan captures CUDA graphs by default, which its trainer rejects with PP or standard EP; meshplan prices no graphs",
+        ),
+    );
+    set(
+        "config.checkpoint.interval",
+        plan.predicted.checkpoint.interval_steps.to_string(),
+        Some("Daly's interval τ* = √(2·C·M), as CHECKLIST.md derives it"),
+    );
+    imports.push("from torchtitan.config import CompileConfig".into());
+    set(
+        "config.compile",
+        "CompileConfig(enable=True, components=[\"model\", \"loss\"])".into(),
+        Some(
+            "meshplan prices the compiled loss (bf16 logits), and the low-precision converters need the compiled model",
+        ),
+    );
     match plan.recompute.mode {
         Recompute::Full => {
             imports.push("from torchtitan.distributed.activation_checkpoint import FullAC".into());
@@ -226,31 +249,43 @@ pub fn torchtitan(plan: &Plan, up: &UpstreamModel) -> Torchtitan {
         // Refused before rendering (`Target::refusals`).
         Recompute::Selective => {}
     }
+    // The model is always rebuilt from its flavor: torchtitan's own base
+    // configurations may convert linears already (`llama3_405b` builds
+    // float8 with async TP), which a bf16 plan must not inherit.
     let converter = match job.precision {
         Precision::Bf16 => None,
-        Precision::Fp8 => Some(("Float8LinearConverter", "recipe_name=\"rowwise\"")),
+        // The output layer stays bf16, as priced ([`crate::cost::precision`]).
+        Precision::Fp8 => Some((
+            "Float8LinearConverter",
+            "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"], model_compile_enabled=True",
+        )),
         Precision::Mxfp8 => Some(("MXFP8LinearConverter", "model_compile_enabled=True")),
         Precision::Nvfp4 => Some(("NVFP4LinearConverter", "model_compile_enabled=True")),
     };
-    if let (Some((class, args)), Some(flavor)) = (converter, up.torchtitan_flavor) {
-        imports.push(format!(
-            "from torchtitan.components.quantization import {class}"
-        ));
+    if let Some(flavor) = up.torchtitan_flavor {
         imports.push(format!(
             "from torchtitan.models.{package} import model_registry"
         ));
-        if job.precision != Precision::Fp8 {
-            imports.push("from torchtitan.config import CompileConfig".into());
-            set(
-                "config.compile",
-                "CompileConfig(enable=True, components=[\"model\"])".into(),
-                Some("the block-scaled converters need torch.compile"),
-            );
-        }
+        let converters = match converter {
+            Some((class, args)) => {
+                imports.push(format!(
+                    "from torchtitan.components.quantization import {class}"
+                ));
+                format!(", converters=[{class}.Config({args})]")
+            }
+            None => String::new(),
+        };
         set(
             "config.model_spec",
-            format!("model_registry(\"{flavor}\", converters=[{class}.Config({args})])"),
-            Some("low-precision linears through torchao"),
+            format!("model_registry(\"{flavor}\"{converters})"),
+            Some(match converter {
+                None => {
+                    "bf16 linears, torchtitan's default attention (FlexAttention; priced at FlashAttention-2's rate)"
+                }
+                Some(_) => {
+                    "low-precision linears through torchao (output layer in bf16); torchtitan's default attention (FlexAttention; priced at FlashAttention-2's rate)"
+                }
+            }),
         );
     }
     Torchtitan {
