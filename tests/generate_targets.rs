@@ -507,10 +507,15 @@ fn cli_target_limits_the_search() {
 }
 
 /// The targets' own parsers, where installed (`scripts/check-launch-target`
-/// exits 2 when the package is missing: skipped with its message). With
-/// DeepSpeed 0.19.8 and torch 2.15 installed, DeepSpeed's `DeepSpeedConfig`
-/// (pydantic, unknown keys rejected, the batch identity checked against
-/// the data-parallel size) accepts the ZeRO-3 config here.
+/// exits 2 when the package is missing: skipped with its message). Run
+/// with deepspeed 0.19.8, torchao and torch 2.15 (`MESHPLAN_CHECK_PYTHON`)
+/// and torchtitan at b5bcd76 on `PYTHONPATH`, both pass: DeepSpeed's
+/// `DeepSpeedConfig` (pydantic, unknown keys rejected, the batch identity
+/// checked against the data-parallel size; it fails a config edited to
+/// B = 2049), and torchtitan's `Trainer.Config` checks, CUDA-graph rules
+/// and `ParallelDims` (it fails the file edited to keep CUDA graphs with
+/// p = 2). Megatron-Bridge's recipes load the model's configuration from
+/// the Hugging Face hub, so its check needs network access as well.
 #[test]
 fn targets_own_parsers_accept_the_files() {
     let mut ran = 0;
