@@ -417,6 +417,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let eff = experts::grouped_gemm_efficiency(pairs / local, pr.rates.grouped_half_tokens);
             if eff > 0.0 {
                 f.expert_gemm /= eff;
+                f.expert_gemm_backward /= eff;
             }
         }
         let b = compute::layer_backward(&f);
@@ -647,7 +648,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         0.0
     } + model.norm_params();
     let out_fwd = out_f + compute::elementwise_time(ce_fwd, &pr.rates);
-    let out_bwd = 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates);
+    let out_bwd = compute::gemm_backward_time(tokens, vocab / tp, h, &pr.rates)
+        + compute::elementwise_time(ce_bwd, &pr.rates);
     let mut out_time = PartTimes::default();
     out_time[TimePart::Compute] = Term::serial(out_fwd + out_bwd);
     out_time[TimePart::TpComm] = Term::serial(if l.tp > 1 { 2.0 * tp_one } else { 0.0 });
