@@ -113,13 +113,7 @@ pub fn contraction_factor(k: f64, half_k: f64) -> f64 {
 /// Time of one bf16 GEMM `[m×k]·[k×n]`, seconds: roofline plus launch, the
 /// FLOP rate at the GEMM's depth `k` ([`contraction_factor`]).
 pub fn gemm_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
-    if m <= 0.0 || n <= 0.0 || k <= 0.0 {
-        return 0.0;
-    }
-    let flops = 2.0 * m * n * k;
-    let bytes = 2.0 * (m * k + k * n + m * n);
-    let rate = r.gemm_flops * contraction_factor(k, r.gemm_half_k);
-    (flops / rate).max(bytes / r.hbm) + r.overhead
+    gemm_pass_times(m, n, k, r).0
 }
 
 /// Backward time of the bf16 GEMM `[m×k]·[k×n]`, seconds: the input
@@ -127,7 +121,24 @@ pub fn gemm_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
 /// `[k×m]·[m×n]` (contraction `m`), each a [`gemm_time`] of its own shape.
 /// Without a depth curve (`k½` = 0) it is twice the forward.
 pub fn gemm_backward_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
-    gemm_time(m, k, n, r) + gemm_time(k, n, m, r)
+    gemm_pass_times(m, n, k, r).1
+}
+
+/// [`gemm_time`] and [`gemm_backward_time`] of one bf16 GEMM together,
+/// seconds: the three GEMMs share their FLOPs and bytes, so only the depth
+/// term differs (`1/contraction_factor` = `(1 + k½/k)/(1 + k½/K_ref)`);
+/// the hot path computes them once.
+pub fn gemm_pass_times(m: f64, n: f64, k: f64, r: &Rates) -> (f64, f64) {
+    if m <= 0.0 || n <= 0.0 || k <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let flops = 2.0 * m * n * k;
+    let bytes = 2.0 * (m * k + k * n + m * n);
+    let h = r.gemm_half_k.max(0.0);
+    let t0 = flops / (r.gemm_flops * (1.0 + h / GEMM_REFERENCE_K));
+    let tm = bytes / r.hbm;
+    let pass = |depth: f64| (t0 * (1.0 + h / depth)).max(tm) + r.overhead;
+    (pass(k), pass(n) + pass(m))
 }
 
 /// One linear-layer GEMM of a layer on one rank and micro-batch,
@@ -227,10 +238,7 @@ pub fn linear_gemms(
 /// Time of one linear GEMM in the job's precision, seconds: [`gemm_time`]
 /// in bf16, [`precision::gemm_time`] when the recipe narrows it.
 pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
-    match &r.low {
-        None => gemm_time(lin.m, lin.n, lin.k, r),
-        Some(lp) => precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
-    }
+    linear_pass_times(lin, r).0
 }
 
 /// Backward time of one linear GEMM in the job's precision, seconds: the
@@ -238,9 +246,17 @@ pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
 /// gradient (contraction over the rows `m`), each at its own depth
 /// ([`gemm_backward_time`], [`precision::gemm_backward_time`]).
 pub fn linear_backward_time(lin: &Linear, r: &Rates) -> f64 {
+    linear_pass_times(lin, r).1
+}
+
+/// [`linear_time`] and [`linear_backward_time`] together, seconds.
+pub fn linear_pass_times(lin: &Linear, r: &Rates) -> (f64, f64) {
     match &r.low {
-        None => gemm_backward_time(lin.m, lin.n, lin.k, r),
-        Some(lp) => precision::gemm_backward_time(lin.m, lin.n, lin.k, lp, r),
+        None => gemm_pass_times(lin.m, lin.n, lin.k, r),
+        Some(lp) => (
+            precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
+            precision::gemm_backward_time(lin.m, lin.n, lin.k, lp, r),
+        ),
     }
 }
 
@@ -436,8 +452,7 @@ pub fn layer_forward(
     // experts ([`linear_gemms`]), in the job's precision.
     let (lins, count) = linear_gemms(model, sh, moe, moe_pairs_per_rank, expert_etp);
     for lin in &lins[..count] {
-        let dt = linear_time(lin, r);
-        let db = linear_backward_time(lin, r);
+        let (dt, db) = linear_pass_times(lin, r);
         if lin.expert {
             lt.expert_gemm += dt;
             lt.expert_gemm_backward += db;
@@ -449,8 +464,9 @@ pub fn layer_forward(
     // Router: [tok × h]·[h × experts], in bf16 whatever the recipe.
     if moe && let Some(m) = &model.moe {
         let rows = tok / if sh.sp { t } else { 1.0 };
-        lt.gemm += gemm_time(rows, m.experts as f64, h, r);
-        lt.gemm_backward += gemm_backward_time(rows, m.experts as f64, h, r);
+        let (f, b) = gemm_pass_times(rows, m.experts as f64, h, r);
+        lt.gemm += f;
+        lt.gemm_backward += b;
     }
     let ffn = dense_mlp_width(model, moe);
     // Attention core for this rank's heads (1/T) and queries (1/C of s).
