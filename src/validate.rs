@@ -1509,6 +1509,17 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             _ => {}
         }
         job.fp8_param_gather = has("fp8 all-gather") || has("--fp8-param-gather");
+        // Megatron-Bridge's FP8 current-scaling precision config (the
+        // performance tables' `fp8_cs`) gathers parameters in FP8
+        // ([ref:megatron-bridge-fp8-cs]).
+        if engine == Some("megatron-bridge")
+            && p == P::Fp8
+            && job.fp8_recipe == Fp8Recipe::Current
+            && !job.fp8_param_gather
+        {
+            job.fp8_param_gather = true;
+            assume.push("fp8_param_gather: on (not stated; Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets fp8_param_gather = True)".into());
+        }
         crate::cost::precision::check(&gpu, &job)
             .map_err(|e| Unpriced::new("precision: not on this GPU", e.to_string()))?;
         assume.push(format!(

@@ -158,6 +158,7 @@ fn unfused_attention_off_the_tensor_core_alignment() {
         attn_flops_misaligned: 1e14,
         low: None,
         grouped_half_tokens: 0.0,
+        gemm_half_k: 0.0,
     };
     let slow = Rates {
         attn_flops_misaligned: 1e12,

@@ -56,8 +56,10 @@ fn calibrate_reads_logs() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    // The run is priced 6.4% fast with the shipped h100-sxm profile
-    // (13.02 s against 13.91 s); the fit closes most of it.
+    // The run is priced 8.1% fast with the shipped h100-sxm profile (6.4%
+    // before issue 14's GEMM depth curve and the refitted `gemm` 0.69: this
+    // TP-2 Llama-3-8B's GEMMs are 4096 deep or deeper); the fit closes most
+    // of it.
     let line = text
         .lines()
         .find(|l| l.starts_with("llama3-8b-dgx-h100-tp2dp4"))
@@ -67,7 +69,7 @@ fn calibrate_reads_logs() {
         .skip(1)
         .map(|w| w.trim_end_matches('%').parse().unwrap())
         .collect();
-    assert!((errs[0] + 6.4).abs() < 0.3 && errs[1].abs() < 2.0, "{line}");
+    assert!((errs[0] + 8.1).abs() < 0.3 && errs[1].abs() < 2.0, "{line}");
 }
 
 #[test]

@@ -725,3 +725,25 @@ fn absurd_profile_numbers_are_refused() {
         "gpus/a100-80g.toml: field `memory_gib`: 1e300 exceeds meshplan's limit of 1e9 (see src/limits.rs)",
     );
 }
+
+/// A negative GEMM half-saturation depth is refused naming the field.
+#[test]
+fn negative_gemm_half_k_is_refused() {
+    let dir = hardware_dir_with("robust-halfk", "gpus/a100-80g.toml", |t| {
+        t.replace("gemm_half_k = 83.0", "gemm_half_k = -83.0")
+    });
+    let o = run(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--hardware-dir",
+        dir.to_str().unwrap(),
+    ]);
+    fails(
+        &o,
+        1,
+        "gpus/a100-80g.toml: field `efficiency.gemm_half_k`: must be zero or positive, found -83",
+    );
+}

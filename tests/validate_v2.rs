@@ -482,31 +482,36 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
             .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
     };
     // (row, error, tolerance). Before issue 15: +15.9%, +75.0%, +98.0%,
-    // +5.9%, -0.7%, +0.8%, +4.3%, +2.1%.
+    // +5.9%, -0.7%, +0.8%, +4.3%, +2.1%. Issue 14's GEMM depth curve
+    // (`compute::contraction_factor`, with `gemm`, `gemm_fp8` refitted on
+    // their named rows) and Megatron-Bridge's FP8 parameter gathers moved
+    // them from -0.1%, +1.4%, +46.1%, +61.7%, -3.2%, -0.9%, +2.6%, +0.9%:
+    // the deep GEMMs of TP 1–4 gain on the 4096-deep reference, and the
+    // Blackwell row keeps Hopper's refitted `gemm_fp8` (a check, +5.4%).
     let pins = [
         // Calibration rows.
-        ("TT-8B-CP-2", -0.001, 0.01),
-        ("NEMO2407-LLAMA3-8B-8", 0.014, 0.01),
+        ("TT-8B-CP-2", -0.013, 0.01),
+        ("NEMO2407-LLAMA3-8B-8", 0.026, 0.01),
         // Checks. TT-8B-CP-3 and -4 (C = 4 and 8) stay far too fast: their
         // later ring steps cost about twice what C = 2 shows per step, which
         // no priced mechanism (kernel curve, exchange, fp32 merges) explains
         // (docs/fidelity.md); pinned so that a fix shows up here.
-        ("TT-8B-CP-3", 0.461, 0.02),
-        ("TT-8B-CP-4", 0.617, 0.02),
-        ("NEMO2407-LLAMA3-70B-64", -0.032, 0.01),
+        ("TT-8B-CP-3", 0.451, 0.02),
+        ("TT-8B-CP-4", 0.610, 0.02),
+        ("NEMO2407-LLAMA3-70B-64", -0.012, 0.01),
         (
             "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
-            -0.009,
-            0.01,
-        ),
-        (
-            "MBRIDGE-25.11-DGX-H100-LLAMA3.1_405B-FP8-CS-1024",
             0.026,
             0.01,
         ),
         (
+            "MBRIDGE-25.11-DGX-H100-LLAMA3.1_405B-FP8-CS-1024",
+            0.062,
+            0.01,
+        ),
+        (
             "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
-            0.009,
+            0.054,
             0.01,
         ),
     ];

@@ -11,7 +11,11 @@
 //! under CP per ring step, `cp::ring_step_times`); its backward is 2.5×
 //! the forward (five matmuls against two). Element-wise work (norms,
 //! residuals, activation functions, dropout, rotary) is bytes over HBM.
-//! Backward GEMMs are 2× forward (input and weight gradients).
+//! A GEMM's rate also depends on its depth, the contraction length
+//! ([`contraction_factor`]); the two backward GEMMs of a linear layer (input
+//! and weight gradients) have the forward's FLOPs but contract over its
+//! output width and over the tokens, so each is priced at its own shape
+//! ([`linear_backward_time`]).
 
 use crate::cost::cp;
 use crate::cost::precision::{self, LowPrecision};
@@ -38,6 +42,9 @@ pub struct Rates {
     /// Tokens per local expert at which grouped expert GEMMs run at half
     /// rate (`efficiency.grouped_gemm_half_tokens`), tokens.
     pub grouped_half_tokens: f64,
+    /// Contraction length at which a bf16 GEMM runs at half its asymptotic
+    /// rate (`efficiency.gemm_half_k`), elements; 0 = no depth curve.
+    pub gemm_half_k: f64,
 }
 
 impl Rates {
@@ -54,6 +61,7 @@ impl Rates {
                 * gpu.efficiency.misaligned_attention,
             low: None,
             grouped_half_tokens: gpu.efficiency.grouped_gemm_half_tokens,
+            gemm_half_k: gpu.efficiency.gemm_half_k,
         }
     }
 
@@ -73,14 +81,64 @@ impl Rates {
     }
 }
 
-/// Time of one bf16 GEMM `[m×k]·[k×n]`, seconds (roofline plus launch).
+/// Contraction length at which a GPU profile's GEMM efficiency holds
+/// exactly ([`contraction_factor`] = 1), elements: the depth of a typical
+/// transformer GEMM (hidden 4096) and the deepest point of the kernel sweeps
+/// the half-saturation depths were fitted on (`hardware/gpus/h100-sxm.toml`).
+pub const GEMM_REFERENCE_K: f64 = 4096.0;
+
+/// Rate of a GEMM contracting over `k` elements relative to one of depth
+/// [`GEMM_REFERENCE_K`], dimensionless: `(k/(k + k½)) / (K_ref/(K_ref + k½))`.
+///
+/// Each output tile runs a main loop over the contraction (time ∝ `k`) and a
+/// fixed prologue and epilogue (pipeline fill, the output tile written to
+/// HBM) worth `k½` elements of main loop, so the sustained fraction of peak
+/// is `k/(k + k½)`: the output traffic adds to the main loop instead of
+/// hiding under it as a roofline's `max` assumes. `k½` grows with the
+/// machine balance (peak over bandwidth) and is larger in FP8, whose main
+/// loop is twice as fast against the same bf16 epilogue: shallow GEMMs gain
+/// less from FP8. Fitted per GPU on published kernel sweeps over `k` (see
+/// the profiles' `gemm_half_k`); `k½ = 0` gives 1.
+///
+/// Example: H100 FP8, `k½` = 460, the attention output projection of
+/// Llama-3-8B at TP 8 (`k` = 4096/8 = 512): (512/972)·(4556/4096) = 0.586;
+/// its FC1 (`k` = 4096): 1.
+pub fn contraction_factor(k: f64, half_k: f64) -> f64 {
+    if half_k <= 0.0 {
+        return 1.0;
+    }
+    (k / (k + half_k)) * ((GEMM_REFERENCE_K + half_k) / GEMM_REFERENCE_K)
+}
+
+/// Time of one bf16 GEMM `[m×k]·[k×n]`, seconds: roofline plus launch, the
+/// FLOP rate at the GEMM's depth `k` ([`contraction_factor`]).
 pub fn gemm_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
+    gemm_pass_times(m, n, k, r).0
+}
+
+/// Backward time of the bf16 GEMM `[m×k]·[k×n]`, seconds: the input
+/// gradient `[m×n]·[n×k]` (contraction `n`) and the weight gradient
+/// `[k×m]·[m×n]` (contraction `m`), each a [`gemm_time`] of its own shape.
+/// Without a depth curve (`k½` = 0) it is twice the forward.
+pub fn gemm_backward_time(m: f64, n: f64, k: f64, r: &Rates) -> f64 {
+    gemm_pass_times(m, n, k, r).1
+}
+
+/// [`gemm_time`] and [`gemm_backward_time`] of one bf16 GEMM together,
+/// seconds: the three GEMMs share their FLOPs and bytes, so only the depth
+/// term differs (`1/contraction_factor` = `(1 + k½/k)/(1 + k½/K_ref)`);
+/// the hot path computes them once.
+pub fn gemm_pass_times(m: f64, n: f64, k: f64, r: &Rates) -> (f64, f64) {
     if m <= 0.0 || n <= 0.0 || k <= 0.0 {
-        return 0.0;
+        return (0.0, 0.0);
     }
     let flops = 2.0 * m * n * k;
     let bytes = 2.0 * (m * k + k * n + m * n);
-    (flops / r.gemm_flops).max(bytes / r.hbm) + r.overhead
+    let h = r.gemm_half_k.max(0.0);
+    let t0 = flops / (r.gemm_flops * (1.0 + h / GEMM_REFERENCE_K));
+    let tm = bytes / r.hbm;
+    let pass = |depth: f64| (t0 * (1.0 + h / depth)).max(tm) + r.overhead;
+    (pass(k), pass(n) + pass(m))
 }
 
 /// One linear-layer GEMM of a layer on one rank and micro-batch,
@@ -180,9 +238,25 @@ pub fn linear_gemms(
 /// Time of one linear GEMM in the job's precision, seconds: [`gemm_time`]
 /// in bf16, [`precision::gemm_time`] when the recipe narrows it.
 pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
+    linear_pass_times(lin, r).0
+}
+
+/// Backward time of one linear GEMM in the job's precision, seconds: the
+/// input gradient (contraction over the output width `n`) and the weight
+/// gradient (contraction over the rows `m`), each at its own depth
+/// ([`gemm_backward_time`], [`precision::gemm_backward_time`]).
+pub fn linear_backward_time(lin: &Linear, r: &Rates) -> f64 {
+    linear_pass_times(lin, r).1
+}
+
+/// [`linear_time`] and [`linear_backward_time`] together, seconds.
+pub fn linear_pass_times(lin: &Linear, r: &Rates) -> (f64, f64) {
     match &r.low {
-        None => gemm_time(lin.m, lin.n, lin.k, r),
-        Some(lp) => precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
+        None => gemm_pass_times(lin.m, lin.n, lin.k, r),
+        Some(lp) => (
+            precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
+            precision::gemm_backward_time(lin.m, lin.n, lin.k, lp, r),
+        ),
     }
 }
 
@@ -235,10 +309,15 @@ pub struct LayerTime {
     pub elementwise: f64,
     /// Routed-expert GEMMs (MoE layers).
     pub expert_gemm: f64,
+    /// Backward of `gemm` (input and weight gradients at their own depths,
+    /// [`linear_backward_time`]); not part of [`LayerTime::total`].
+    pub gemm_backward: f64,
+    /// Backward of `expert_gemm`; not part of [`LayerTime::total`].
+    pub expert_gemm_backward: f64,
 }
 
 impl LayerTime {
-    /// Sum of the parts.
+    /// Sum of the forward parts.
     pub fn total(&self) -> f64 {
         self.gemm + self.attention + self.elementwise + self.expert_gemm
     }
@@ -373,16 +452,21 @@ pub fn layer_forward(
     // experts ([`linear_gemms`]), in the job's precision.
     let (lins, count) = linear_gemms(model, sh, moe, moe_pairs_per_rank, expert_etp);
     for lin in &lins[..count] {
-        let dt = linear_time(lin, r);
+        let (dt, db) = linear_pass_times(lin, r);
         if lin.expert {
             lt.expert_gemm += dt;
+            lt.expert_gemm_backward += db;
         } else {
             lt.gemm += dt;
+            lt.gemm_backward += db;
         }
     }
     // Router: [tok × h]·[h × experts], in bf16 whatever the recipe.
     if moe && let Some(m) = &model.moe {
-        lt.gemm += gemm_time(tok / if sh.sp { t } else { 1.0 }, m.experts as f64, h, r);
+        let rows = tok / if sh.sp { t } else { 1.0 };
+        let (f, b) = gemm_pass_times(rows, m.experts as f64, h, r);
+        lt.gemm += f;
+        lt.gemm_backward += b;
     }
     let ffn = dense_mlp_width(model, moe);
     // Attention core for this rank's heads (1/T) and queries (1/C of s).
@@ -443,15 +527,18 @@ pub fn layer_forward(
     lt
 }
 
-/// Backward time of one layer from its forward parts, seconds: GEMMs 2×
-/// (activation and weight gradients), fused attention 2.5× (Dao et al.
-/// 2022), element-wise 2×.
+/// Backward time of one layer from its forward parts, seconds: the GEMMs'
+/// input and weight gradients as priced with the forward (`gemm_backward`,
+/// `expert_gemm_backward`: twice the forward's FLOPs, each GEMM at its own
+/// depth), fused attention 2.5× (Dao et al. 2022), element-wise 2×.
 pub fn layer_backward(f: &LayerTime) -> LayerTime {
     LayerTime {
-        gemm: 2.0 * f.gemm,
+        gemm: f.gemm_backward,
         attention: FLASH_BACKWARD_FACTOR * f.attention,
         elementwise: 2.0 * f.elementwise,
-        expert_gemm: 2.0 * f.expert_gemm,
+        expert_gemm: f.expert_gemm_backward,
+        gemm_backward: 0.0,
+        expert_gemm_backward: 0.0,
     }
 }
 
@@ -606,6 +693,95 @@ mod tests {
             attention_kernel_tflops(AttnKernel::Cudnn, true, 64.0),
             315.0
         );
+    }
+
+    #[test]
+    fn contraction_factor_by_hand() {
+        // H100 FP8, k½ = 460, k = 512 (Llama-3-8B's output projection at
+        // TP 8): (512/972)·(4556/4096) = 0.58591.
+        let f = contraction_factor(512.0, 460.0);
+        assert!((f - 512.0 / 972.0 * 4556.0 / 4096.0).abs() < 1e-12, "{f}");
+        assert!((f - 0.58591).abs() < 1e-5, "{f}");
+        // The reference depth is 1; no curve is 1 at any depth.
+        assert_eq!(contraction_factor(GEMM_REFERENCE_K, 160.0), 1.0);
+        assert_eq!(contraction_factor(64.0, 0.0), 1.0);
+    }
+
+    #[test]
+    fn contraction_curve_reproduces_the_published_kernel_sweeps() {
+        // bf16, OpenXLA's default matmul table for sm_90 (cuBLAS, batch 4,
+        // m = n = 4096), TFLOP/s at k = 256 … 4096, against the profile's
+        // k½ = 160 (hardware/gpus/h100-sxm.toml): throughput relative to
+        // k = 4096 within 2.5%.
+        let bf16 = [
+            (256.0, 505.2),
+            (512.0, 620.4),
+            (1024.0, 722.3),
+            (2048.0, 759.5),
+        ];
+        for (k, tf) in bf16 {
+            let (want, got) = (tf / 788.7, contraction_factor(k, 160.0));
+            assert!(
+                (got / want - 1.0).abs() < 0.025,
+                "bf16 k={k}: {got} vs {want}"
+            );
+        }
+        // FP8, TileLang's H800 benchmark (m = n = 8192), relative to
+        // k = 4096 (1467 TFLOP/s), against k½ = 460: within 3.5%.
+        let fp8 = [
+            (256.0, 569.0),
+            (512.0, 858.0),
+            (1024.0, 1129.0),
+            (2048.0, 1343.0),
+            (8192.0, 1507.0),
+            (16384.0, 1541.0),
+        ];
+        for (k, tf) in fp8 {
+            let (want, got) = (tf / 1467.0, contraction_factor(k, 460.0));
+            assert!(
+                (got / want - 1.0).abs() < 0.035,
+                "fp8 k={k}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn backward_gemms_at_their_own_depths() {
+        // A compute-bound GEMM (no launch cost, unlimited bandwidth) at
+        // 1e15 FLOP/s, k½ = 400: [8192 × 512]·[512 × 4096], 2·8192·4096·512
+        // = 3.436e10 FLOPs each pass. Forward contracts over 512, the input
+        // gradient over 4096 (factor 1), the weight gradient over 8192.
+        let r = Rates {
+            gemm_flops: 1e15,
+            attn_flops: 1e15,
+            hbm: 1e30,
+            overhead: 0.0,
+            attn_flops_misaligned: 1e15,
+            low: None,
+            grouped_half_tokens: 0.0,
+            gemm_half_k: 400.0,
+        };
+        let flops = 2.0 * 8192.0 * 4096.0 * 512.0;
+        let g = |k: f64| (k / (k + 400.0)) * (4496.0 / 4096.0);
+        let fwd = gemm_time(8192.0, 4096.0, 512.0, &r);
+        assert!((fwd - flops / (1e15 * g(512.0))).abs() < 1e-15, "{fwd}");
+        let bwd = gemm_backward_time(8192.0, 4096.0, 512.0, &r);
+        let want = flops / 1e15 + flops / (1e15 * g(8192.0));
+        assert!((bwd - want).abs() < 1e-15, "{bwd} vs {want}");
+        // g(512) = (512/912)·(4496/4096) = 0.61624, g(8192) = 1.04656:
+        // the backward is (1 + 1/1.04656)·0.61624 = 1.2051 forwards, not 2
+        // (the shallow forward is the slow pass).
+        assert!((bwd / fwd - 1.2051).abs() < 1e-3, "{}", bwd / fwd);
+        // Without the curve the backward is twice the forward.
+        let flat = Rates {
+            gemm_half_k: 0.0,
+            ..r
+        };
+        let (f0, b0) = (
+            gemm_time(8192.0, 4096.0, 512.0, &flat),
+            gemm_backward_time(8192.0, 4096.0, 512.0, &flat),
+        );
+        assert!((b0 - 2.0 * f0).abs() < 1e-15);
     }
 
     #[test]

@@ -539,6 +539,7 @@ mod tests {
             attn_flops_misaligned: 1e15,
             low: None,
             grouped_half_tokens: 0.0,
+            gemm_half_k: 0.0,
         };
         let te = CpImpl::Te;
         let (f, b) = split_overhead(m, CpComm::Ring, te, 8192.0, 8.0, 4, &r);

@@ -417,6 +417,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let eff = experts::grouped_gemm_efficiency(pairs / local, pr.rates.grouped_half_tokens);
             if eff > 0.0 {
                 f.expert_gemm /= eff;
+                f.expert_gemm_backward /= eff;
             }
         }
         let b = compute::layer_backward(&f);
@@ -632,7 +633,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // Output layer [tokens × h]·[h × V/T], fp32 cross-entropy over V/T
     // (several passes), final norm. The tied case keeps a copy of the
     // embedding on the last stage when p > 1 (Megatron).
-    let out_f = compute::gemm_time(tokens, vocab / tp, h, &pr.rates);
+    let (out_f, out_b) = compute::gemm_pass_times(tokens, vocab / tp, h, &pr.rates);
     // Cross-entropy over the local V/T logits in fp32, as Megatron's
     // `vocab_parallel_cross_entropy` (core/tensor_parallel/cross_entropy.py)
     // runs it unfused, bytes per logit: forward 38 = cast to fp32 (read 2,
@@ -647,7 +648,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         0.0
     } + model.norm_params();
     let out_fwd = out_f + compute::elementwise_time(ce_fwd, &pr.rates);
-    let out_bwd = 2.0 * out_f + compute::elementwise_time(ce_bwd, &pr.rates);
+    let out_bwd = out_b + compute::elementwise_time(ce_bwd, &pr.rates);
     let mut out_time = PartTimes::default();
     out_time[TimePart::Compute] = Term::serial(out_fwd + out_bwd);
     out_time[TimePart::TpComm] = Term::serial(if l.tp > 1 { 2.0 * tp_one } else { 0.0 });

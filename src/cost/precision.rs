@@ -73,6 +73,9 @@ pub struct LowPrecision {
     /// Extra reads of the high-precision tensor before a cast
     /// ([`amax_reads`]).
     pub amax_reads: f64,
+    /// Contraction length at which a narrow GEMM runs at half its
+    /// asymptotic rate ([`half_k`]), elements.
+    pub half_k: f64,
 }
 
 impl LowPrecision {
@@ -95,6 +98,7 @@ impl LowPrecision {
             gemm_flops: flops,
             operand_bytes: operand_bytes(job.precision),
             amax_reads: amax_reads_of(job),
+            half_k: half_k(gpu, job.precision),
         }))
     }
 
@@ -110,6 +114,7 @@ impl LowPrecision {
             gemm_flops: 1.0,
             operand_bytes: operand_bytes(job.precision),
             amax_reads: amax_reads_of(job),
+            half_k: 0.0,
         }
     }
 
@@ -191,6 +196,18 @@ pub fn gemm_flops(gpu: &Gpu, precision: Precision) -> Result<f64, InputError> {
                 None => missing("gemm_fp4"),
             }
         }
+    }
+}
+
+/// Contraction length at which a GEMM in `precision` runs at half its
+/// asymptotic rate on `gpu` (`[efficiency] gemm_half_k`, `gemm_fp8_half_k`
+/// for FP8 and MXFP8, `gemm_fp4_half_k` for NVFP4), elements; the `k½` of
+/// [`crate::cost::compute::contraction_factor`].
+pub fn half_k(gpu: &Gpu, precision: Precision) -> f64 {
+    match precision {
+        Precision::Bf16 => gpu.efficiency.gemm_half_k,
+        Precision::Fp8 | Precision::Mxfp8 => gpu.efficiency.gemm_fp8_half_k,
+        Precision::Nvfp4 => gpu.efficiency.gemm_fp4_half_k,
     }
 }
 
@@ -286,8 +303,10 @@ pub fn amax_reads_of(job: &Job) -> f64 {
 
 /// Time of one narrow GEMM `[m×k]·[k×n]`, seconds: the roofline of
 /// [`crate::cost::compute::gemm_time`] with narrow operands (`b` bytes per
-/// element plus their scales) and a bf16 output, at the narrow rate:
-/// `max(2mnk / rate, (b·(mk + kn) + 2mn) / hbm) + launch`.
+/// element plus their scales) and a bf16 output, at the narrow rate at the
+/// GEMM's depth ([`crate::cost::compute::contraction_factor`] with the
+/// precision's `k½`):
+/// `max(2mnk / (rate·f(k)), (b·(mk + kn) + 2mn) / hbm) + launch`.
 pub fn gemm_time(m: f64, n: f64, k: f64, lp: &LowPrecision, r: &Rates) -> f64 {
     if m <= 0.0 || n <= 0.0 || k <= 0.0 {
         return 0.0;
@@ -296,7 +315,18 @@ pub fn gemm_time(m: f64, n: f64, k: f64, lp: &LowPrecision, r: &Rates) -> f64 {
     let b_act = lp.operand_bytes + lp.act_scale_bytes(k);
     let b_w = lp.operand_bytes + lp.weight_scale_bytes(k);
     let bytes = b_act * m * k + b_w * k * n + 2.0 * m * n;
-    (flops / lp.gemm_flops).max(bytes / r.hbm) + r.overhead
+    let rate = lp.gemm_flops * crate::cost::compute::contraction_factor(k, lp.half_k);
+    (flops / rate).max(bytes / r.hbm) + r.overhead
+}
+
+/// Backward time of the narrow GEMM `[m×k]·[k×n]`, seconds: the input
+/// gradient (contraction `n`) and the weight gradient (contraction `m`),
+/// both narrow ([ref:te-fp8-primer]: Transformer Engine and torchao run the
+/// forward and both backward GEMMs of a linear in FP8; gradients in E5M2
+/// under the hybrid format, the same rate), each a [`gemm_time`] of its own
+/// shape.
+pub fn gemm_backward_time(m: f64, n: f64, k: f64, lp: &LowPrecision, r: &Rates) -> f64 {
+    gemm_time(m, k, n, lp, r) + gemm_time(k, n, m, lp, r)
 }
 
 /// HBM bytes of casting one bf16 tensor of `elements` to the narrow format:
@@ -646,6 +676,7 @@ mod tests {
             gemm_flops: 1e15,
             operand_bytes: 1.0,
             amax_reads: amax_reads(Precision::Fp8, recipe),
+            half_k: 0.0,
         }
     }
 

@@ -50,6 +50,22 @@ pub struct ComputeEfficiency {
     /// grouped GEMMs as fast as dense ones). See the GPU profile for how it
     /// was obtained.
     pub grouped_gemm_half_tokens: f64,
+    /// Contraction length at which a bf16/fp16 GEMM runs at half its
+    /// asymptotic rate (`k½` of [`crate::cost::compute::contraction_factor`]),
+    /// elements; ≥ 0 (0 = every GEMM at `gemm` whatever its depth). Each
+    /// output tile pays a fixed prologue and epilogue (its output written to
+    /// HBM) beside a main loop that grows with the contraction, so shallow
+    /// GEMMs sustain less of the peak. See the GPU profile for its source.
+    #[serde(default)]
+    pub gemm_half_k: f64,
+    /// `k½` of FP8 and MXFP8 GEMMs, elements; ≥ 0 (0 = no curve). The main
+    /// loop runs twice as fast as bf16's against the same epilogue, so the
+    /// half-saturation depth is larger.
+    #[serde(default)]
+    pub gemm_fp8_half_k: f64,
+    /// `k½` of NVFP4 GEMMs, elements; ≥ 0 (0 = no curve).
+    #[serde(default)]
+    pub gemm_fp4_half_k: f64,
 }
 
 /// Compute slowdown while a collective overlaps compute (`[contention]` of
@@ -347,6 +363,19 @@ impl Gpu {
             "efficiency.grouped_gemm_half_tokens",
             self.efficiency.grouped_gemm_half_tokens,
         )?;
+        for (field, v) in [
+            ("efficiency.gemm_half_k", self.efficiency.gemm_half_k),
+            (
+                "efficiency.gemm_fp8_half_k",
+                self.efficiency.gemm_fp8_half_k,
+            ),
+            (
+                "efficiency.gemm_fp4_half_k",
+                self.efficiency.gemm_fp4_half_k,
+            ),
+        ] {
+            check_non_negative(file, field, v)?;
+        }
         check_share(file, "contention.intra", self.contention.intra)?;
         check_share(file, "contention.inter", self.contention.inter)?;
         Ok(())
