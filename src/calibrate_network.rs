@@ -109,6 +109,7 @@ pub fn group_of(run: &Run, cluster: &Cluster) -> GroupSpan {
         per_domain: per_host * hosts_together,
         domains: run.hosts.div_ceil(hosts_per_domain),
         tier: 0,
+        ..GroupSpan::SINGLE
     }
 }
 

@@ -736,15 +736,22 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             cluster.name
         ));
     }
-    let world = a.gpus.unwrap_or(cluster.total_gpus());
+    let world = a.gpus.unwrap_or(cluster.job_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());
     }
-    if world > cluster.total_gpus() {
+    if world > cluster.job_gpus() {
+        let segment = match cluster.segment {
+            Some(s) => format!(
+                " a job can use ({s} hosts of each {}-GPU scale-up domain: the profile's `segment`)",
+                cluster.scale_up_domain
+            ),
+            None => String::new(),
+        };
         return Err(InputError::Job(format!(
-            "--gpus {} exceeds the {} GPUs of cluster {}",
+            "--gpus {} exceeds the {} GPUs of cluster {}{segment}",
             world,
-            cluster.total_gpus(),
+            cluster.job_gpus(),
             cluster.name
         ))
         .into());

@@ -505,7 +505,7 @@ pub struct Predicted {
 
 /// CUDA compute capability of the shipped GPU profiles, by profile name
 /// prefix (NVIDIA CUDA GPUs table): A100 sm_80; H100, H200, H800 sm_90;
-/// B200 sm_100. `None` for a GPU meshplan does not know.
+/// B200 sm_100; B300/GB300 sm_103. `None` for a GPU meshplan does not know.
 pub fn compute_capability(gpu: &str) -> Option<u32> {
     let g = gpu.to_ascii_lowercase();
     if g.starts_with("a100") || g.starts_with("a800") {
@@ -518,6 +518,8 @@ pub fn compute_capability(gpu: &str) -> Option<u32> {
         Some(90)
     } else if g.starts_with("b200") || g.starts_with("b100") || g.starts_with("gb200") {
         Some(100)
+    } else if g.starts_with("b300") || g.starts_with("gb300") {
+        Some(103)
     } else {
         None
     }
