@@ -374,6 +374,45 @@ impl GroupSpan {
     }
 }
 
+/// Whether some group of an axis (`size` members `stride` ranks apart,
+/// `outer` slower combinations, bases `a + h·stride·size` for a < stride,
+/// h < outer, as in [`GroupSpan::worst`]) spans more than one block of `t`
+/// consecutive ranks: `GroupSpan::worst(size, stride, outer, t).domains >
+/// 1`, without listing residues. A group with base residue `o` crosses iff
+/// `o + (size−1)·stride ≥ t`; the largest residue is `t − 1` when some
+/// `h·q mod t + stride − 1` wraps (q = stride·size mod t), else the largest
+/// `h·q mod t` (which is `t − gcd(q, t)` once h covers its cycle) plus
+/// `stride − 1`. O(1) for the usual sizes, O(outer) at worst, no
+/// allocation (the tiers of 3,072 and 24,576 GPUs made the residue walk the
+/// search's hot spot).
+///
+/// Example: DP = 16 after T = 8 (stride 8), p = 4, pods of 96 ranks:
+/// (16−1)·8 = 120 ≥ 96: crosses. T = 8 groups in pods of 96: span 7,
+/// residues h·8 mod 96 reach 88, 88 + 7 = 95 < 96: never crosses.
+pub fn crosses_blocks(size: u32, stride: u64, outer: u64, t: u64) -> bool {
+    if size <= 1 {
+        return false;
+    }
+    let (n, s, t) = (size as u64, stride.max(1), t.max(1));
+    let span = (n - 1) * s;
+    if span >= t {
+        return true;
+    }
+    let hs = outer.max(1);
+    if s * n * hs <= t {
+        return false;
+    }
+    let q = (s * n) % t;
+    let g = gcd(q, t);
+    let cycle = t / g;
+    let max_r = if hs >= cycle {
+        t - g
+    } else {
+        (0..hs).map(|h| (h * q) % t).max().unwrap_or(0)
+    };
+    max_r + s - 1 >= t || max_r + s - 1 + span >= t
+}
+
 /// Greatest common divisor.
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
@@ -513,7 +552,7 @@ impl Placement {
             let outer = (world / (stride.max(1) * size as u64)).max(1);
             tiers
                 .iter()
-                .rposition(|&t| GroupSpan::worst(size, stride, outer, t).domains > 1)
+                .rposition(|&t| crosses_blocks(size, stride, outer, t as u64))
                 .map_or(0, |i| (i + 1) as u8)
         };
         let set = |g: &mut GroupSpan, tier: u8, aligned: bool| {
@@ -1283,6 +1322,30 @@ mod tests {
             orthogonal_groups(&e, &[false, false, false, true, false])[0],
             vec![0, 4]
         );
+    }
+
+    #[test]
+    fn crosses_blocks_agrees_with_the_residue_walk() {
+        let mut checked = 0;
+        for size in 1..=9u32 {
+            for stride in 1..=13u64 {
+                for outer in 1..=7u64 {
+                    for t in [2u64, 3, 6, 8, 12, 16, 24, 40, 96] {
+                        let walk = GroupSpan::worst(size, stride, outer, t as u32).domains > 1;
+                        assert_eq!(
+                            crosses_blocks(size, stride, outer, t),
+                            walk,
+                            "size {size} stride {stride} outer {outer} t {t}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 7000);
+        // The doc's examples.
+        assert!(crosses_blocks(16, 8, 4, 96));
+        assert!(!crosses_blocks(8, 1, 64, 96));
     }
 
     #[test]
