@@ -300,6 +300,12 @@ struct SearchArgs {
     /// Try T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
     allow_tp_across_nodes: bool,
+    /// Reject layouts whose TP, CP, EP or ETP groups climb above scale-out
+    /// tier N of the cluster's `[[tiers]]` (0: none leaves a tier-1 switch
+    /// group, nor on a rail-optimized tier its rail; DP and PP groups may
+    /// cross). Without it every placement is priced, slow levels included.
+    #[arg(long, value_name = "N")]
+    max_tier: Option<u8>,
     /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`.
     #[arg(long, value_name = "KEY=VALUE,...")]
     fix: Option<String>,
@@ -860,6 +866,7 @@ fn space(a: &SearchArgs) -> Result<Space> {
             max_pp: a.max_pp,
             max_cp,
             allow_tp_across_domains: a.allow_tp_across_nodes,
+            max_tier: a.max_tier,
         },
         // Rank at least the default ten, and list the first `--top`: the
         // tie groups depend on the plans ranked together, and `generate

@@ -428,3 +428,52 @@ fn inconsistent_levels_name_the_field() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `--max-tier 0` on the rail-optimized profile rejects layouts whose EP
+/// (or TP, CP, ETP) traffic climbs to the spine, naming the group and the
+/// level; every plan it lists keeps those groups below the spine. Without
+/// the flag such layouts are priced (and counted valid).
+#[test]
+fn max_tier_forbids_model_parallel_groups_above_a_tier() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "search",
+            "--model",
+            "deepseek-v3",
+            "--cluster",
+            "h100-rail-32k",
+            "--gpus",
+            "1024",
+            "--top",
+            "5",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let o = meshplan(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let cat = Catalog::shipped().unwrap();
+    let c = cat.cluster("h100-rail-32k").unwrap();
+    let bounded = run(&["--max-tier", "0"]);
+    let policy = bounded["rejections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["code"] == "policy")
+        .expect("policy rejections");
+    assert!(policy["count"].as_u64().unwrap() > 0);
+    let miss = policy["near_miss"].as_str().unwrap();
+    assert!(
+        miss.contains("spine") && miss.contains("--max-tier 0"),
+        "{miss}"
+    );
+    for row in bounded["rows"].as_array().unwrap() {
+        let l: Layout = serde_json::from_value(row["layout"].clone()).unwrap();
+        let pl = Placement::of(&l, c);
+        assert_eq!(meshplan::rules::outermost_tier(&pl).1, 0, "{}", l.short());
+    }
+    let free = run(&[]);
+    assert!(free["valid"].as_u64().unwrap() > bounded["valid"].as_u64().unwrap());
+}

@@ -547,9 +547,14 @@ impl Cluster {
             self.fast_domain() as u64,
             self.scale_up_domain.max(1) as u64,
         );
-        self.tiers
-            .iter()
-            .map(move |t| (t.gpus as u64 / phys * job) as u32)
+        let seg = self.segment.is_some();
+        self.tiers.iter().map(move |t| {
+            if seg {
+                (t.gpus as u64 / phys * job) as u32
+            } else {
+                t.gpus
+            }
+        })
     }
 
     /// `[[tiers]]`: at most [`MAX_TIERS`], each a multiple of the scale-up
