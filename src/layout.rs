@@ -410,7 +410,9 @@ pub fn crosses_blocks(size: u32, stride: u64, outer: u64, t: u64) -> bool {
     } else {
         (0..hs).map(|h| (h * q) % t).max().unwrap_or(0)
     };
-    max_r + s - 1 >= t || max_r + s - 1 + span >= t
+    // A wrap (max_r + s − 1 ≥ t, residue t − 1 reached) crosses too: it
+    // implies this bound.
+    max_r + s + span > t
 }
 
 /// Greatest common divisor.

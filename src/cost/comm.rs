@@ -185,7 +185,7 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     let n = g.size as f64;
     let k = g.per_domain as f64;
     let on_node = (k - 1.0) / n * bytes / links.intra_bw + (k - 1.0).min(1.0) * links.intra_lat;
-    let off_node = if !(g.domains > 1) {
+    let off_node = if g.domains <= 1 {
         0.0
     } else if g.on_rails {
         // Every off-domain byte leaves through the NIC at its rate; the
