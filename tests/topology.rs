@@ -132,6 +132,7 @@ fn rail_links() -> meshplan::cost::comm::Links {
         intra_lat: 0.0,
         inter_lat: 0.0,
         oversub: [1.0, 2.0, 2.0, 2.0],
+        tier_lat: [0.0; meshplan::spec::hardware::MAX_TIERS + 1],
     }
 }
 

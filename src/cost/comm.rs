@@ -41,6 +41,10 @@ pub struct Links {
     /// 0 is 1 (no tier crossed), entry `k` the product of the
     /// oversubscriptions of tiers 1…k ([`tier_oversubscription`]).
     pub oversub: [f64; MAX_TIERS + 1],
+    /// Extra latency of one message by tier, seconds: entry 0 is 0 (no
+    /// tier climbed), entry `k` the sum of `[[tiers]]` 1…k's
+    /// `latency_us` ([`tier_latency`]), added to `inter_lat`.
+    pub tier_lat: [f64; MAX_TIERS + 1],
 }
 
 impl Links {
@@ -52,6 +56,7 @@ impl Links {
             intra_lat: cluster.intra_node.latency_us * 1e-6,
             inter_lat: cluster.inter_node.latency_us * 1e-6,
             oversub: tier_oversubscription(cluster),
+            tier_lat: tier_latency(cluster),
         }
     }
 
@@ -62,6 +67,12 @@ impl Links {
     /// the slowest hop.
     pub fn inter_bw_of(&self, g: GroupSpan) -> f64 {
         self.uplink_bw(ring_tier(g))
+    }
+
+    /// Latency of one cross-domain message that climbs above tier `tier`,
+    /// seconds: `inter_lat + tier_lat[tier]`.
+    pub fn inter_lat_of(&self, tier: u8) -> f64 {
+        self.inter_lat + self.tier_lat[(tier as usize).min(MAX_TIERS)]
     }
 
     /// NIC bandwidth per GPU for traffic that climbs above tier `tier`,
@@ -128,6 +139,19 @@ pub fn tier_oversubscription(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
     out
 }
 
+/// [`Links::tier_lat`] of `cluster`: 0 for no tier, then the running sum
+/// of the tiers' `latency_us` in seconds (a message that leaves a building
+/// also climbs the pod's switches).
+pub fn tier_latency(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
+    let mut out = [0.0; MAX_TIERS + 1];
+    let mut sum = 0.0;
+    for (slot, t) in out[1..].iter_mut().zip(&cluster.tiers) {
+        sum += t.latency_us.unwrap_or(0.0) * 1e-6;
+        *slot = sum;
+    }
+    out
+}
+
 /// One phase of a ring collective: `(n−1)/n · bytes / bw + (n−1)·lat`.
 fn ring_phase(n: u32, bytes: f64, bw: f64, lat: f64) -> f64 {
     if n <= 1 {
@@ -152,7 +176,7 @@ pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
         g.domains,
         bytes / k as f64,
         links.inter_bw_of(g),
-        links.inter_lat,
+        links.inter_lat_of(ring_tier(g)),
     );
     intra + inter
 }
@@ -191,10 +215,11 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
         // Every off-domain byte leaves through the NIC at its rate; the
         // cross-rail share also shares the leaves' uplinks to the spine.
         let nic = (n - k) / n * bytes / links.inter_bw;
-        let spine = all_to_all_spine_share(g) * bytes / links.uplink_bw(1);
-        nic.max(spine) + links.inter_lat
+        let share = all_to_all_spine_share(g);
+        let spine = share * bytes / links.uplink_bw(1);
+        nic.max(spine) + links.inter_lat_of(if share > 0.0 { 1 } else { 0 })
     } else {
-        (n - k) / n * bytes / links.inter_bw_of(g) + links.inter_lat
+        (n - k) / n * bytes / links.inter_bw_of(g) + links.inter_lat_of(g.tier)
     };
     on_node.max(off_node)
 }
@@ -207,7 +232,7 @@ pub fn p2p(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
         return 0.0;
     }
     if g.crosses_domains() {
-        bytes / links.uplink_bw(p2p_tier(g)) + links.inter_lat
+        bytes / links.uplink_bw(p2p_tier(g)) + links.inter_lat_of(p2p_tier(g))
     } else {
         bytes / links.intra_bw + links.intra_lat
     }
@@ -226,6 +251,7 @@ mod tests {
             intra_lat: 0.0,
             inter_lat: 0.0,
             oversub: [1.0; MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         }
     }
 
@@ -312,6 +338,39 @@ mod tests {
     }
 
     #[test]
+    fn a_message_above_a_tier_pays_its_latency() {
+        // 32 ranks, 8 per node on 4 nodes across two pods (tier 1), NIC
+        // latency 5 µs, 2 µs more above the pod, bandwidth infinite-ish:
+        // a reduce-scatter's 3 cross-node steps cost 3·(5 + 2) µs.
+        let mut links = dgx_a100();
+        links.intra_bw = 1e30;
+        links.inter_bw = 1e30;
+        links.inter_lat = 5e-6;
+        links.tier_lat = [0.0, 2e-6, 2e-6, 2e-6];
+        let g = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(32, 1, 8)
+        };
+        let t = reduce_scatter(1.0, g, &links);
+        assert!((t - 21e-6).abs() < 1e-12, "{t}");
+        // Inside one pod: 3·5 µs.
+        let t = reduce_scatter(1.0, GroupSpan::of(32, 1, 8), &links);
+        assert!((t - 15e-6).abs() < 1e-12, "{t}");
+        assert!(
+            (p2p(
+                1.0,
+                GroupSpan {
+                    tier: 1,
+                    ..GroupSpan::of(2, 8, 8)
+                },
+                &links
+            ) - 7e-6)
+                .abs()
+                < 1e-12
+        );
+    }
+
+    #[test]
     fn tiers_multiply_their_oversubscriptions() {
         use crate::spec::hardware::Tier;
         let mut c = crate::spec::Catalog::shipped()
@@ -327,6 +386,7 @@ mod tests {
             oversubscription: 2.0,
             rails: false,
             above: None,
+            latency_us: None,
         });
         // Crossing buildings crosses pods too: 1/7 of the NIC rate leaves
         // the pod, half of that the building, 1/14.

@@ -34,11 +34,17 @@ pub struct Level {
     /// Product of the uplink oversubscriptions up to this level (1 inside
     /// the scale-up domain and on the leaves).
     pub oversubscription: f64,
+    /// Latency of one message that reaches this level, microseconds:
+    /// NVLink's, the NIC's, or the NIC's plus the tiers' `latency_us` up to
+    /// this level.
+    pub latency_us: f64,
 }
 
 /// The levels of `cluster`, innermost first (at most [`MAX_LEVELS`]).
 pub fn levels(cluster: &Cluster) -> Vec<Level> {
     let oversub = comm::tier_oversubscription(cluster);
+    let lat = comm::tier_latency(cluster);
+    let inter_us = cluster.inter_node.latency_us;
     let nic = cluster.nic_bytes_per_s_per_gpu() / 1e9;
     let tiers: Vec<u32> = cluster.job_tier_sizes().collect();
     let rails = cluster.tiers.first().is_some_and(|t| t.rails);
@@ -48,12 +54,14 @@ pub fn levels(cluster: &Cluster) -> Vec<Level> {
             gpus: cluster.fast_domain() as u64,
             gbs_per_gpu: cluster.intra_node.bandwidth_gbs,
             oversubscription: 1.0,
+            latency_us: cluster.intra_node.latency_us,
         },
         Level {
             name: if rails { "rail leaf" } else { "NIC" }.into(),
             gpus: tiers.first().map_or(cluster.job_gpus(), |&t| t as u64),
             gbs_per_gpu: nic,
             oversubscription: 1.0,
+            latency_us: inter_us,
         },
     ];
     for (k, t) in cluster.tiers.iter().enumerate() {
@@ -62,6 +70,7 @@ pub fn levels(cluster: &Cluster) -> Vec<Level> {
             gpus: tiers.get(k + 1).map_or(cluster.job_gpus(), |&t| t as u64),
             gbs_per_gpu: nic / oversub[k + 1],
             oversubscription: oversub[k + 1],
+            latency_us: inter_us + lat[k + 1] * 1e6,
         });
     }
     out

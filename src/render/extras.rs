@@ -393,8 +393,8 @@ pub fn group_levels(
                 String::new()
             };
             format!(
-                "{} ({} GPUs, {:.1} GB/s per GPU{over})",
-                l.name, l.gpus, l.gbs_per_gpu
+                "{} ({} GPUs, {:.1} GB/s per GPU{over}, {} µs)",
+                l.name, l.gpus, l.gbs_per_gpu, l.latency_us
             )
         })
         .collect();

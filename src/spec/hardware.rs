@@ -167,6 +167,11 @@ pub struct Tier {
     /// architecture's rail-optimized compute fabric). Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rails: bool,
+    /// Extra latency of a message that climbs above this tier (the
+    /// switch hops up and down), microseconds, added to
+    /// `inter_node.latency_us` and to the tiers' below; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
     /// What the uplinks above this tier lead to (`spine`, `core`), for
     /// `explain`; default `<name> uplinks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -625,6 +630,9 @@ impl Cluster {
                         t.gpus, t.name
                     ),
                 ));
+            }
+            if let Some(v) = t.latency_us {
+                check_non_negative(file, &field("latency_us"), v)?;
             }
             if t.rails && i > 0 {
                 return Err(InputError::field(
