@@ -371,6 +371,38 @@ fn search_and_explain_show_ep_inside_the_nvl72_domain() {
     assert_eq!(nvl["levels"][0]["gpus"], 64);
     let dgx = explain("dgx-h100-1024");
     assert_eq!(levels_of(&dgx, "ep"), ["NVLink", "NIC"]);
+    // The table names the levels and, on the EP row, NVLink only.
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "gb200-nvl72-576",
+        "--dp",
+        "128",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--ep",
+        "64",
+        "--recompute",
+        "none",
+        "--zero",
+        "1",
+        "--split",
+        "14,16,16,15",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Network levels: NVLink (64 GPUs"), "{text}");
+    let ep_row = text
+        .lines()
+        .find(|l| l.contains("one token dispatch"))
+        .expect("EP row");
+    assert!(
+        ep_row.contains("NVLink:") && !ep_row.contains("NIC:"),
+        "{ep_row}"
+    );
 }
 
 #[test]
