@@ -109,6 +109,7 @@ pub fn group_of(run: &Run, cluster: &Cluster) -> GroupSpan {
         per_domain: per_host * hosts_together,
         domains: run.hosts.div_ceil(hosts_per_domain),
         tier: 0,
+        ..GroupSpan::SINGLE
     }
 }
 
@@ -132,6 +133,7 @@ fn unit(which: usize) -> Links {
         intra_lat: 0.0,
         inter_lat: 0.0,
         oversub: [1.0; MAX_TIERS + 1],
+        tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
     };
     match which {
         0 => l.intra_bw = 1.0,
@@ -292,6 +294,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         inter_bw: f64::INFINITY,
         inter_lat: 0.0,
         oversub: [1.0; MAX_TIERS + 1],
+        tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
     };
     for r in &inter_runs {
         let g = group_of(r, cluster);
@@ -365,6 +368,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         intra_lat,
         inter_lat,
         oversub: before.oversub,
+        tier_lat: before.tier_lat,
     };
     let checks: Vec<RunCheck> = runs
         .iter()

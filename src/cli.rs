@@ -301,6 +301,12 @@ struct SearchArgs {
     /// Try T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
     allow_tp_across_nodes: bool,
+    /// Reject layouts whose TP, CP, EP or ETP groups climb above scale-out
+    /// tier N of the cluster's `[[tiers]]` (0: none leaves a tier-1 switch
+    /// group, nor on a rail-optimized tier its rail; DP and PP groups may
+    /// cross). Without it every placement is priced, slow levels included.
+    #[arg(long, value_name = "N")]
+    max_tier: Option<u8>,
     /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`.
     #[arg(long, value_name = "KEY=VALUE,...")]
     fix: Option<String>,
@@ -747,15 +753,22 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             cluster.name
         ));
     }
-    let world = a.gpus.unwrap_or(cluster.total_gpus());
+    let world = a.gpus.unwrap_or(cluster.job_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());
     }
-    if world > cluster.total_gpus() {
+    if world > cluster.job_gpus() {
+        let segment = match cluster.segment {
+            Some(s) => format!(
+                " a job can use ({s} hosts of each {}-GPU scale-up domain: the profile's `segment`)",
+                cluster.scale_up_domain
+            ),
+            None => String::new(),
+        };
         return Err(InputError::Job(format!(
-            "--gpus {} exceeds the {} GPUs of cluster {}",
+            "--gpus {} exceeds the {} GPUs of cluster {}{segment}",
             world,
-            cluster.total_gpus(),
+            cluster.job_gpus(),
             cluster.name
         ))
         .into());
@@ -864,6 +877,7 @@ fn space(a: &SearchArgs) -> Result<Space> {
             max_pp: a.max_pp,
             max_cp,
             allow_tp_across_domains: a.allow_tp_across_nodes,
+            max_tier: a.max_tier,
         },
         // Rank at least the default ten, and list the first `--top`: the
         // tie groups depend on the plans ranked together, and `generate

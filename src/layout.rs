@@ -213,6 +213,19 @@ pub struct GroupSpan {
     /// product of the oversubscriptions up to that tier
     /// ([`crate::cost::comm::Links`]).
     pub tier: u8,
+    /// The group crosses domains inside one switch group of a
+    /// rail-optimized first tier (`rails = true` on `[[tiers]]` 0): its
+    /// cross-domain traffic stays on one leaf only between GPUs of one
+    /// rail (local rank); see [`GroupSpan::rail_aligned`].
+    #[serde(default)]
+    pub on_rails: bool,
+    /// Every group of the axis holds the same offsets in each domain it
+    /// touches, so the member pairs a hierarchical ring joins across
+    /// domains share a local rank: one rail. False when some group
+    /// straddles unevenly (T = 3 on 8-GPU nodes). Meaningful only with
+    /// [`GroupSpan::on_rails`].
+    #[serde(default)]
+    pub rail_aligned: bool,
 }
 
 impl GroupSpan {
@@ -222,6 +235,8 @@ impl GroupSpan {
         per_domain: 1,
         domains: 1,
         tier: 0,
+        on_rails: false,
+        rail_aligned: false,
     };
 
     /// The span of the group of `size` ranks `0, stride, 2·stride, …` on
@@ -240,6 +255,7 @@ impl GroupSpan {
             per_domain: k as u32,
             domains: d as u32,
             tier: 0,
+            ..GroupSpan::SINGLE
         }
     }
 
@@ -279,6 +295,7 @@ impl GroupSpan {
                 per_domain: 1,
                 domains: size,
                 tier: 0,
+                ..GroupSpan::SINGLE
             };
         }
         // s < g from here. Powers of two (the common case) without
@@ -291,6 +308,7 @@ impl GroupSpan {
                     per_domain: (g >> s.trailing_zeros()) as u32,
                     domains: (sn >> g.trailing_zeros()) as u32,
                     tier: 0,
+                    ..GroupSpan::SINGLE
                 }
             } else {
                 GroupSpan {
@@ -298,6 +316,7 @@ impl GroupSpan {
                     per_domain: size,
                     domains: 1,
                     tier: 0,
+                    ..GroupSpan::SINGLE
                 }
             };
         }
@@ -309,6 +328,7 @@ impl GroupSpan {
                 per_domain: (g / s) as u32,
                 domains: ((s * n) / g) as u32,
                 tier: 0,
+                ..GroupSpan::SINGLE
             };
         }
         if g % (s * n) == 0 {
@@ -318,6 +338,7 @@ impl GroupSpan {
                 per_domain: size,
                 domains: 1,
                 tier: 0,
+                ..GroupSpan::SINGLE
             };
         }
         // General case: the residues o of the bases, `(a + h·q) mod g` for
@@ -331,6 +352,7 @@ impl GroupSpan {
             per_domain: size,
             domains: 1,
             tier: 0,
+            ..GroupSpan::SINGLE
         };
         for h in 0..hs {
             let r = (h * q) % g;
@@ -350,6 +372,47 @@ impl GroupSpan {
     pub fn crosses_domains(&self) -> bool {
         self.domains > 1
     }
+}
+
+/// Whether some group of an axis (`size` members `stride` ranks apart,
+/// `outer` slower combinations, bases `a + h·stride·size` for a < stride,
+/// h < outer, as in [`GroupSpan::worst`]) spans more than one block of `t`
+/// consecutive ranks: `GroupSpan::worst(size, stride, outer, t).domains >
+/// 1`, without listing residues. A group with base residue `o` crosses iff
+/// `o + (size−1)·stride ≥ t`; the largest residue is `t − 1` when some
+/// `h·q mod t + stride − 1` wraps (q = stride·size mod t), else the largest
+/// `h·q mod t` (which is `t − gcd(q, t)` once h covers its cycle) plus
+/// `stride − 1`. O(1) for the usual sizes, O(outer) at worst, no
+/// allocation (the tiers of 3,072 and 24,576 GPUs made the residue walk the
+/// search's hot spot).
+///
+/// Example: DP = 16 after T = 8 (stride 8), p = 4, pods of 96 ranks:
+/// (16−1)·8 = 120 ≥ 96: crosses. T = 8 groups in pods of 96: span 7,
+/// residues h·8 mod 96 reach 88, 88 + 7 = 95 < 96: never crosses.
+pub fn crosses_blocks(size: u32, stride: u64, outer: u64, t: u64) -> bool {
+    if size <= 1 {
+        return false;
+    }
+    let (n, s, t) = (size as u64, stride.max(1), t.max(1));
+    let span = (n - 1) * s;
+    if span >= t {
+        return true;
+    }
+    let hs = outer.max(1);
+    if s * n * hs <= t {
+        return false;
+    }
+    let q = (s * n) % t;
+    let g = gcd(q, t);
+    let cycle = t / g;
+    let max_r = if hs >= cycle {
+        t - g
+    } else {
+        (0..hs).map(|h| (h * q) % t).max().unwrap_or(0)
+    };
+    // A wrap (max_r + s − 1 ≥ t, residue t − 1 reached) crosses too: it
+    // implies this bound.
+    max_r + s + span > t
 }
 
 /// Greatest common divisor.
@@ -449,17 +512,20 @@ pub fn dense_strides(l: &Layout) -> (u64, u64, u64, u64) {
 }
 
 impl Placement {
-    /// [`Placement::new`] on `cluster`'s scale-up domain, with each group's
+    /// [`Placement::new`] on `cluster`'s scale-up domain as the job fills
+    /// it ([`crate::spec::Cluster::fast_domain`]), with each group's
     /// outermost scale-out tier ([`GroupSpan::tier`]) from the cluster's
-    /// `[[tiers]]`.
+    /// `[[tiers]]` and, on a rail-optimized first tier, its rail facts
+    /// ([`GroupSpan::on_rails`], [`GroupSpan::rail_aligned`]).
     pub fn of(l: &Layout, cluster: &crate::spec::Cluster) -> Placement {
         let mut sizes = [0u32; crate::spec::hardware::MAX_TIERS];
         let mut n = 0;
-        for (slot, t) in sizes.iter_mut().zip(cluster.tier_sizes()) {
+        for (slot, t) in sizes.iter_mut().zip(cluster.job_tier_sizes()) {
             *slot = t;
             n += 1;
         }
-        Placement::with_tiers(l, cluster.fast_domain(), &sizes[..n])
+        let rails = cluster.tiers.first().is_some_and(|t| t.rails);
+        Placement::with_levels(l, cluster.fast_domain(), &sizes[..n], rails)
     }
 
     /// [`Placement::new`] with the tiers of `tiers` (GPUs per switch group,
@@ -467,6 +533,15 @@ impl Placement {
     /// groups its worst member group spans more than one of
     /// ([`GroupSpan::worst`] with the tier's size as the domain).
     pub fn with_tiers(l: &Layout, domain: u32, tiers: &[u32]) -> Placement {
+        Placement::with_levels(l, domain, tiers, false)
+    }
+
+    /// [`Placement::with_tiers`], the first tier rail-optimized when
+    /// `rails`: a group that crosses domains but stays under one switch
+    /// group of tier 1 is [`GroupSpan::on_rails`], and
+    /// [`GroupSpan::rail_aligned`] when every domain it touches holds the
+    /// same offsets ([`rail_aligned`]).
+    pub fn with_levels(l: &Layout, domain: u32, tiers: &[u32], rails: bool) -> Placement {
         let mut pl = Placement::new(l, domain);
         if tiers.is_empty() {
             return pl;
@@ -479,26 +554,75 @@ impl Placement {
             let outer = (world / (stride.max(1) * size as u64)).max(1);
             tiers
                 .iter()
-                .rposition(|&t| GroupSpan::worst(size, stride, outer, t).domains > 1)
+                .rposition(|&t| crosses_blocks(size, stride, outer, t as u64))
                 .map_or(0, |i| (i + 1) as u8)
+        };
+        let set = |g: &mut GroupSpan, tier: u8, aligned: bool| {
+            g.tier = tier;
+            g.on_rails = rails && tier == 0 && g.domains > 1;
+            g.rail_aligned = g.on_rails && aligned;
         };
         let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
         let (e_tp, e_ep, e_dp, _) = expert_strides(l);
-        pl.tp.tier = tier_of(l.tp, s_tp);
-        pl.cp.tier = tier_of(l.cp, s_cp);
-        pl.dp.tier = tier_of(l.dp, s_dp);
-        pl.pp.tier = tier_of(l.pp, s_pp);
-        pl.ep.tier = tier_of(l.ep.max(1), e_ep);
-        pl.etp.tier = tier_of(l.etp.max(1), e_tp);
-        pl.edp.tier = tier_of(l.edp().max(1), e_dp);
+        set(
+            &mut pl.tp,
+            tier_of(l.tp, s_tp),
+            rail_aligned(l.tp, s_tp, domain),
+        );
+        set(
+            &mut pl.cp,
+            tier_of(l.cp, s_cp),
+            rail_aligned(l.cp, s_cp, domain),
+        );
+        set(
+            &mut pl.dp,
+            tier_of(l.dp, s_dp),
+            rail_aligned(l.dp, s_dp, domain),
+        );
+        set(
+            &mut pl.pp,
+            tier_of(l.pp, s_pp),
+            rail_aligned(l.pp, s_pp, domain),
+        );
+        let ep = l.ep.max(1);
+        set(
+            &mut pl.ep,
+            tier_of(ep, e_ep),
+            rail_aligned(ep, e_ep, domain),
+        );
+        let etp = l.etp.max(1);
+        set(
+            &mut pl.etp,
+            tier_of(etp, e_tp),
+            rail_aligned(etp, e_tp, domain),
+        );
+        let edp = l.edp().max(1);
+        set(
+            &mut pl.edp,
+            tier_of(edp, e_dp),
+            rail_aligned(edp, e_dp, domain),
+        );
         // DP·CP: one progression of stride s_cp under tp-cp-ep-dp-pp; a CP
         // block repeated every s_dp otherwise, which spans what its DP and
-        // its CP members span.
-        pl.dp_cp.tier = if l.cp > 1 && l.dp > 1 && s_dp == s_cp * l.cp as u64 {
-            tier_of(l.cp * l.dp, s_cp)
+        // its CP members span, and sits alike in every domain when the
+        // blocks start a whole number of domains apart.
+        let (tier, aligned) = if l.cp > 1 && l.dp > 1 && s_dp == s_cp * l.cp as u64 {
+            (
+                tier_of(l.cp * l.dp, s_cp),
+                rail_aligned(l.cp * l.dp, s_cp, domain),
+            )
+        } else if l.cp > 1 && l.dp > 1 {
+            let cp_ok = pl.cp.domains == 1 || rail_aligned(l.cp, s_cp, domain);
+            (
+                pl.dp.tier.max(pl.cp.tier),
+                cp_ok && s_dp % domain.max(1) as u64 == 0,
+            )
+        } else if l.cp > 1 {
+            (pl.cp.tier, rail_aligned(l.cp, s_cp, domain))
         } else {
-            pl.dp.tier.max(pl.cp.tier)
+            (pl.dp.tier, rail_aligned(l.dp, s_dp, domain))
         };
+        set(&mut pl.dp_cp, tier, aligned);
         pl
     }
 
@@ -549,6 +673,22 @@ impl Placement {
     }
 }
 
+/// Whether every group of an axis of `size` members `stride` ranks apart
+/// holds the same offsets in each domain of `domain` GPUs it touches, so a
+/// hierarchical ring's cross-domain hops join GPUs of one local rank (one
+/// rail): members a whole number of domains apart (`stride` a multiple of
+/// the domain: one per domain, all at the base's offset), or groups that
+/// fill whole domains alike (`stride` divides the domain and `size·stride`
+/// is a multiple of it, every base below `stride`). Otherwise some group
+/// straddles a domain boundary unevenly (T = 3 on 8-GPU nodes: {6, 7 | 8}).
+///
+/// Example: DP = 16 after T = 2 on 8-GPU nodes (stride 2): 2 | 8 and 32 is
+/// a multiple of 8, so each node holds offsets {a, a+2, a+4, a+6}: aligned.
+pub fn rail_aligned(size: u32, stride: u64, domain: u32) -> bool {
+    let (n, s, g) = (size as u64, stride.max(1), domain.max(1) as u64);
+    n <= 1 || s % g == 0 || (g % s == 0 && (s * n) % g == 0)
+}
+
 /// Worst dp-cp group under `tp-cp-ep-pp-dp` (C, D, p > 1): a CP block of
 /// `c` ranks `s_c` = T apart, repeated `d` times every `s_d` = T·C·p ranks;
 /// bases `a + k·T·C`, a < T, k < p.
@@ -572,6 +712,7 @@ fn blocks_worst(c: u32, s_c: u64, d: u32, s_d: u64, p: u32, domain: u32) -> Grou
             per_domain: cp.per_domain,
             domains: cp.domains * d,
             tier: 0,
+            ..GroupSpan::SINGLE
         };
     }
     let mut worst = GroupSpan {
@@ -579,6 +720,7 @@ fn blocks_worst(c: u32, s_c: u64, d: u32, s_d: u64, p: u32, domain: u32) -> Grou
         per_domain: size,
         domains: 1,
         tier: 0,
+        ..GroupSpan::SINGLE
     };
     let mut seen = vec![false; g as usize];
     for k in 0..p as u64 {
@@ -774,6 +916,7 @@ mod tests {
             per_domain: *per.values().max().unwrap_or(&1),
             domains: per.len() as u32,
             tier: 0,
+            ..GroupSpan::SINGLE
         }
     }
 
@@ -822,6 +965,7 @@ mod tests {
                 per_domain: 4,
                 domains: 1,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         assert_eq!(
@@ -831,6 +975,7 @@ mod tests {
                 per_domain: 2,
                 domains: 1,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         let pl = Placement::new(&l, 2);
@@ -841,6 +986,7 @@ mod tests {
                 per_domain: 2,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         assert_eq!(
@@ -850,6 +996,7 @@ mod tests {
                 per_domain: 1,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
     }
@@ -914,6 +1061,7 @@ mod tests {
             per_domain: u32::MAX,
             domains: 0,
             tier: 0,
+            ..GroupSpan::SINGLE
         };
         for g in groups {
             let mut per: std::collections::BTreeMap<u64, u32> = Default::default();
@@ -1021,6 +1169,7 @@ mod tests {
                 per_domain: 3,
                 domains: 1,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         let pl = Placement::new(&l, 8);
@@ -1031,6 +1180,7 @@ mod tests {
                 per_domain: 1,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         // CP = 3 after T = 2 (stride 2), D = 4, 24 GPUs, 8-GPU nodes: CP
@@ -1045,6 +1195,7 @@ mod tests {
                 per_domain: 1,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         // EP = 3 (ETP 1) on a dense T = 1, D = 12 grid: EP groups {0,1,2},
@@ -1059,6 +1210,7 @@ mod tests {
                 per_domain: 1,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         // EDP = 4 after E = 3 (stride 3): {0,3,6,9} spans nodes 0 and 1
@@ -1071,6 +1223,7 @@ mod tests {
                 per_domain: 1,
                 domains: 2,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
     }
@@ -1099,6 +1252,7 @@ mod tests {
                 per_domain: 8,
                 domains: 1,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
@@ -1109,6 +1263,7 @@ mod tests {
                 per_domain: 1,
                 domains: 8,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
         // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
@@ -1119,6 +1274,7 @@ mod tests {
                 per_domain: 4,
                 domains: 4,
                 tier: 0,
+                ..GroupSpan::SINGLE
             }
         );
     }
@@ -1168,6 +1324,30 @@ mod tests {
             orthogonal_groups(&e, &[false, false, false, true, false])[0],
             vec![0, 4]
         );
+    }
+
+    #[test]
+    fn crosses_blocks_agrees_with_the_residue_walk() {
+        let mut checked = 0;
+        for size in 1..=9u32 {
+            for stride in 1..=13u64 {
+                for outer in 1..=7u64 {
+                    for t in [2u64, 3, 6, 8, 12, 16, 24, 40, 96] {
+                        let walk = GroupSpan::worst(size, stride, outer, t as u32).domains > 1;
+                        assert_eq!(
+                            crosses_blocks(size, stride, outer, t),
+                            walk,
+                            "size {size} stride {stride} outer {outer} t {t}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 7000);
+        // The doc's examples.
+        assert!(crosses_blocks(16, 8, 4, 96));
+        assert!(!crosses_blocks(8, 1, 64, 96));
     }
 
     #[test]

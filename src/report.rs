@@ -444,6 +444,10 @@ pub struct ExplainReport {
     pub trust: Trust,
     /// Per pipeline rank: layers, time per micro-batch, memory.
     pub ranks: Vec<RankCost>,
+    /// The cluster's network levels, innermost first.
+    pub levels: Vec<cost::levels::Level>,
+    /// Every process group: the levels it crosses and the bytes per level.
+    pub groups: Vec<cost::levels::GroupTraffic>,
     /// Every rule it breaks.
     pub violations: Vec<Violation>,
     /// Where it would rank among all valid layouts (1-based), if valid and
@@ -477,6 +481,8 @@ impl ExplainReport {
             parts: Parts::of(&eval),
             trust: trust_of(pr, l, &eval),
             ranks: cost::rank_costs(pr, l),
+            levels: cost::levels::levels(pr.cluster),
+            groups: cost::levels::group_traffic(pr, l),
             violations,
             rank_among_valid: None,
             best: None,

@@ -156,6 +156,32 @@ pub struct Policy {
     pub max_cp: Option<u32>,
     /// Allow T beyond the fast domain (costed on the slower tier).
     pub allow_tp_across_domains: bool,
+    /// Outermost scale-out tier a TP, CP, EP or ETP group may climb above
+    /// (`--max-tier`; 0 = none of their traffic leaves a tier-1 switch
+    /// group nor, on rails, its rail); `None` prices every placement.
+    pub max_tier: Option<u8>,
+}
+
+/// The outermost tier any model-parallel group of `pl` climbs above, with
+/// the group's name: TP, CP and ETP by their rings
+/// ([`crate::cost::comm::ring_tier`]), EP by its all-to-all (the spine when
+/// its cross-rail share is not 0). DP and PP groups are left out: a job
+/// larger than one switch group must cross it with one of them.
+pub fn outermost_tier(pl: &crate::layout::Placement) -> (&'static str, u8) {
+    use crate::cost::comm::{all_to_all_spine_share, ring_tier};
+    let ep = if all_to_all_spine_share(pl.ep) > 0.0 {
+        pl.ep.tier.max(1)
+    } else {
+        pl.ep.tier
+    };
+    [
+        ("TP", ring_tier(pl.tp)),
+        ("CP", ring_tier(pl.cp)),
+        ("EP", ep),
+        ("ETP", ring_tier(pl.etp)),
+    ]
+    .into_iter()
+    .fold(("TP", 0), |a, b| if b.1 > a.1 { b } else { a })
 }
 
 /// One broken rule, for people.
@@ -211,6 +237,7 @@ pub fn explain(
 /// What the conditions read: the problem, the bounds, the layout, and the
 /// numbers several conditions and sentences share, worked out once.
 struct Ctx<'a> {
+    cluster: &'a crate::spec::Cluster,
     model: &'a Model,
     a: &'a Architecture,
     job: &'a Job,
@@ -254,6 +281,7 @@ impl<'a> Ctx<'a> {
         let per = l.dp as u64 * l.micro_batch as u64;
         let job = pr.job;
         Ctx {
+            cluster: pr.cluster,
             model: pr.model,
             a: &pr.model.architecture,
             job,
@@ -733,33 +761,58 @@ const RULES: [RuleDef; 18] = [
     RuleDef {
         rule: Rule::Policy,
         code: "policy",
-        clauses: &[Clause {
-            broken: |x| {
-                let (l, p) = (x.l, x.policy);
-                let over = |v: u32, bound: Option<u32>| bound.is_some_and(|b| v > b);
-                over(l.tp, p.max_tp) || over(l.pp, p.max_pp) || over(l.cp, p.max_cp)
+        clauses: &[
+            Clause {
+                broken: |x| {
+                    let (l, p) = (x.l, x.policy);
+                    let over = |v: u32, bound: Option<u32>| bound.is_some_and(|b| v > b);
+                    over(l.tp, p.max_tp) || over(l.pp, p.max_pp) || over(l.cp, p.max_cp)
+                },
+                message: |x| {
+                    let (l, p) = (x.l, x.policy);
+                    // Only the bounds that are set and broken, as `--max-tp 2`.
+                    let broken: Vec<String> = [
+                        ("T", "--max-tp", l.tp, p.max_tp),
+                        ("p", "--max-pp", l.pp, p.max_pp),
+                        ("C", "--max-cp", l.cp, p.max_cp),
+                    ]
+                    .into_iter()
+                    .filter_map(|(axis, flag, v, bound)| {
+                        bound
+                            .filter(|b| v > *b)
+                            .map(|b| format!("{axis} = {v} exceeds {flag} {b}"))
+                    })
+                    .collect();
+                    broken.join("; ")
+                },
+                remedy: |_| {
+                    "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)".into()
+                },
             },
-            message: |x| {
-                let (l, p) = (x.l, x.policy);
-                // Only the bounds that are set and broken, as `--max-tp 2`.
-                let broken: Vec<String> = [
-                    ("T", "--max-tp", l.tp, p.max_tp),
-                    ("p", "--max-pp", l.pp, p.max_pp),
-                    ("C", "--max-cp", l.cp, p.max_cp),
-                ]
-                .into_iter()
-                .filter_map(|(axis, flag, v, bound)| {
-                    bound
-                        .filter(|b| v > *b)
-                        .map(|b| format!("{axis} = {v} exceeds {flag} {b}"))
-                })
-                .collect();
-                broken.join("; ")
+            Clause {
+                broken: |x| {
+                    x.policy.max_tier.is_some_and(|m| {
+                        outermost_tier(&crate::layout::Placement::of(x.l, x.cluster)).1 > m
+                    })
+                },
+                message: |x| {
+                    let (axis, tier) =
+                        outermost_tier(&crate::layout::Placement::of(x.l, x.cluster));
+                    let above = x
+                        .cluster
+                        .tiers
+                        .get(tier as usize - 1)
+                        .map_or_else(String::new, |t| format!(" ({})", t.above_name()));
+                    format!(
+                        "the {axis} group climbs above tier {tier}{above}, beyond --max-tier {}",
+                        x.policy.max_tier.unwrap_or(0)
+                    )
+                },
+                remedy: |_| {
+                    "choose sizes or a rank order that keep the groups lower, or raise or drop --max-tier".into()
+                },
             },
-            remedy: |_| {
-                "raise or drop the bound (`--max-tp`, `--max-pp`, `--max-cp`, `--no-cp`)".into()
-            },
-        }],
+        ],
     },
     RuleDef {
         rule: Rule::Memory,

@@ -42,7 +42,7 @@ impl Scenario {
 pub fn scenario(cat: &Catalog, model: &Model, cluster: &Cluster) -> Scenario {
     let winner = cat.gpu(&cluster.gpu).ok().and_then(|gpu| {
         let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
-        let pr = Problem::new(model, gpu, cluster, &job, cluster.total_gpus());
+        let pr = Problem::new(model, gpu, cluster, &job, cluster.job_gpus());
         let r = search(&pr, &Space::default());
         let row = ranked_rows(&pr, &r.top, Default::default())
             .into_iter()

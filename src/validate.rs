@@ -970,10 +970,17 @@ fn cluster_name(row: &MeasuredRow, gpu: &str, cat: &Catalog) -> Option<String> {
     if row.gpu.contains("Jean Zay") {
         return Some("jean-zay-a100".into());
     }
+    // The profile each GPU's rows have always been priced on (a larger
+    // profile of the same GPU does not move them); 4-GPU H200 nodes on the
+    // profile with 4-GPU nodes.
     let preferred = match gpu {
         "a100-80g" => Some("dgx-a100-3072"),
         "h100-sxm" => Some("dgx-h100-6144"),
         "h800" => Some("h800-2048"),
+        "h200" if row.run.gpus_per_node == Some(4) => Some("h200-4gpu-160"),
+        "h200" => Some("h200-64"),
+        "gb200" => Some("gb200-nvl72-576"),
+        "b200" => Some("dgx-b200-64"),
         _ => None,
     };
     if let Some(p) = preferred
@@ -1151,6 +1158,8 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         None => cluster.scale_up_domain.min(cluster.gpus_per_node),
     };
     cluster.nodes = (row.num_gpus.div_ceil(cluster.gpus_per_node as u64)).max(1) as u32;
+    // A row states its own placement: no job segment of the profile.
+    cluster.segment = None;
     assume.push(format!(
         "cluster: {} nodes of {} GPUs (NVLink domain {}) with the `{}` profile's links",
         cluster.nodes, cluster.gpus_per_node, cluster.scale_up_domain, cname

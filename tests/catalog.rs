@@ -192,10 +192,18 @@ fn every_cluster_names_a_shipped_gpu() {
             .gpu(&cl.gpu)
             .unwrap_or_else(|e| panic!("cluster {}: {e}", cl.name));
         assert_eq!(gpu.name, cl.gpu);
-        // 8-GPU NVLink nodes, except the NVL72 racks: 72 GPUs over 4-GPU
-        // trays.
-        let domain = if cl.name.contains("nvl72") { 72 } else { 8 };
+        // 8-GPU NVLink nodes, except the NVL72 racks (72 GPUs over 4-GPU
+        // trays, of which a job takes 16 trays: 64 GPUs) and the 4-GPU
+        // H200 nodes of the KempnerForge rows.
+        let (domain, job_domain) = if cl.name.contains("nvl72") {
+            (72, 64)
+        } else if cl.name == "h200-4gpu-160" {
+            (4, 4)
+        } else {
+            (8, 8)
+        };
         assert_eq!(cl.scale_up_domain, domain, "{}: scale_up_domain", cl.name);
+        assert_eq!(cl.fast_domain(), job_domain, "{}: fast_domain", cl.name);
         assert_eq!(c.cluster(&cl.name).expect("cluster lookup").name, cl.name);
     }
 }

@@ -96,6 +96,7 @@ fn all_to_all_bytes_per_moe_layer_by_hand() {
             per_domain: 8,
             domains: 1,
             tier: 0,
+            ..GroupSpan::SINGLE
         }
     );
     let links = Links::of(&s.cluster);
@@ -130,6 +131,7 @@ fn all_to_all_across_nodes_puts_the_off_node_share_on_the_nics() {
             per_domain: 8,
             domains: 8,
             tier: 0,
+            ..GroupSpan::SINGLE
         }
     );
     let links = Links::of(&s.cluster);

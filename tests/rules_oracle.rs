@@ -509,6 +509,7 @@ fn cases() -> Vec<(&'static str, Setup, Policy)> {
         max_pp: Some(4),
         max_cp: Some(2),
         allow_tp_across_domains: true,
+        max_tier: None,
     };
     let mut odd = Setup::with_seq("llama3-8b", "dgx64", Some(8200));
     odd.job.flash_attention = false;

@@ -741,6 +741,7 @@ fn jean_zay_all_reduce_bench() {
         per_domain: 8,
         domains: 4,
         tier: 0,
+        ..GroupSpan::SINGLE
     };
     let t = all_reduce(4e9, g, &links);
     assert!(

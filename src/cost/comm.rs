@@ -21,6 +21,10 @@ use crate::layout::GroupSpan;
 use crate::spec::Cluster;
 use crate::spec::hardware::MAX_TIERS;
 
+/// Levels of a network ([`crate::cost::levels`]): the scale-up domain, the
+/// NICs with the first switch level, and the uplinks above each tier.
+pub const MAX_LEVELS: usize = MAX_TIERS + 2;
+
 /// Link figures for one cluster, in SI units, with collective efficiencies
 /// already applied.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,6 +41,10 @@ pub struct Links {
     /// 0 is 1 (no tier crossed), entry `k` the product of the
     /// oversubscriptions of tiers 1…k ([`tier_oversubscription`]).
     pub oversub: [f64; MAX_TIERS + 1],
+    /// Extra latency of one message by tier, seconds: entry 0 is 0 (no
+    /// tier climbed), entry `k` the sum of `[[tiers]]` 1…k's
+    /// `latency_us` ([`tier_latency`]), added to `inter_lat`.
+    pub tier_lat: [f64; MAX_TIERS + 1],
 }
 
 impl Links {
@@ -48,6 +56,7 @@ impl Links {
             intra_lat: cluster.intra_node.latency_us * 1e-6,
             inter_lat: cluster.inter_node.latency_us * 1e-6,
             oversub: tier_oversubscription(cluster),
+            tier_lat: tier_latency(cluster),
         }
     }
 
@@ -57,8 +66,63 @@ impl Links {
     /// GPU of a crossing group sending at once the uplinks of that tier are
     /// the slowest hop.
     pub fn inter_bw_of(&self, g: GroupSpan) -> f64 {
-        self.inter_bw / self.oversub[(g.tier as usize).min(MAX_TIERS)]
+        self.uplink_bw(ring_tier(g))
     }
+
+    /// Latency of one cross-domain message that climbs above tier `tier`,
+    /// seconds: `inter_lat + tier_lat[tier]`.
+    pub fn inter_lat_of(&self, tier: u8) -> f64 {
+        self.inter_lat + self.tier_lat[(tier as usize).min(MAX_TIERS)]
+    }
+
+    /// NIC bandwidth per GPU for traffic that climbs above tier `tier`,
+    /// bytes/s: `inter_bw / oversub[tier]`.
+    pub fn uplink_bw(&self, tier: u8) -> f64 {
+        self.inter_bw / self.oversub[(tier as usize).min(MAX_TIERS)]
+    }
+}
+
+/// The outermost tier a hierarchical ring (reduce-scatter, all-gather,
+/// all-reduce) of `g` climbs above: [`GroupSpan::tier`], or the first
+/// tier's uplinks (the spine) for a group on a rail-optimized first tier
+/// whose cross-domain hops join different rails
+/// ([`GroupSpan::rail_aligned`] false). A rail-aligned group's ring runs
+/// on one leaf per rail.
+pub fn ring_tier(g: GroupSpan) -> u8 {
+    if g.on_rails && !g.rail_aligned {
+        g.tier.max(1)
+    } else {
+        g.tier
+    }
+}
+
+/// The outermost tier a stage-to-stage send of group `g` climbs above: as
+/// [`ring_tier`], and on rails also when neighbours are less than a
+/// domain apart (`per_domain > 1`: the send that leaves a domain joins
+/// different local ranks).
+pub fn p2p_tier(g: GroupSpan) -> u8 {
+    if g.on_rails && (g.per_domain > 1 || !g.rail_aligned) {
+        g.tier.max(1)
+    } else {
+        g.tier
+    }
+}
+
+/// Share of each rank's all-to-all buffer that goes to other domains over
+/// the spine of a rail-optimized first tier (same-rail peers stay on their
+/// leaf), dimensionless: `(n − k)/n` off the domain, less `(d − 1)/n` for
+/// the one peer at this rank's offset in each of the `d − 1` other domains
+/// when the group is [`GroupSpan::rail_aligned`]. 0 off rails.
+///
+/// Example: EP 32 over 4 nodes of 8 (aligned): 24/32 leaves the node,
+/// 3/32 to the three same-rail peers, 21/32 over the spine.
+pub fn all_to_all_spine_share(g: GroupSpan) -> f64 {
+    if !g.on_rails || g.domains <= 1 {
+        return 0.0;
+    }
+    let (n, k, d) = (g.size as f64, g.per_domain as f64, g.domains as f64);
+    let rail = if g.rail_aligned { (d - 1.0) / n } else { 0.0 };
+    ((n - k) / n - rail).max(0.0)
 }
 
 /// [`Links::oversub`] of `cluster`: 1 for no tier, then the running
@@ -71,6 +135,19 @@ pub fn tier_oversubscription(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
     for (slot, t) in out[1..].iter_mut().zip(&cluster.tiers) {
         product *= t.oversubscription;
         *slot = product;
+    }
+    out
+}
+
+/// [`Links::tier_lat`] of `cluster`: 0 for no tier, then the running sum
+/// of the tiers' `latency_us` in seconds (a message that leaves a building
+/// also climbs the pod's switches).
+pub fn tier_latency(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
+    let mut out = [0.0; MAX_TIERS + 1];
+    let mut sum = 0.0;
+    for (slot, t) in out[1..].iter_mut().zip(&cluster.tiers) {
+        sum += t.latency_us.unwrap_or(0.0) * 1e-6;
+        *slot = sum;
     }
     out
 }
@@ -99,7 +176,7 @@ pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
         g.domains,
         bytes / k as f64,
         links.inter_bw_of(g),
-        links.inter_lat,
+        links.inter_lat_of(ring_tier(g)),
     );
     intra + inter
 }
@@ -119,7 +196,12 @@ pub fn all_reduce(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
 /// All-to-all where each rank holds `bytes` and sends `(n−1)/n` of them,
 /// seconds. The share bound for other domains, `(n−k)/n`, crosses the NICs;
 /// the rest stays on NVLink; both proceed in parallel (GShard-style expert
-/// dispatch, Lepikhin et al. 2020).
+/// dispatch, Lepikhin et al. 2020). On a rail-optimized first tier the
+/// cross-rail share ([`all_to_all_spine_share`]) also crosses the spine,
+/// at the NIC rate over the first tier's oversubscription. (NCCL's PXN,
+/// which forwards a cross-rail message over NVLink to the GPU on the
+/// destination's rail first, is not modelled: priced as crossing the
+/// spine.)
 pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
@@ -127,10 +209,17 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     let n = g.size as f64;
     let k = g.per_domain as f64;
     let on_node = (k - 1.0) / n * bytes / links.intra_bw + (k - 1.0).min(1.0) * links.intra_lat;
-    let off_node = if g.domains > 1 {
-        (n - k) / n * bytes / links.inter_bw_of(g) + links.inter_lat
-    } else {
+    let off_node = if g.domains <= 1 {
         0.0
+    } else if g.on_rails {
+        // Every off-domain byte leaves through the NIC at its rate; the
+        // cross-rail share also shares the leaves' uplinks to the spine.
+        let nic = (n - k) / n * bytes / links.inter_bw;
+        let share = all_to_all_spine_share(g);
+        let spine = share * bytes / links.uplink_bw(1);
+        nic.max(spine) + links.inter_lat_of(if share > 0.0 { 1 } else { 0 })
+    } else {
+        (n - k) / n * bytes / links.inter_bw_of(g) + links.inter_lat_of(g.tier)
     };
     on_node.max(off_node)
 }
@@ -143,7 +232,7 @@ pub fn p2p(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
         return 0.0;
     }
     if g.crosses_domains() {
-        bytes / links.inter_bw_of(g) + links.inter_lat
+        bytes / links.uplink_bw(p2p_tier(g)) + links.inter_lat_of(p2p_tier(g))
     } else {
         bytes / links.intra_bw + links.intra_lat
     }
@@ -162,6 +251,7 @@ mod tests {
             intra_lat: 0.0,
             inter_lat: 0.0,
             oversub: [1.0; MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         }
     }
 
@@ -248,6 +338,39 @@ mod tests {
     }
 
     #[test]
+    fn a_message_above_a_tier_pays_its_latency() {
+        // 32 ranks, 8 per node on 4 nodes across two pods (tier 1), NIC
+        // latency 5 µs, 2 µs more above the pod, bandwidth infinite-ish:
+        // a reduce-scatter's 3 cross-node steps cost 3·(5 + 2) µs.
+        let mut links = dgx_a100();
+        links.intra_bw = 1e30;
+        links.inter_bw = 1e30;
+        links.inter_lat = 5e-6;
+        links.tier_lat = [0.0, 2e-6, 2e-6, 2e-6];
+        let g = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(32, 1, 8)
+        };
+        let t = reduce_scatter(1.0, g, &links);
+        assert!((t - 21e-6).abs() < 1e-12, "{t}");
+        // Inside one pod: 3·5 µs.
+        let t = reduce_scatter(1.0, GroupSpan::of(32, 1, 8), &links);
+        assert!((t - 15e-6).abs() < 1e-12, "{t}");
+        assert!(
+            (p2p(
+                1.0,
+                GroupSpan {
+                    tier: 1,
+                    ..GroupSpan::of(2, 8, 8)
+                },
+                &links
+            ) - 7e-6)
+                .abs()
+                < 1e-12
+        );
+    }
+
+    #[test]
     fn tiers_multiply_their_oversubscriptions() {
         use crate::spec::hardware::Tier;
         let mut c = crate::spec::Catalog::shipped()
@@ -261,6 +384,9 @@ mod tests {
             name: "building".into(),
             gpus: 12288,
             oversubscription: 2.0,
+            rails: false,
+            above: None,
+            latency_us: None,
         });
         // Crossing buildings crosses pods too: 1/7 of the NIC rate leaves
         // the pod, half of that the building, 1/14.

@@ -343,6 +343,7 @@ mod tests {
             intra_lat: 0.0,
             inter_lat: 0.0,
             oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         }
     }
 

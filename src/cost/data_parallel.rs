@@ -391,6 +391,7 @@ mod tests {
             intra_lat: 0.0,
             inter_lat: 0.0,
             oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         };
         let l = crate::layout::Layout::dense(8, 1, 1, 1);
         let pl = Placement::new(&l, 8);

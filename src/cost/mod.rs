@@ -14,6 +14,7 @@ pub mod cp;
 pub mod data_parallel;
 pub mod fsdp;
 pub mod layer;
+pub mod levels;
 pub mod memory;
 pub mod moe;
 pub mod precision;

@@ -422,6 +422,19 @@ pub struct SpanInfo {
     pub fast_domains: u64,
 }
 
+/// The network levels one axis' groups cross.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupLevels {
+    /// Axis (`tp`, `cp`, `ep`, `etp`, `dp-cp`, `expert-dp`, `pp`).
+    pub axis: String,
+    /// The collective priced (`all-reduce`, `reduce-scatter`, `all-to-all`, …).
+    pub collective: String,
+    /// Levels crossed, innermost first (`NVLink`, `NIC`, `spine`, …).
+    pub levels: Vec<String>,
+    /// Bytes per GPU on each, for one collective.
+    pub level_bytes: Vec<f64>,
+}
+
 /// Spans of every axis' groups.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
@@ -493,6 +506,11 @@ pub struct Predicted {
     pub stages: Vec<StagePredicted>,
     /// Where each axis' groups sit.
     pub placement: Placement,
+    /// Each process group's network levels crossed, innermost first, and
+    /// the bytes per GPU one of its collectives puts on each
+    /// ([`cost::levels::group_traffic`]).
+    #[serde(default)]
+    pub group_levels: Vec<GroupLevels>,
     /// Checkpoint size and interval.
     pub checkpoint: CheckpointPredicted,
     /// Tokens per second after checkpoint and failure losses,
@@ -505,7 +523,7 @@ pub struct Predicted {
 
 /// CUDA compute capability of the shipped GPU profiles, by profile name
 /// prefix (NVIDIA CUDA GPUs table): A100 sm_80; H100, H200, H800 sm_90;
-/// B200 sm_100. `None` for a GPU meshplan does not know.
+/// B200 sm_100; B300/GB300 sm_103. `None` for a GPU meshplan does not know.
 pub fn compute_capability(gpu: &str) -> Option<u32> {
     let g = gpu.to_ascii_lowercase();
     if g.starts_with("a100") || g.starts_with("a800") {
@@ -518,6 +536,8 @@ pub fn compute_capability(gpu: &str) -> Option<u32> {
         Some(90)
     } else if g.starts_with("b200") || g.starts_with("b100") || g.starts_with("gb200") {
         Some(100)
+    } else if g.starts_with("b300") || g.starts_with("gb300") {
+        Some(103)
     } else {
         None
     }
@@ -756,6 +776,18 @@ impl Plan {
                 })
                 .collect(),
             placement,
+            group_levels: cost::levels::group_traffic(pr, l)
+                .into_iter()
+                .map(|g| GroupLevels {
+                    axis: g.axis.to_string(),
+                    collective: serde_json::to_value(g.collective)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    levels: g.levels,
+                    level_bytes: g.level_bytes,
+                })
+                .collect(),
             effective_tokens_per_s: eval.tokens_per_s
                 * (1.0 - checkpoint.overhead_fraction).max(0.0),
             trust: crate::report::trust_of(pr, l, eval),

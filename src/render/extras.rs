@@ -372,3 +372,66 @@ fn every(c: &crate::checkpoint::CheckpointPlan) -> String {
         format!("≈ every {:.0} steps", c.steps_between)
     }
 }
+
+/// The network levels and, per process group, the levels it crosses and
+/// the bytes one GPU puts on each for one of its collectives
+/// ([`crate::cost::levels`]).
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn group_levels(
+    w: &mut dyn Write,
+    levels: &[crate::cost::levels::Level],
+    groups: &[crate::cost::levels::GroupTraffic],
+) -> std::io::Result<()> {
+    let names: Vec<String> = levels
+        .iter()
+        .map(|l| {
+            let over = if l.oversubscription > 1.0 {
+                format!(", {}:1", l.oversubscription)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} ({} GPUs, {:.1} GB/s per GPU{over}, {} µs)",
+                l.name, l.gpus, l.gbs_per_gpu, l.latency_us
+            )
+        })
+        .collect();
+    writeln!(w, "Network levels: {}", names.join(" < "))?;
+    writeln!(
+        w,
+        "Process groups (worst group of each axis; bytes per GPU for one collective, on each level it crosses):"
+    )?;
+    let mut t = table();
+    t.set_header(vec![
+        "group",
+        "size",
+        "per domain × domains",
+        "collective",
+        "buffer",
+        "levels crossed: bytes",
+        "ms",
+    ]);
+    for g in groups {
+        let per: Vec<String> = g
+            .levels
+            .iter()
+            .zip(&g.level_bytes)
+            .map(|(n, b)| format!("{n}: {}", bytes(*b)))
+            .collect();
+        t.add_row(vec![
+            g.axis.to_string(),
+            g.span.size.to_string(),
+            format!("{} × {}", g.span.per_domain, g.span.domains),
+            serde_json::to_value(g.collective)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            format!("{} ({})", bytes(g.buffer_bytes), g.buffer),
+            per.join(", "),
+            format!("{:.3}", g.time_s * 1e3),
+        ]);
+    }
+    writeln!(w, "{t}")
+}

@@ -395,6 +395,10 @@ impl Exporter for Table {
             ]);
         }
         writeln!(w, "{t}")?;
+        if !r.groups.is_empty() {
+            writeln!(w)?;
+            super::extras::group_levels(w, &r.levels, &r.groups)?;
+        }
         if let Some(c) = &r.checkpoint {
             writeln!(w)?;
             super::extras::checkpoint(w, c, false, "this layout")?;

@@ -175,6 +175,33 @@ pub struct Tier {
     /// Uplink oversubscription above this tier (1 = full bisection; 7 for
     /// 1:7), ≥ 1.
     pub oversubscription: f64,
+    /// The switch group is rail-optimized (first tier only): NIC k of every
+    /// host sits on leaf k, so only traffic between GPUs of one local rank
+    /// (one rail) stays on a leaf; traffic between rails climbs to the
+    /// switches above this tier and pays its `oversubscription` although
+    /// it never leaves the group (NVIDIA DGX SuperPOD reference
+    /// architecture's rail-optimized compute fabric). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rails: bool,
+    /// Extra latency of a message that climbs above this tier (the
+    /// switch hops up and down), microseconds, added to
+    /// `inter_node.latency_us` and to the tiers' below; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+    /// What the uplinks above this tier lead to (`spine`, `core`), for
+    /// `explain`; default `<name> uplinks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above: Option<String>,
+}
+
+impl Tier {
+    /// The name of the level above this tier: [`Tier::above`] or
+    /// `<name> uplinks`.
+    pub fn above_name(&self) -> String {
+        self.above
+            .clone()
+            .unwrap_or_else(|| format!("{} uplinks", self.name))
+    }
 }
 
 /// Most `[[tiers]]` a cluster profile may list.
@@ -213,6 +240,13 @@ pub struct Cluster {
     /// GPUs that share the fast scale-up fabric (NVLink domain); equals
     /// `gpus_per_node` on DGX/HGX machines, 72 on an NVL72 rack.
     pub scale_up_domain: u32,
+    /// Hosts a job takes from each scale-up domain (Slurm topology/block's
+    /// `--segment`), when fewer than the domain holds: the job's ranks fill
+    /// `segment · gpus_per_node` GPUs of one domain before the next, and
+    /// the job gets that many GPUs per domain (16 trays = 64 GPUs of an
+    /// NVL72 rack, NVIDIA's advice for large MoE jobs). Absent: every host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u32>,
     /// Fast links.
     pub intra_node: IntraNode,
     /// NICs.
@@ -451,6 +485,39 @@ impl Cluster {
                 ),
             ));
         }
+        if self.scale_up_domain as u64 > total {
+            return Err(InputError::field(
+                file,
+                "scale_up_domain",
+                format!(
+                    "{} GPUs per scale-up domain exceed the cluster's {total} GPUs ({} nodes × {})",
+                    self.scale_up_domain, self.nodes, self.gpus_per_node
+                ),
+            ));
+        }
+        if let Some(seg) = self.segment {
+            let hosts = self.scale_up_domain / self.gpus_per_node;
+            if seg == 0 || self.scale_up_domain % self.gpus_per_node != 0 || seg > hosts {
+                return Err(InputError::field(
+                    file,
+                    "segment",
+                    format!(
+                        "{seg} hosts per scale-up domain: must be between 1 and the {hosts} hosts of gpus_per_node {} in a {}-GPU domain",
+                        self.gpus_per_node, self.scale_up_domain
+                    ),
+                ));
+            }
+            if self.nodes % hosts != 0 {
+                return Err(InputError::field(
+                    file,
+                    "segment",
+                    format!(
+                        "is set but the {} nodes do not fill whole {}-host scale-up domains",
+                        self.nodes, hosts
+                    ),
+                ));
+            }
+        }
         self.check_tiers(file)?;
         check_positive(
             file,
@@ -484,9 +551,44 @@ impl Cluster {
         self.nodes as u64 * self.gpus_per_node as u64
     }
 
-    /// GPUs that share one fast (NVLink) domain; the tier boundary for collectives.
+    /// GPUs of one fast (NVLink) domain as a job's ranks fill it: the
+    /// scale-up domain, or `segment · gpus_per_node` of it when the profile
+    /// names a [`Cluster::segment`]; the tier boundary for collectives.
     pub fn fast_domain(&self) -> u32 {
-        self.scale_up_domain
+        match self.segment {
+            Some(s) => (s * self.gpus_per_node).min(self.scale_up_domain),
+            None => self.scale_up_domain,
+        }
+    }
+
+    /// GPUs a job can use: every GPU, or with a [`Cluster::segment`] the
+    /// segment's GPUs of each scale-up domain.
+    pub fn job_gpus(&self) -> u64 {
+        match self.segment {
+            Some(_) => {
+                let hosts = (self.scale_up_domain / self.gpus_per_node.max(1)).max(1) as u64;
+                (self.nodes as u64 / hosts) * self.fast_domain() as u64
+            }
+            None => self.total_gpus(),
+        }
+    }
+
+    /// GPUs per switch group of each `[[tiers]]` entry counted in job
+    /// ranks, innermost first: the physical size scaled by the job's share
+    /// of a domain ([`Cluster::fast_domain`] / `scale_up_domain`).
+    pub fn job_tier_sizes(&self) -> impl Iterator<Item = u32> + '_ {
+        let (job, phys) = (
+            self.fast_domain() as u64,
+            self.scale_up_domain.max(1) as u64,
+        );
+        let seg = self.segment.is_some();
+        self.tiers.iter().map(move |t| {
+            if seg {
+                (t.gpus as u64 / phys * job) as u32
+            } else {
+                t.gpus
+            }
+        })
     }
 
     /// `[[tiers]]`: at most [`MAX_TIERS`], each a multiple of the scale-up
@@ -546,6 +648,26 @@ impl Cluster {
                         "must be between 1 (full bisection) and {MAX_OVERSUBSCRIPTION}, found {}",
                         t.oversubscription
                     ),
+                ));
+            }
+            if t.gpus % below != 0 {
+                return Err(InputError::field(
+                    file,
+                    &field("gpus"),
+                    format!(
+                        "{} GPUs per {} is not a multiple of the {below} GPUs of the level below",
+                        t.gpus, t.name
+                    ),
+                ));
+            }
+            if let Some(v) = t.latency_us {
+                check_non_negative(file, &field("latency_us"), v)?;
+            }
+            if t.rails && i > 0 {
+                return Err(InputError::field(
+                    file,
+                    &field("rails"),
+                    "rails are a property of the first scale-out level (tiers[0]) only".to_string(),
                 ));
             }
             below = t.gpus;

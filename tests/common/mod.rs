@@ -33,7 +33,7 @@ impl Setup {
         let model = cat.model(model).expect("model").clone();
         let cluster = cat.cluster(cluster).expect("cluster").clone();
         let gpu = cat.gpu(&cluster.gpu).expect("gpu").clone();
-        let world = gpus.unwrap_or(cluster.total_gpus());
+        let world = gpus.unwrap_or(cluster.job_gpus());
         let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
         Setup {
             model,
