@@ -301,6 +301,12 @@ struct SearchArgs {
     /// Try T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
     allow_tp_across_nodes: bool,
+    /// List only the layouts this training program can run, priced as it
+    /// runs them (`megatron`, the default, lists every layout; `torchtitan`,
+    /// `megatron-bridge`, `deepspeed` as `generate --target`, whose
+    /// `--rank K` then names row K of this table). src/generate/target.rs.
+    #[arg(long, default_value_t = Target::Megatron, value_parser = NamedParser::<Target>::new())]
+    target: Target,
     /// Reject layouts whose TP, CP, EP or ETP groups climb above scale-out
     /// tier N of the cluster's `[[tiers]]` (0: none leaves a tier-1 switch
     /// group, nor on a rail-optimized tier its rail; DP and PP groups may
@@ -888,9 +894,17 @@ fn space(a: &SearchArgs) -> Result<Space> {
 }
 
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
-    let s = setup(&a.job)?;
+    let mut s = setup(&a.job)?;
+    a.target.engine_job(&mut s.job);
+    target_model_check(a.target, &s)?;
     let pr = s.problem();
     let mut space = space(a)?;
+    a.target.limit_search(&mut space);
+    if a.target != Target::Megatron {
+        // As `generate --target`: more rows kept, since some of the best
+        // may break a condition of the target the limits do not express.
+        space.top_k *= TARGET_KEEP;
+    }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
@@ -898,6 +912,26 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
     let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by);
+    if a.target != Target::Megatron {
+        let before = report.rows.len();
+        report
+            .rows
+            .retain(|r| a.target.refusals(&s.model, &s.job, &r.layout).is_empty());
+        // Ranks among what the target runs, as `generate --target --rank K`
+        // counts them.
+        for (i, r) in report.rows.iter_mut().enumerate() {
+            r.rank = i + 1;
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: --target {}: the search kept to {}; {} of the {} best layouts kept are left out for another of its conditions (`generate --target {}` names them)",
+            a.target,
+            a.target.search_limits(),
+            before - report.rows.len(),
+            before,
+            a.target
+        );
+    }
     report
         .rows
         .truncate(a.top.max(1).min(usize::MAX as u64) as usize);
@@ -1173,22 +1207,14 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     // Rank at least as many plans as `search` lists by default, so that
     // `--rank K` names row K of its table (the tie groups depend on the
     // plans ranked together).
-    // What the target refuses whatever the layout is said before searching.
-    let whole = a.target.model_refusals(&s.model, &s.job);
-    if !whole.is_empty() {
-        bail!(
-            "--target {}: no layout of {} can be written for it:{}",
-            a.target,
-            s.model.name,
-            whole
-                .iter()
-                .map(|r| format!("\n  [{}] {}; fix: {}", r.code, r.message, r.remedy))
-                .collect::<String>()
-        );
-    }
+    target_model_check(a.target, s)?;
     // Another target keeps more rows: some of the best may break one of
     // its conditions that the search's limits do not express.
-    let keep = if a.target == Target::Megatron { 1 } else { 20 };
+    let keep = if a.target == Target::Megatron {
+        1
+    } else {
+        TARGET_KEEP
+    };
     let mut space = Space {
         top_k: k.max(Space::default().top_k) * keep,
         policy: req.policy.clone(),
@@ -1233,6 +1259,27 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
             result.stats.twins
         ),
     }
+}
+
+/// How many times more rows a search for another target keeps before the
+/// target's conditions filter them.
+const TARGET_KEEP: usize = 20;
+
+/// What `target` refuses whatever the layout, as one error (checked before
+/// searching).
+fn target_model_check(target: Target, s: &Setup) -> Result<()> {
+    let whole = target.model_refusals(&s.model, &s.job);
+    if !whole.is_empty() {
+        bail!(
+            "--target {target}: no layout of {} can be written for it:{}",
+            s.model.name,
+            whole
+                .iter()
+                .map(|r| format!("\n  [{}] {}; fix: {}", r.code, r.message, r.remedy))
+                .collect::<String>()
+        );
+    }
+    Ok(())
 }
 
 fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {

@@ -551,3 +551,52 @@ fn targets_own_parsers_accept_the_files() {
     }
     eprintln!("{ran} of 3 targets checked with their own parsers");
 }
+
+#[test]
+fn search_target_lists_what_generate_target_takes() {
+    // `search --target torchtitan` ranks only what torchtitan runs, and
+    // row K is the layout `generate --target torchtitan --rank K` writes.
+    let base = [
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h100-1024",
+        "--target",
+        "torchtitan",
+    ];
+    let out = meshplan(&[&["search"], &base[..], &["--format", "json", "--top", "3"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (k, row) in rows.iter().enumerate().take(2) {
+        assert_eq!(row["rank"], k as u64 + 1);
+        // Every listed layout is one torchtitan can express.
+        assert_ne!(row["layout"]["zero"], 1);
+        assert_eq!(row["layout"]["order"], "tp-cp-ep-dp-pp");
+        let dir = temp_dir(&format!("search-target-{k}"));
+        let rank = (k + 1).to_string();
+        let g = meshplan(
+            &[
+                &["generate"],
+                &base[..],
+                &[
+                    "--rank",
+                    &rank,
+                    "--format",
+                    "json",
+                    "--out",
+                    dir.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
+        assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+        let plan: Value = serde_json::from_slice(&g.stdout).unwrap();
+        assert_eq!(plan["layout"], row["layout"], "row {}", k + 1);
+    }
+}

@@ -285,7 +285,9 @@ impl Target {
     }
 
     /// Limit a search to the layouts this target can express (sizes, ZeRO
-    /// stages, recompute modes); [`Target::refusals`] states the rest.
+    /// stages, recompute modes); [`Target::refusals`] states the rest. A
+    /// value the user fixed (`--fix tp=4`) is kept, and the refusals then
+    /// say why no layout can be written.
     pub fn limit_search(self, space: &mut Space) {
         match self {
             Target::Megatron | Target::MegatronBridge => {}
@@ -293,16 +295,23 @@ impl Target {
                 // FSDP2 (ZeRO-3), FSDP2 without resharding after forward
                 // (ZeRO-2) and DDP (ZeRO-0); no optimizer-only sharding.
                 space.zero_stages.retain(|z| *z != 1);
-                space.filter.etp = Some(1);
+                space.filter.etp.get_or_insert(1);
                 // torchtitan's mesh order is pp, dp_replicate, dp_shard,
                 // cp, tp (`parallel_dims.py`): meshplan's tp-cp-ep-dp-pp.
-                space.filter.order = Some(crate::layout::RankOrder::TpCpEpDpPp);
+                space
+                    .filter
+                    .order
+                    .get_or_insert(crate::layout::RankOrder::TpCpEpDpPp);
             }
             Target::Deepspeed => {
-                space.filter.tp = Some(1);
-                space.filter.pp = Some(1);
-                space.filter.cp = Some(1);
-                space.filter.ep = Some(1);
+                for size in [
+                    &mut space.filter.tp,
+                    &mut space.filter.pp,
+                    &mut space.filter.cp,
+                    &mut space.filter.ep,
+                ] {
+                    size.get_or_insert(1);
+                }
                 space.recompute_modes.retain(|r| *r != Recompute::Selective);
             }
         }
