@@ -44,7 +44,7 @@ crate::names::named!(RankOrder, "rank order", [TpCpEpDpPp => "tp-cp-ep-dp-pp", T
 /// - `Ring` (`p2p`, Liu et al. 2023 Ring Attention): C − 1 steps, each
 ///   sending this rank's K/V chunk to the next CP rank while attention runs
 ///   on the chunk received before; backward sends K/V and dK/dV the same way.
-/// - `AllGather` (`allgather`, Llama 3 report §3.3.2): one all-gather of K/V
+/// - `AllGather` (`all_gather`, Llama 3 report §3.3.2): one all-gather of K/V
 ///   before attention, exposed; backward gathers again and reduce-scatters
 ///   dK/dV. Same bytes as the ring, fewer and larger messages, not overlapped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -53,19 +53,21 @@ pub enum CpComm {
     #[default]
     #[serde(rename = "ring")]
     Ring,
-    /// All-gather of K/V before attention, exposed (`allgather`).
+    /// All-gather of K/V before attention, exposed (`all_gather`).
     #[serde(rename = "all-gather")]
     AllGather,
 }
 
-crate::names::named!(CpComm, "context-parallel K/V exchange", [Ring => "ring" | "p2p", AllGather => "all-gather" | "allgather"]);
+crate::names::named!(CpComm, "context-parallel K/V exchange", [Ring => "ring" | "p2p", AllGather => "all-gather" | "allgather" | "all_gather"]);
 
 impl CpComm {
     /// Value of Megatron's `--cp-comm-type` ([ref:megatron-arguments]).
     pub fn megatron(self) -> &'static str {
         match self {
             CpComm::Ring => "p2p",
-            CpComm::AllGather => "allgather",
+            // Transformer Engine's spelling, which Megatron passes on (TE
+            // rejects the `allgather` of the flag's help text).
+            CpComm::AllGather => "all_gather",
         }
     }
 }

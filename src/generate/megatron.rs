@@ -592,17 +592,14 @@ pub fn megatron(plan: &Plan) -> Megatron {
         val("--context-parallel-size", mesh.cp),
     ];
     if mesh.cp > 1 {
-        par.push(match mesh.cp_comm {
-            crate::layout::CpComm::Ring => {
-                val("--cp-comm-type", "p2p").note("ring exchange of K/V, overlapped with attention")
-            }
-            crate::layout::CpComm::AllGather => {
-                // `all_gather`, as TransformerConfig documents it: Megatron
-                // passes the string on to Transformer Engine, which rejects
-                // the `allgather` spelling of the flag's help text.
-                val("--cp-comm-type", "all_gather").note("all-gather of K/V before attention")
-            }
-        });
+        // `CpComm::megatron`: `all_gather` as TransformerConfig documents
+        // it (Transformer Engine rejects the help text's `allgather`).
+        par.push(
+            val("--cp-comm-type", mesh.cp_comm.megatron()).note(match mesh.cp_comm {
+                crate::layout::CpComm::Ring => "ring exchange of K/V, overlapped with attention",
+                crate::layout::CpComm::AllGather => "all-gather of K/V before attention",
+            }),
+        );
     }
     if sp {
         par.push(flag("--sequence-parallel").note("SP over the TP group"));

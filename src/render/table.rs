@@ -211,7 +211,7 @@ impl Exporter for Table {
         if cp {
             writeln!(
                 w,
-                "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = allgather)."
+                "KV: context-parallel key/value exchange (ring = Megatron --cp-comm-type p2p, all-gather = all_gather)."
             )?;
         }
         if r.rows.is_empty() && r.stats.considered == 0 {
