@@ -899,7 +899,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     target_model_check(a.target, &s)?;
     let pr = s.problem();
     let mut space = space(a)?;
-    a.target.limit_search(&mut space);
+    a.target.limit_search(&mut space, s.job.recipe_name);
     if a.target != Target::Megatron {
         // As `generate --target`: more rows kept, since some of the best
         // may break a condition of the target the limits do not express.
@@ -1220,7 +1220,7 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         policy: req.policy.clone(),
         ..Space::default()
     };
-    a.target.limit_search(&mut space);
+    a.target.limit_search(&mut space, s.job.recipe_name);
     let pr = req.problem();
     let result = search::search(&pr, &space);
     let rows = crate::report::ranked_rows(&pr, &result.top, a.rank_by);
@@ -1230,6 +1230,13 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         .collect();
     match runnable.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
+        None if a.target != Target::Megatron && !runnable.is_empty() => bail!(
+            "--rank {k}: {} distinct layout(s) of {} on {} GPUs can be written for {}",
+            runnable.len(),
+            s.model.name,
+            s.world,
+            a.target
+        ),
         None if a.target != Target::Megatron => {
             let first = rows
                 .first()

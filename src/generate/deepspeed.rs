@@ -52,11 +52,12 @@ fn zero_section(plan: &Plan) -> Value {
 
 /// The DeepSpeed configuration of `plan`.
 ///
-/// Precision: bf16 training (`bf16.enabled`); the gradient accumulation
-/// dtype follows the plan's recipe: fp32 for Megatron's 2/4/12 bytes,
-/// bf16 for adam-16b's 2/2/12 (`data_types.grad_accum_dtype`); DeepSpeed's
-/// own recipe (fp16 gradients plus an fp32 partition) is its fp16 mode
-/// with dynamic loss scaling (`fp16.loss_scale` 0).
+/// Precision: bf16 training (`bf16.enabled`); the gradients follow the
+/// plan's recipe: Megatron's 2/4/12 bytes (ZeRO-1 only) accumulate and
+/// reduce in fp32 (`data_types.grad_accum_dtype`,
+/// `communication_data_type`), adam-16b's 2/2/12 in bf16, and DeepSpeed's
+/// own 2/(2+4)/12 (ZeRO-2/3) is what its ZeRO keeps by default: bf16
+/// gradients and an fp32 shard for the step.
 pub fn config(plan: &Plan) -> Value {
     let job = &plan.job;
     let mut c = json!({
@@ -68,16 +69,19 @@ pub fn config(plan: &Plan) -> Value {
         "steps_per_print": 1,
         "wall_clock_breakdown": false,
     });
+    c["bf16"] = json!({ "enabled": true });
     match job.recipe {
-        RecipeName::Deepspeed => {
-            c["fp16"] = json!({ "enabled": true, "loss_scale": 0, "initial_scale_power": 16 });
-        }
+        // ZeRO-2/3 (refused with the other recipes): bf16 gradients, an fp32
+        // shard for the step.
+        RecipeName::Deepspeed => {}
+        // ZeRO-1 (refused at the other stages): fp32 accumulation and an
+        // fp32 reduction (DeepSpeed reduces in bf16 under `bf16.enabled`
+        // unless `communication_data_type` says otherwise, engine.py).
         RecipeName::Megatron => {
-            c["bf16"] = json!({ "enabled": true });
             c["data_types"] = json!({ "grad_accum_dtype": "fp32" });
+            c["communication_data_type"] = json!("fp32");
         }
         RecipeName::Adam16b => {
-            c["bf16"] = json!({ "enabled": true });
             c["data_types"] = json!({ "grad_accum_dtype": "bf16" });
         }
     }

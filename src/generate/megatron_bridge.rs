@@ -342,6 +342,40 @@ pub fn overrides(plan: &Plan) -> Vec<Override> {
                 .into(),
         ),
     );
+    // The plan's split counts transformer layers only; the 405B and
+    // Qwen3-235B recipes count the embedding and loss as stages of the
+    // split, which Megatron rejects beside first/last counts or a layout.
+    push(
+        "model.account_for_embedding_in_pipeline_split",
+        "false".into(),
+        Some("the plan's split counts transformer layers only".into()),
+    );
+    push(
+        "model.account_for_loss_in_pipeline_split",
+        "false".into(),
+        None,
+    );
+    push(
+        "model.cuda_graph_impl",
+        "none".into(),
+        Some("meshplan prices no CUDA graphs (the Qwen3-30B recipe captures some)".into()),
+    );
+    // Megatron's 2/4/12 recipe, which Bridge refuses otherwise: fp32 main
+    // gradients, parameters and Adam moments (the DeepSeek-V3 recipe keeps
+    // them in bf16 through the precision-aware optimizer).
+    push(
+        "optimizer.use_precision_aware_optimizer",
+        "false".into(),
+        None,
+    );
+    for k in [
+        "optimizer.main_grads_dtype",
+        "optimizer.main_params_dtype",
+        "optimizer.exp_avg_dtype",
+        "optimizer.exp_avg_sq_dtype",
+    ] {
+        push(k, "torch.float32".into(), None);
+    }
     push("model.seq_length", plan.job.seq_len.to_string(), None);
     push("dataset.seq_length", plan.job.seq_len.to_string(), None);
     push(

@@ -280,7 +280,9 @@ impl Target {
         match self {
             Target::Megatron | Target::MegatronBridge => "every layout",
             Target::Torchtitan => "ZeRO 0, 2 or 3, ETP = 1, rank order tp-cp-ep-dp-pp",
-            Target::Deepspeed => "T = p = C = E = 1, no selective recompute",
+            Target::Deepspeed => {
+                "T = p = C = E = 1, no selective recompute, the ZeRO stages at which DeepSpeed keeps the recipe's gradients (megatron: 1; adam-16b: 0 and 1; deepspeed: 2 and 3)"
+            }
         }
     }
 
@@ -288,7 +290,8 @@ impl Target {
     /// stages, recompute modes); [`Target::refusals`] states the rest. A
     /// value the user fixed (`--fix tp=4`) is kept, and the refusals then
     /// say why no layout can be written.
-    pub fn limit_search(self, space: &mut Space) {
+    pub fn limit_search(self, space: &mut Space, recipe: crate::spec::RecipeName) {
+        use crate::spec::RecipeName;
         match self {
             Target::Megatron | Target::MegatronBridge => {}
             Target::Torchtitan => {
@@ -302,6 +305,12 @@ impl Target {
                     .filter
                     .order
                     .get_or_insert(crate::layout::RankOrder::TpCpEpDpPp);
+                // PyTorch's context_parallel rotates K/V by all-gather
+                // unless told otherwise, and torchtitan has no option for it.
+                space
+                    .filter
+                    .cp_comm
+                    .get_or_insert(crate::layout::CpComm::AllGather);
             }
             Target::Deepspeed => {
                 for size in [
@@ -313,6 +322,14 @@ impl Target {
                     size.get_or_insert(1);
                 }
                 space.recompute_modes.retain(|r| *r != Recompute::Selective);
+                // The ZeRO stages at which DeepSpeed keeps the recipe's
+                // gradient bytes (see the `deepspeed-recipe` refusals).
+                let stages: &[u8] = match recipe {
+                    RecipeName::Megatron => &[1],
+                    RecipeName::Adam16b => &[0, 1],
+                    RecipeName::Deepspeed => &[2, 3],
+                };
+                space.zero_stages.retain(|z| stages.contains(z));
             }
         }
     }
@@ -392,14 +409,22 @@ impl Target {
                         "plan with --fp8-recipe rowwise",
                     ),
                     (
-                        job.precision.is_low()
-                            && upstream(model).and_then(|u| u.torchtitan_package) != Some("llama3"),
+                        job.precision.is_low() && model.moe.is_some(),
                         "torchtitan-precision",
-                        format!(
-                            "precision {}: meshplan writes torchtitan's low-precision converters only for its llama3 configurations (whose model_registry takes them)",
-                            job.precision
-                        ),
+                        format!("precision {} on a mixture of experts: meshplan writes torchtitan's converters for dense linears only, and the experts need its grouped-experts converter", job.precision),
                         "plan with --precision bf16, or use --target megatron",
+                    ),
+                    (
+                        job.precision.is_low() && job.fp8_param_gather,
+                        "torchtitan-precision",
+                        "--fp8-param-gather: torchtitan's row-wise float8 gathers FSDP parameters in bf16".to_string(),
+                        "plan without --fp8-param-gather",
+                    ),
+                    (
+                        job.recipe_name != crate::spec::RecipeName::Megatron,
+                        "torchtitan-recipe",
+                        format!("the {} recipe: torchtitan keeps fp32 parameters and reduces gradients in fp32 only (`mixed_precision_reduce`, torchtitan/config/configs.py)", job.recipe_name),
+                        "plan with --recipe megatron",
                     ),
                 ];
                 push_broken(&mut out, checks);
@@ -448,6 +473,12 @@ impl Target {
                         "plan with ZeRO-2/3 or an E that divides D·C·T",
                     ),
                     (
+                        l.cp > 1 && l.cp_comm != crate::layout::CpComm::AllGather,
+                        "torchtitan-cp",
+                        format!("C = {} with the {} exchange: PyTorch's context_parallel, which torchtitan runs, rotates K/V by all-gather and torchtitan has no option to change it", l.cp, l.cp_comm),
+                        "plan with --cp-comm all-gather",
+                    ),
+                    (
                         l.zero == 0 && l.cp > 1,
                         "torchtitan-zero",
                         format!("ZeRO-0 with C = {}: torchtitan shards parameters over dp_shard·cp, so DDP with context parallelism still shards over the CP ranks", l.cp),
@@ -483,6 +514,12 @@ impl Target {
                         "deepspeed-recipe",
                         format!("ZeRO-0 with the {} recipe: without ZeRO DeepSpeed accumulates gradients only in the model's dtype (engine.py `_do_optimizer_sanity_check` rejects bf16 weights with fp32 accumulation)", job.recipe_name),
                         "plan with --recipe adam-16b, or ZeRO 1 or more",
+                    ),
+                    (
+                        l.zero >= 2 && job.recipe_name != crate::spec::RecipeName::Deepspeed,
+                        "deepspeed-recipe",
+                        format!("ZeRO-{} with the {} recipe: DeepSpeed's ZeRO-2/3 keeps the gradients in the model's dtype (2 bytes) and copies its shard to an fp32 partition for the step, which is the deepspeed recipe (2/(2+4)/12 bytes)", l.zero, job.recipe_name),
+                        "plan with --recipe deepspeed",
                     ),
                     (
                         l.recompute == Recompute::Selective,

@@ -224,17 +224,32 @@ pub fn torchtitan(plan: &Plan, up: &UpstreamModel) -> Torchtitan {
         ),
     );
     set(
+        "config.checkpoint.enable",
+        "True".into(),
+        Some("torchtitan writes no checkpoints unless enabled"),
+    );
+    set(
         "config.checkpoint.interval",
         plan.predicted.checkpoint.interval_steps.to_string(),
         Some("Daly's interval τ* = √(2·C·M), as CHECKLIST.md derives it"),
     );
     imports.push("from torchtitan.config import CompileConfig".into());
+    let async_tp = job.tp_comm_overlap && mesh.sp && mesh.tp > 1;
     set(
         "config.compile",
-        "CompileConfig(enable=True, components=[\"model\", \"loss\"])".into(),
-        Some(
-            "meshplan prices the compiled loss (bf16 logits), and the low-precision converters need the compiled model",
+        format!(
+            "CompileConfig(enable=True, components=[\"model\", \"loss\"]{})",
+            if async_tp {
+                ", enable_async_tensor_parallel=True"
+            } else {
+                ""
+            }
         ),
+        Some(if async_tp {
+            "meshplan prices the compiled loss (bf16 logits) and TP communication overlapped with the GEMMs (async TP)"
+        } else {
+            "meshplan prices the compiled loss (bf16 logits), and the low-precision converters need the compiled model"
+        }),
     );
     match plan.recompute.mode {
         Recompute::Full => {
@@ -259,8 +274,16 @@ pub fn torchtitan(plan: &Plan, up: &UpstreamModel) -> Torchtitan {
             "Float8LinearConverter",
             "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"], model_compile_enabled=True",
         )),
-        Precision::Mxfp8 => Some(("MXFP8LinearConverter", "model_compile_enabled=True")),
-        Precision::Nvfp4 => Some(("NVFP4LinearConverter", "model_compile_enabled=True")),
+        // `fqns` selects the decoder layers' linears: an empty list would
+        // convert the output layer too (`components/quantization/mx.py`).
+        Precision::Mxfp8 => Some((
+            "MXFP8LinearConverter",
+            "fqns=[\"layers.\"], model_compile_enabled=True",
+        )),
+        Precision::Nvfp4 => Some((
+            "NVFP4LinearConverter",
+            "fqns=[\"layers.\"], model_compile_enabled=True",
+        )),
     };
     if let Some(flavor) = up.torchtitan_flavor {
         imports.push(format!(
