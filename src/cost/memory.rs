@@ -436,7 +436,11 @@ mod tests {
             // TE fused in place: 2 bytes per logit + 12 per token (doc comment).
             (1.0, LossBuffers::TeFusedInPlace, 4_202_889_216.0),
         ] {
-            assert_eq!(loss_buffer_bytes(t, v, tp, engine), want, "{engine:?}, T = {tp}");
+            assert_eq!(
+                loss_buffer_bytes(t, v, tp, engine),
+                want,
+                "{engine:?}, T = {tp}"
+            );
         }
     }
 

@@ -205,7 +205,12 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
 /// layer is larger than a layer). Two are materialised at once (the unit
 /// computing and the one prefetched, [`crate::cost::fsdp`]).
 pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
-    max_with_end_layers(lc.dense.params.max(lc.moe.params), lc, has_embedding, has_output)
+    max_with_end_layers(
+        lc.dense.params.max(lc.moe.params),
+        lc,
+        has_embedding,
+        has_output,
+    )
 }
 
 /// The larger of `params` and the parameters of the embedding and output
