@@ -504,38 +504,39 @@ mod tests {
     }
 
     #[test]
-    fn refuses_wrong_values_and_a_missing_size_column() {
+    fn refuses_wrong_values() {
         let text = format!(
             "{HEAD}           8             2     float     sum      -1    20.00    0.00    0.00      3    19.00    0.00    0.00      0\n"
         );
-        let e = error_of(&text);
         assert_eq!(
-            e,
+            error_of(&text),
             "x.txt: field `line 14`: #wrong = 3: the collective returned wrong values, so its times mean nothing"
-        );
-        let text = HEAD.replace("#       size ", "#       bytes");
-        let text = format!("{text}{SMALL_ROW}");
-        let e = error_of(&text);
-        assert!(
-            e.starts_with("x.txt: field `line 12`: the table header has no `size` column"),
-            "{e}"
         );
     }
 
     #[test]
-    fn unequal_hosts_and_unknown_tests_refused() {
-        let text = HEAD.replace("node-b device  1", "node-a device  2");
-        let e = error_of(&format!("{text}{SMALL_ROW}"));
-        assert!(
-            e.contains("host node-b runs 1 ranks but node-a runs 3"),
-            "{e}"
-        );
-        let text = HEAD.replace("all_reduce_perf", "broadcast_perf");
-        let e = error_of(&text);
-        assert!(
-            e.contains("`broadcast_perf` is not a collective the cost model prices"),
-            "{e}"
-        );
+    fn refuses_a_missing_size_column_unequal_hosts_and_unknown_tests() {
+        // (text of the header, replaced by, what the error says)
+        for (from, to, says) in [
+            (
+                "#       size ",
+                "#       bytes",
+                "x.txt: field `line 12`: the table header has no `size` column",
+            ),
+            (
+                "node-b device  1",
+                "node-a device  2",
+                "host node-b runs 1 ranks but node-a runs 3",
+            ),
+            (
+                "all_reduce_perf",
+                "broadcast_perf",
+                "`broadcast_perf` is not a collective the cost model prices",
+            ),
+        ] {
+            let e = error_of(&format!("{}{SMALL_ROW}", HEAD.replace(from, to)));
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]
