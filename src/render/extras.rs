@@ -173,13 +173,12 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             }
         }
         _ => {
-            if !q.rejections.is_empty() {
-                writeln!(
-                    w,
-                    "No matching layout is valid. Matching layouts rejected (first broken rule):"
-                )?;
-                rejection_lines(w, &q.rejections, false)?;
-            }
+            rejection_lines(
+                w,
+                "No matching layout is valid. Matching layouts rejected (first broken rule):",
+                &q.rejections,
+                false,
+            )?;
             if let Some(n) = &q.near_miss {
                 writeln!(
                     w,

@@ -40,14 +40,18 @@ fn in_units(x: f64, units: &[(f64, f64, usize, &str)], below: (usize, &str)) -> 
     format!("{:.*}{unit}", decimals, x / scale)
 }
 
-/// One line per rule that rejected layouts (code, count) with its best
-/// near-miss where there is one, and that near-miss's tokens/s when
-/// `speed`.
+/// Nothing when no rule rejected a layout; else `heading`, then one line
+/// per rule (code, count) with its best near-miss where there is one, and
+/// that near-miss's tokens/s when `speed`.
 fn rejection_lines(
     w: &mut dyn Write,
+    heading: &str,
     rejections: &[RejectionLine],
     speed: bool,
 ) -> std::io::Result<()> {
+    if !rejections.is_empty() {
+        writeln!(w, "{heading}")?;
+    }
     for r in rejections {
         match &r.near_miss {
             Some(n) if speed => writeln!(

@@ -218,13 +218,12 @@ impl Exporter for Table {
                 "No valid layout: every one breaks a rule below. Try another GPU count (--gpus), global batch or sequence length, relax --fix, or explain the best near-miss."
             )?;
         }
-        if !r.rejections.is_empty() {
-            writeln!(
-                w,
-                "Rejected (first broken rule), with the best near-miss of each:"
-            )?;
-            rejection_lines(w, &r.rejections, true)?;
-        }
+        rejection_lines(
+            w,
+            "Rejected (first broken rule), with the best near-miss of each:",
+            &r.rejections,
+            true,
+        )?;
         if let Some(c) = &r.checkpoint {
             super::extras::checkpoint(w, c, true, "#1")?;
         }
