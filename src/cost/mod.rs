@@ -205,25 +205,14 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
 /// layer is larger than a layer). Two are materialised at once (the unit
 /// computing and the one prefetched, [`crate::cost::fsdp`]).
 pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
-    max_with_end_layers(
-        lc.dense.params.max(lc.moe.params),
-        lc,
-        has_embedding,
-        has_output,
-    )
-}
-
-/// The larger of `params` and the parameters of the embedding and output
-/// layers that the rank holds (`has_embedding`, `has_output`).
-fn max_with_end_layers(params: f64, lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
-    let mut largest = params;
+    let mut unit = lc.dense.params.max(lc.moe.params);
     if has_embedding {
-        largest = largest.max(lc.embedding.params);
+        unit = unit.max(lc.embedding.params);
     }
     if has_output {
-        largest = largest.max(lc.output.params);
+        unit = unit.max(lc.output.params);
     }
-    largest
+    unit
 }
 
 /// ZeRO-3/FSDP bytes a rank holds beyond its shards, `(weights,
@@ -276,7 +265,13 @@ pub fn largest_module(
     if let Some(moe) = &m.moe {
         module = module.max(gate * h * moe.expert_ffn as f64 / (l.etp as f64));
     }
-    max_with_end_layers(module, lc, has_embedding, has_output)
+    if has_embedding {
+        module = module.max(lc.embedding.params);
+    }
+    if has_output {
+        module = module.max(lc.output.params);
+    }
+    module
 }
 
 /// DeepSpeed ZeRO-3's bytes beyond the shards, `(weights, gradients)`.
