@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cost;
 use crate::error::InputError;
+use crate::spec::hardware::check_fraction;
 use crate::spec::{Catalog, Cluster, Gpu};
 use crate::validate::{self, MeasuredRow};
 
@@ -135,17 +136,9 @@ pub struct Overlay {
     pub calibration: Option<CalibrationInfo>,
 }
 
+/// [`check_fraction`] of a value the overlay may leave out.
 fn check_frac(file: &Path, field: &str, v: Option<f64>) -> Result<(), InputError> {
-    if let Some(x) = v
-        && !(x.is_finite() && x > 0.0 && x <= 1.0)
-    {
-        return Err(InputError::field(
-            file,
-            field,
-            format!("must be a fraction in (0, 1], found {x}"),
-        ));
-    }
-    Ok(())
+    v.map_or(Ok(()), |x| check_fraction(file, field, x))
 }
 
 impl Overlay {
@@ -156,9 +149,7 @@ impl Overlay {
     /// `gpu`; [`InputError::Field`] for a fraction outside (0, 1] or a
     /// negative kernel overhead.
     pub fn from_toml(text: &str, file: &Path) -> Result<Overlay, InputError> {
-        let o: Overlay = InputError::parse_toml(text, file)?;
-        o.check(file)?;
-        Ok(o)
+        InputError::parse_checked(text, file, Overlay::check)
     }
 
     /// Check every value.

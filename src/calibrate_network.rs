@@ -244,39 +244,53 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
     let coeffs =
         |r: &Run, s: f64, k: usize| priced(r.collective, s, group_of(r, cluster), &unit(k));
     let spans = |r: &Run| group_of(r, cluster).domains > 1;
+    // (bandwidth, latency, samples) of the level whose inverse bandwidth
+    // and latency are unknowns `k` and `k + 1`, fitted to every sample of
+    // `runs`, each time less the `known(run, bytes)` seconds already priced;
+    // the profile's `profile` when no run measures the level, an error
+    // saying `none` when the fit finds no positive bandwidth.
+    let fit_level = |runs: &[&Run],
+                     k: usize,
+                     known: &dyn Fn(&Run, f64) -> f64,
+                     profile: (f64, f64),
+                     none: &str| {
+        let mut rows = Vec::new();
+        for r in runs {
+            let end = ends(r);
+            for s in &r.samples {
+                let (big, small) = end(s.bytes);
+                rows.push(Row {
+                    a: coeffs(r, s.bytes, k) / s.time_s,
+                    b: coeffs(r, s.bytes, k + 1) / s.time_s,
+                    r: 1.0 - known(r, s.bytes) / s.time_s,
+                    big,
+                    small,
+                });
+            }
+        }
+        if runs.is_empty() {
+            return Ok((profile.0, profile.1, 0));
+        }
+        let (x, y) = fit_ends(&rows).ok_or_else(|| none.to_string())?;
+        Ok::<_, String>((1.0 / x, y, rows.len()))
+    };
 
     // Step 1: single-domain runs → intra.
     let intra_runs: Vec<&Run> = runs.iter().filter(|r| !spans(r)).collect();
-    let mut rows = Vec::new();
-    for r in &intra_runs {
-        let end = ends(r);
-        for s in &r.samples {
-            let (big, small) = end(s.bytes);
-            rows.push(Row {
-                a: coeffs(r, s.bytes, 0) / s.time_s,
-                b: coeffs(r, s.bytes, 1) / s.time_s,
-                r: 1.0,
-                big,
-                small,
-            });
-        }
-    }
-    let (intra_bw, intra_lat) = if intra_runs.is_empty() {
-        (before.intra_bw, before.intra_lat)
-    } else {
-        let (x, y) = fit_ends(&rows).ok_or_else(|| {
-            "the single-node runs give no positive bandwidth (times do not grow with size)"
-                .to_string()
-        })?;
-        (1.0 / x, y)
-    };
+    let (intra_bw, intra_lat, intra_samples) = fit_level(
+        &intra_runs,
+        0,
+        &|_, _| 0.0,
+        (before.intra_bw, before.intra_lat),
+        "the single-node runs give no positive bandwidth (times do not grow with size)",
+    )?;
     let mut levels = Vec::new();
     let nvlink = cluster.intra_bytes_per_s();
     if !intra_runs.is_empty() {
         levels.push(LevelFit {
             level: "intra",
             runs: intra_runs.len(),
-            samples: rows.len(),
+            samples: intra_samples,
             bandwidth: intra_bw,
             latency_s: intra_lat,
             efficiency_before: cluster.collective.intra,
@@ -287,7 +301,6 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
 
     // Step 2: runs across domains → inter, intra phases at step 1's values.
     let inter_runs: Vec<&Run> = runs.iter().filter(|r| spans(r)).collect();
-    let mut rows = Vec::new();
     let intra_only = Links {
         intra_bw,
         intra_lat,
@@ -296,33 +309,20 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         oversub: [1.0; MAX_TIERS + 1],
         tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
     };
-    for r in &inter_runs {
-        let g = group_of(r, cluster);
-        let end = ends(r);
-        for s in &r.samples {
-            let (big, small) = end(s.bytes);
-            let known = if r.collective == Collective::AllToAll {
-                0.0
-            } else {
-                priced(r.collective, s.bytes, g, &intra_only)
-            };
-            rows.push(Row {
-                a: coeffs(r, s.bytes, 2) / s.time_s,
-                b: coeffs(r, s.bytes, 3) / s.time_s,
-                r: 1.0 - known / s.time_s,
-                big,
-                small,
-            });
+    let priced_intra = |r: &Run, bytes: f64| {
+        if r.collective == Collective::AllToAll {
+            0.0
+        } else {
+            priced(r.collective, bytes, group_of(r, cluster), &intra_only)
         }
-    }
-    let (inter_bw, inter_lat) = if inter_runs.is_empty() {
-        (before.inter_bw, before.inter_lat)
-    } else {
-        let (x, y) = fit_ends(&rows).ok_or_else(|| {
-            "the multi-node runs give no positive NIC bandwidth: their times are no longer than the NVLink phases priced alone".to_string()
-        })?;
-        (1.0 / x, y)
     };
+    let (inter_bw, inter_lat, inter_samples) = fit_level(
+        &inter_runs,
+        2,
+        &priced_intra,
+        (before.inter_bw, before.inter_lat),
+        "the multi-node runs give no positive NIC bandwidth: their times are no longer than the NVLink phases priced alone",
+    )?;
     let nic = cluster.nic_bytes_per_s_per_gpu();
     let mut notes = Vec::new();
     if !inter_runs.is_empty() && inter_lat == 0.0 {
@@ -337,7 +337,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         levels.push(LevelFit {
             level: "inter",
             runs: inter_runs.len(),
-            samples: rows.len(),
+            samples: inter_samples,
             bandwidth: inter_bw,
             latency_s: inter_lat,
             efficiency_before: cluster.collective.inter,

@@ -106,6 +106,21 @@ impl InputError {
         })
     }
 
+    /// Parse `text` as TOML into a `T` ([`InputError::parse_toml`]), then
+    /// `check` it.
+    ///
+    /// # Errors
+    /// The syntax error, or the first error of `check`.
+    pub fn parse_checked<T: serde::de::DeserializeOwned>(
+        text: &str,
+        file: &std::path::Path,
+        check: impl FnOnce(&T, &std::path::Path) -> Result<(), InputError>,
+    ) -> Result<T, InputError> {
+        let value: T = InputError::parse_toml(text, file)?;
+        check(&value, file)?;
+        Ok(value)
+    }
+
     /// Shorthand for [`InputError::Field`].
     pub fn field(file: impl Into<PathBuf>, field: &str, problem: impl Into<String>) -> Self {
         InputError::Field {

@@ -360,6 +360,19 @@ fn finish(
     })
 }
 
+/// The elements of the array `v[key]`, numbered; none when it is absent
+/// or not an array.
+fn entries<'a>(
+    v: &'a serde_json::Value,
+    key: &str,
+) -> impl Iterator<Item = (usize, &'a serde_json::Value)> {
+    v.get(key)
+        .and_then(|a| a.as_array())
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
 fn parse_json(text: &str, file: &Path) -> Result<Run, InputError> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| InputError::Syntax {
         file: file.to_path_buf(),
@@ -375,13 +388,7 @@ fn parse_json(text: &str, file: &Path) -> Result<Run, InputError> {
         None => collective_from_name(file)?,
     };
     let mut hosts: BTreeMap<String, u32> = BTreeMap::new();
-    for (i, d) in v
-        .get("devices")
-        .and_then(|d| d.as_array())
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, d) in entries(&v, "devices") {
         let h = d
             .get("hostname")
             .and_then(|h| h.as_str())
@@ -397,13 +404,7 @@ fn parse_json(text: &str, file: &Path) -> Result<Run, InputError> {
         ));
     }
     let mut samples = Vec::new();
-    for (i, r) in v
-        .get("results")
-        .and_then(|r| r.as_array())
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, r) in entries(&v, "results") {
         let field = |name: &str| format!("results[{i}].{name}");
         let bytes = r
             .get("size")
@@ -472,6 +473,15 @@ mod tests {
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
 ";
 
+    /// One out-of-place result of 8 bytes in 20 µs, no wrong values.
+    const SMALL_ROW: &str =
+        "           8             2     float     sum      -1    20.00    0.00    0.00      0\n";
+
+    /// The message of the error `parse` gives for `text` read as `x.txt`.
+    fn error_of(text: &str) -> String {
+        parse(text, Path::new("x.txt")).unwrap_err().to_string()
+    }
+
     #[test]
     fn reads_a_table() {
         let text = format!(
@@ -494,42 +504,39 @@ mod tests {
     }
 
     #[test]
-    fn refuses_wrong_values_and_a_missing_size_column() {
+    fn refuses_wrong_values() {
         let text = format!(
             "{HEAD}           8             2     float     sum      -1    20.00    0.00    0.00      3    19.00    0.00    0.00      0\n"
         );
-        let e = parse(&text, Path::new("x.txt")).unwrap_err().to_string();
         assert_eq!(
-            e,
+            error_of(&text),
             "x.txt: field `line 14`: #wrong = 3: the collective returned wrong values, so its times mean nothing"
-        );
-        let text = HEAD.replace("#       size ", "#       bytes");
-        let text = format!(
-            "{text}           8             2     float     sum      -1    20.00    0.00    0.00      0\n"
-        );
-        let e = parse(&text, Path::new("x.txt")).unwrap_err().to_string();
-        assert!(
-            e.starts_with("x.txt: field `line 12`: the table header has no `size` column"),
-            "{e}"
         );
     }
 
     #[test]
-    fn unequal_hosts_and_unknown_tests_refused() {
-        let text = HEAD.replace("node-b device  1", "node-a device  2");
-        let e = parse(&format!("{text}           8             2     float     sum      -1    20.00    0.00    0.00      0\n"), Path::new("x.txt"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("host node-b runs 1 ranks but node-a runs 3"),
-            "{e}"
-        );
-        let text = HEAD.replace("all_reduce_perf", "broadcast_perf");
-        let e = parse(&text, Path::new("x.txt")).unwrap_err().to_string();
-        assert!(
-            e.contains("`broadcast_perf` is not a collective the cost model prices"),
-            "{e}"
-        );
+    fn refuses_a_missing_size_column_unequal_hosts_and_unknown_tests() {
+        // (text of the header, replaced by, what the error says)
+        for (from, to, says) in [
+            (
+                "#       size ",
+                "#       bytes",
+                "x.txt: field `line 12`: the table header has no `size` column",
+            ),
+            (
+                "node-b device  1",
+                "node-a device  2",
+                "host node-b runs 1 ranks but node-a runs 3",
+            ),
+            (
+                "all_reduce_perf",
+                "broadcast_perf",
+                "`broadcast_perf` is not a collective the cost model prices",
+            ),
+        ] {
+            let e = error_of(&format!("{}{SMALL_ROW}", HEAD.replace(from, to)));
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

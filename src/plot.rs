@@ -16,6 +16,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow};
+use plotters::chart::MeshStyle;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
@@ -250,6 +253,46 @@ fn lighten(c: RGBColor, f: f64) -> RGBColor {
     RGBColor(l(c.0), l(c.1), l(c.2))
 }
 
+/// A chart of the three pictures: f64 axes on an SVG file.
+type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The mesh the three pictures share (label and axis fonts, light grid
+/// lines); the caller adds its axes' descriptions and draws it.
+fn mesh<'a, 'b>(
+    chart: &'b mut Chart<'a>,
+) -> MeshStyle<'a, 'b, RangedCoordf64, RangedCoordf64, SVGBackend<'a>> {
+    let mut m = chart.configure_mesh();
+    m.label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .light_line_style(RGBColor(240, 240, 240));
+    m
+}
+
+/// The pipeline stage (of `p`) whose axis position is `x`, `None` between
+/// stages: the stage axes label whole positions only.
+fn stage_at(x: f64, p: u32) -> Option<u32> {
+    let r = x.round();
+    ((x - r).abs() < 1e-6 && r >= 0.0 && r < p as f64).then_some(r as u32)
+}
+
+/// Draw the legend box at `at` and write the file.
+fn finish(
+    chart: &mut Chart<'_>,
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    at: SeriesLabelPosition,
+    path: &Path,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err(path))?;
+    root.present().map_err(plot_err(path))?;
+    Ok(())
+}
+
 /// Draw the pipeline schedule of `l` to `path`.
 ///
 /// # Errors
@@ -333,20 +376,12 @@ pub fn schedule_svg(path: &Path, pr: &Problem, l: &Layout, eval: &Evaluation) ->
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..xmax, -0.5f64..p as f64 - 0.5)
         .map_err(plot_err(path))?;
-    chart
-        .configure_mesh()
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
+    mesh(&mut chart)
         .disable_y_mesh()
-        .light_line_style(RGBColor(240, 240, 240))
         .x_desc("time (ms)")
         .y_labels(p.min(32) as usize)
         .y_label_formatter(&|y| {
-            if (y - y.round()).abs() < 1e-6 && y.round() >= 0.0 && y.round() < p as f64 {
-                format!("stage {}", p - 1 - y.round() as u32)
-            } else {
-                String::new()
-            }
+            stage_at(*y, p).map_or(String::new(), |i| format!("stage {}", p - 1 - i))
         })
         .x_label_formatter(&|x| format!("{x:.0}"))
         .draw()
@@ -434,22 +469,12 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
         .y_label_area_size(64)
         .build_cartesian_2d(-0.5f64..p as f64 - 0.5, 0f64..top_gib)
         .map_err(plot_err(path))?;
-    chart
-        .configure_mesh()
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
+    mesh(&mut chart)
         .disable_x_mesh()
-        .light_line_style(RGBColor(240, 240, 240))
         .x_desc("pipeline stage")
         .y_desc("GiB per GPU")
         .x_labels(p.min(32) as usize)
-        .x_label_formatter(&|x| {
-            if (x - x.round()).abs() < 1e-6 && x.round() >= 0.0 && x.round() < p as f64 {
-                format!("{}", x.round() as u32)
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| stage_at(*x, p).map_or(String::new(), |i| i.to_string()))
         .draw()
         .map_err(plot_err(path))?;
     let half = 0.36;
@@ -509,15 +534,7 @@ pub fn memory_svg(path: &Path, pr: &Problem, l: &Layout) -> Result<()> {
             }))
             .map_err(plot_err(path))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err(path))?;
-    root.present().map_err(plot_err(path))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight, path)
 }
 
 /// A layout to mark on the Pareto plot: a label and its (peak GiB, tokens/s).
@@ -572,11 +589,7 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
         .y_label_area_size(72)
         .build_cartesian_2d(0f64..xmax, 0f64..ymax)
         .map_err(plot_err(path))?;
-    chart
-        .configure_mesh()
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
-        .light_line_style(RGBColor(240, 240, 240))
+    mesh(&mut chart)
         .x_desc("peak memory of the worst rank (GiB)")
         .y_desc("tokens per second")
         .y_label_formatter(&|y| {
@@ -638,15 +651,7 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
             .label(mk.label.clone())
             .legend(move |(x, y)| TriangleMarker::new((x + 7, y), 6, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err(path))?;
-    root.present().map_err(plot_err(path))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight, path)
 }
 
 /// Write `schedule.svg`, `memory.svg` and `pareto.svg` for layout `l` into

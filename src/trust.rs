@@ -385,14 +385,26 @@ impl Record {
             .iter()
             .filter(|m| m.regime.shared(regime) == best)
             .collect();
+        // The plan's dimensions, phrased, in which every nearest run
+        // differs from it (`every`), or some nearest run does.
+        let differing = |every: bool| -> Vec<String> {
+            regime
+                .dims()
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| {
+                    let mut differs = nearest.iter().map(|m| m.regime.dims()[*i].1 != d.1);
+                    if every {
+                        differs.all(|x| x)
+                    } else {
+                        differs.any(|x| x)
+                    }
+                })
+                .map(|(_, (dim, value))| Regime::phrase(dim, value))
+                .collect()
+        };
         // The plan's dimensions that no nearest run shares.
-        let missing: Vec<String> = regime
-            .dims()
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| nearest.iter().all(|m| m.regime.dims()[*i].1 != d.1))
-            .map(|(_, (dim, value))| Regime::phrase(dim, value))
-            .collect();
+        let missing = differing(true);
         Trust {
             runs: 0,
             median_abs: None,
@@ -401,14 +413,7 @@ impl Record {
             envelope: None,
             extrapolated: Some(if missing.is_empty() {
                 // Each nearest run misses a different dimension: name them.
-                let some: Vec<String> = regime
-                    .dims()
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, d)| nearest.iter().any(|m| m.regime.dims()[*i].1 != d.1))
-                    .map(|(_, (dim, value))| Regime::phrase(dim, value))
-                    .collect();
-                format!("{} together", some.join(" and "))
+                format!("{} together", differing(false).join(" and "))
             } else {
                 missing.join(", ")
             }),

@@ -1058,6 +1058,22 @@ impl From<&str> for Unpriced {
     }
 }
 
+/// The software of the 2021–22 Megatron-LM and Megatron-DeepSpeed rows:
+/// a 16-bit recipe (`recipe`) under the `adam-16b` name, fused softmax
+/// instead of flash attention (FlashAttention appeared May 2022), and
+/// neither the gradient reduction, the parameter gather nor the TP
+/// collectives overlapped with compute; `async_tp_backward` says whether
+/// the backward TP all-reduce already ran asynchronously.
+fn megatron_2021_software(job: &mut Job, recipe: Recipe, async_tp_backward: bool) {
+    job.recipe = recipe;
+    job.recipe_name = RecipeName::Adam16b;
+    job.flash_attention = false;
+    job.overlap_grad_reduce = false;
+    job.overlap_param_gather = false;
+    job.tp_comm_overlap = false;
+    job.async_tp_backward = async_tp_backward;
+}
+
 /// Build the case of `row`, or say why it cannot be predicted.
 ///
 /// Every stated column is used: `card` (the project's model card),
@@ -1234,15 +1250,9 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after
             // backward (no overlap), no distributed optimizer, fused softmax
             // instead of flash attention (FlashAttention appeared May 2022).
-            job.recipe = Recipe::ADAM_16B;
-            job.recipe_name = RecipeName::Adam16b;
-            job.flash_attention = false;
-            job.overlap_grad_reduce = false;
-            job.overlap_param_gather = false;
-            job.tp_comm_overlap = false;
             // The asynchronous backward TP all-reduce came to Megatron-LM after
             // the April 2021 release that Table 1 of Narayanan et al. used.
-            job.async_tp_backward = fam == Family::Kor22;
+            megatron_2021_software(&mut job, Recipe::ADAM_16B, fam == Family::Kor22);
             assume.push(format!(
                 "software: Megatron-LM {} — fp16, no flash attention, no DP overlap, no distributed optimizer, async backward TP all-reduce {}",
                 if fam == Family::Kor22 { "2022" } else { "April 2021" },
@@ -1254,18 +1264,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             // from 02-28, the BF16Optimizer that adds fp32 gradient
             // accumulation (+4 bytes per parameter, unsharded).
             let bf16opt = has("BF16Optimizer");
-            job.recipe = Recipe {
+            let recipe = Recipe {
                 weight_bytes: 2.0,
                 grad_bytes: if bf16opt { 6.0 } else { 2.0 },
                 optimizer_bytes: 12.0,
                 grad_reduce_bytes: 2.0,
             };
-            job.recipe_name = RecipeName::Adam16b;
-            job.flash_attention = false;
-            job.overlap_grad_reduce = false;
-            job.overlap_param_gather = false;
-            job.tp_comm_overlap = false;
-            job.async_tp_backward = false;
+            megatron_2021_software(&mut job, recipe, false);
             assume.push(format!(
                 "software: Megatron-DeepSpeed — ZeRO-1, {} bytes/param unsharded + 12/D, no flash attention, no DP overlap, no dropout",
                 if bf16opt { "2+2+4 (BF16Optimizer)" } else { "2+2 (fp16)" }
@@ -1274,13 +1279,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         (_, Some("megatron-deepspeed")) => {
             // Megatron-DeepSpeed of 2021–22 (MT-NLG): as the BLOOM rows,
             // fp16 with ZeRO-1, no flash attention, no DP overlap.
-            job.recipe = Recipe::ADAM_16B;
-            job.recipe_name = RecipeName::Adam16b;
-            job.flash_attention = false;
-            job.overlap_grad_reduce = false;
-            job.overlap_param_gather = false;
-            job.tp_comm_overlap = false;
-            job.async_tp_backward = false;
+            megatron_2021_software(&mut job, Recipe::ADAM_16B, false);
             assume.push("software: Megatron-DeepSpeed — 2+2+12/D bytes per parameter (ZeRO-1), no flash attention, no DP overlap".into());
         }
         (_, Some(e @ ("torchtitan" | "kempnerforge"))) => {

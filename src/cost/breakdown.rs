@@ -75,6 +75,25 @@ impl Term {
     }
 }
 
+/// `Index` and `IndexMut` of `$ty` by the part enum `$key`: the entry
+/// `$key::index()` of the array at `self.$path`.
+macro_rules! index_by_part {
+    ($ty:ty, $key:ty => $out:ty, $($path:tt).+) => {
+        impl Index<$key> for $ty {
+            type Output = $out;
+            fn index(&self, p: $key) -> &$out {
+                &self.$($path).+[p.index()]
+            }
+        }
+
+        impl IndexMut<$key> for $ty {
+            fn index_mut(&mut self, p: $key) -> &mut $out {
+                &mut self.$($path).+[p.index()]
+            }
+        }
+    };
+}
+
 /// Defines a part enum with its `ALL` list and per-variant metadata, so a
 /// part's key, label and source sit on one line next to its name.
 macro_rules! parts {
@@ -310,18 +329,7 @@ impl Serialize for PartTimes {
     }
 }
 
-impl Index<TimePart> for PartTimes {
-    type Output = Term;
-    fn index(&self, p: TimePart) -> &Term {
-        &self.0[p.index()]
-    }
-}
-
-impl IndexMut<TimePart> for PartTimes {
-    fn index_mut(&mut self, p: TimePart) -> &mut Term {
-        &mut self.0[p.index()]
-    }
-}
+index_by_part!(PartTimes, TimePart => Term, 0);
 
 /// Where one step's time goes, seconds: every [`TimePart`] of the slowest
 /// stage and the step-level terms. The exposed parts add up to `step`.
@@ -347,18 +355,7 @@ impl TimeBreakdown {
     }
 }
 
-impl Index<TimePart> for TimeBreakdown {
-    type Output = Term;
-    fn index(&self, p: TimePart) -> &Term {
-        &self.parts[p]
-    }
-}
-
-impl IndexMut<TimePart> for TimeBreakdown {
-    fn index_mut(&mut self, p: TimePart) -> &mut Term {
-        &mut self.parts[p]
-    }
-}
+index_by_part!(TimeBreakdown, TimePart => Term, parts.0);
 
 impl Serialize for TimeBreakdown {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -460,31 +457,9 @@ impl MemoryBreakdown {
     }
 }
 
-impl Index<MemoryPart> for MemoryBreakdown {
-    type Output = f64;
-    fn index(&self, p: MemoryPart) -> &f64 {
-        &self.parts[p.index()]
-    }
-}
+index_by_part!(MemoryBreakdown, MemoryPart => f64, parts);
 
-impl IndexMut<MemoryPart> for MemoryBreakdown {
-    fn index_mut(&mut self, p: MemoryPart) -> &mut f64 {
-        &mut self.parts[p.index()]
-    }
-}
-
-impl Index<MemoryDetail> for MemoryBreakdown {
-    type Output = f64;
-    fn index(&self, d: MemoryDetail) -> &f64 {
-        &self.details[d.index()]
-    }
-}
-
-impl IndexMut<MemoryDetail> for MemoryBreakdown {
-    fn index_mut(&mut self, d: MemoryDetail) -> &mut f64 {
-        &mut self.details[d.index()]
-    }
-}
+index_by_part!(MemoryBreakdown, MemoryDetail => f64, details);
 
 /// The "of which" shares of a [`MemoryBreakdown`] as a JSON object.
 struct Details<'a>(&'a MemoryBreakdown);

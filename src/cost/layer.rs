@@ -460,16 +460,17 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         };
         // Saved activations of one layer under recompute policy `rc`
         // (Korthikanti et al. 2022, see `memory::layer_activation_bytes`).
-        let layer_act = |terms, rc| {
-            memory::layer_activation_bytes(
-                terms,
-                h,
-                tokens,
-                seq,
-                tp,
-                shape.sp,
-                rc,
-                job.flash_attention,
+        let saved_act = |terms: &memory::ActivationTerms, rc, flash| {
+            memory::layer_activation_bytes(terms, h, tokens, seq, tp, shape.sp, rc, flash)
+        };
+        let layer_act = |terms, rc| saved_act(terms, rc, job.flash_attention);
+        // Under op-level SAC: the saved set of `memory::op_sac_terms` (with
+        // or without the MLP's), nothing recomputed, flash attention.
+        let op_sac_act = |include_mlp| {
+            saved_act(
+                &memory::op_sac_terms(model, include_mlp),
+                Recompute::None,
+                true,
             )
         };
         let (params, expert_params, act, working) = if moe {
@@ -486,17 +487,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 .unwrap_or(0.0);
             let experts = model.routed_expert_params() / (l.ep * l.etp) as f64;
             let attn_act = if op_sac {
-                let saved = memory::op_sac_terms(model, false);
-                memory::layer_activation_bytes(
-                    &saved,
-                    h,
-                    tokens,
-                    seq,
-                    tp,
-                    shape.sp,
-                    Recompute::None,
-                    true,
-                )
+                op_sac_act(false)
             } else {
                 layer_act(&attn_terms, l.recompute)
             };
@@ -514,17 +505,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 + model.mlp_params(a.ffn) / tp
                 + 2.0 * model.norm_params();
             let act = if op_sac {
-                let saved = memory::op_sac_terms(model, true);
-                memory::layer_activation_bytes(
-                    &saved,
-                    h,
-                    tokens,
-                    seq,
-                    tp,
-                    shape.sp,
-                    Recompute::None,
-                    true,
-                )
+                op_sac_act(true)
             } else {
                 layer_act(&dense_terms, l.recompute)
             };

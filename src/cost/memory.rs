@@ -426,32 +426,22 @@ mod tests {
         let (t, v) = (16_384.0, 128_256.0);
         // 16,384 · 128,256 = 2,101,346,304 logits.
         let n = 2_101_346_304.0;
-        assert_eq!(
-            loss_buffer_bytes(t, v, 1.0, LossBuffers::MegatronVocabParallel),
-            10.0 * n
-        );
-        assert_eq!(
-            loss_buffer_bytes(t, v, 1.0, LossBuffers::TorchFp32Eager),
-            12.0 * n
-        );
-        assert_eq!(
-            loss_buffer_bytes(t, v, 1.0, LossBuffers::TorchCompiled),
-            4.0 * n
-        );
-        // Gathered over TP: T does not divide it.
-        assert_eq!(
-            loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchBf16Gathered),
-            8.0 * n
-        );
-        assert_eq!(
-            loss_buffer_bytes(t, v, 4.0, LossBuffers::TorchFp32Eager),
-            3.0 * n
-        );
-        // TE fused in place: 2 bytes per logit + 12 per token (doc comment).
-        assert_eq!(
-            loss_buffer_bytes(t, v, 1.0, LossBuffers::TeFusedInPlace),
-            4_202_889_216.0
-        );
+        for (tp, engine, want) in [
+            (1.0, LossBuffers::MegatronVocabParallel, 10.0 * n),
+            (1.0, LossBuffers::TorchFp32Eager, 12.0 * n),
+            (1.0, LossBuffers::TorchCompiled, 4.0 * n),
+            // Gathered over TP: T does not divide it.
+            (4.0, LossBuffers::TorchBf16Gathered, 8.0 * n),
+            (4.0, LossBuffers::TorchFp32Eager, 3.0 * n),
+            // TE fused in place: 2 bytes per logit + 12 per token (doc comment).
+            (1.0, LossBuffers::TeFusedInPlace, 4_202_889_216.0),
+        ] {
+            assert_eq!(
+                loss_buffer_bytes(t, v, tp, engine),
+                want,
+                "{engine:?}, T = {tp}"
+            );
+        }
     }
 
     #[test]

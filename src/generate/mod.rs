@@ -612,6 +612,29 @@ impl PlanInput {
             serde_json::from_value(x.clone())
                 .map_err(|e| field(path, format!("not a meshplan layout: {e}")))
         };
+        // The job read at the paths of one kind of file: model, cluster,
+        // GPUs, global batch, sequence length, recipe, precision.
+        let job_at = |layout: Layout, paths: [&str; 7]| -> Result<PlanInput, InputError> {
+            let [
+                model,
+                cluster,
+                gpus,
+                global_batch,
+                seq_len,
+                recipe,
+                precision,
+            ] = paths;
+            Ok(PlanInput {
+                layout,
+                model: string(model)?,
+                cluster: string(cluster)?,
+                gpus: number(gpus)?,
+                global_batch: number(global_batch)?,
+                seq_len: number(seq_len)?,
+                recipe: string(recipe)?,
+                precision: optional(precision)?,
+            })
+        };
         if v.get("schema")
             .and_then(Value::as_str)
             .is_some_and(|s| s.starts_with("meshplan-plan/"))
@@ -622,16 +645,18 @@ impl PlanInput {
                     format!("a plan file holds one layout; --rank {rank} asks for another"),
                 ));
             }
-            return Ok(PlanInput {
-                layout: layout_of(get("layout")?, "layout")?,
-                model: string("model.name")?,
-                cluster: string("hardware.cluster")?,
-                gpus: number("hardware.world")?,
-                global_batch: number("job.global_batch")?,
-                seq_len: number("job.seq_len")?,
-                recipe: string("job.recipe")?,
-                precision: optional("job.precision")?,
-            });
+            return job_at(
+                layout_of(get("layout")?, "layout")?,
+                [
+                    "model.name",
+                    "hardware.cluster",
+                    "hardware.world",
+                    "job.global_batch",
+                    "job.seq_len",
+                    "job.recipe",
+                    "job.precision",
+                ],
+            );
         }
         let rows = get("rows")?.as_array().ok_or_else(|| {
             field(
@@ -652,16 +677,18 @@ impl PlanInput {
         let layout = row
             .get("layout")
             .ok_or_else(|| field(&path, "missing".into()))?;
-        Ok(PlanInput {
-            layout: layout_of(layout, &path)?,
-            model: string("context.model")?,
-            cluster: string("context.cluster")?,
-            gpus: number("context.gpus")?,
-            global_batch: number("context.global_batch")?,
-            seq_len: number("context.seq_len")?,
-            recipe: string("context.recipe")?,
-            precision: optional("context.precision")?,
-        })
+        job_at(
+            layout_of(layout, &path)?,
+            [
+                "context.model",
+                "context.cluster",
+                "context.gpus",
+                "context.global_batch",
+                "context.seq_len",
+                "context.recipe",
+                "context.precision",
+            ],
+        )
     }
 
     /// Check that the job on the command line is the one this layout was

@@ -3,41 +3,24 @@
 
 use std::io::Write;
 
-use comfy_table::presets::UTF8_BORDERS_ONLY;
-use comfy_table::{CellAlignment, Table as CTable};
+use comfy_table::CellAlignment;
 
+use super::{in_units, rejection_lines, right_align, table};
 use crate::checkpoint::{CheckpointPlan, TimeToTrain};
 use crate::explain::{Fixes, Gap, WhyNot};
 use crate::spec::GIB;
-
-fn table() -> CTable {
-    let mut t = CTable::new();
-    t.load_preset(UTF8_BORDERS_ONLY);
-    t
-}
-
-fn right_align(t: &mut CTable, from: usize) {
-    for i in from..t.column_count() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-}
 
 fn signed_pct(x: f64) -> String {
     format!("{:+.1}%", 100.0 * x)
 }
 
 fn duration(s: f64) -> String {
-    if s >= 86400.0 {
-        format!("{:.1} days", s / 86400.0)
-    } else if s >= 3600.0 {
-        format!("{:.2} h", s / 3600.0)
-    } else if s >= 60.0 {
-        format!("{:.1} min", s / 60.0)
-    } else {
-        format!("{s:.1} s")
-    }
+    let units = [
+        (86400.0, 86400.0, 1, " days"),
+        (3600.0, 3600.0, 2, " h"),
+        (60.0, 60.0, 1, " min"),
+    ];
+    in_units(s, &units, (1, " s"))
 }
 
 fn bytes(b: f64) -> String {
@@ -190,18 +173,12 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             }
         }
         _ => {
-            if !q.rejections.is_empty() {
-                writeln!(
-                    w,
-                    "No matching layout is valid. Matching layouts rejected (first broken rule):"
-                )?;
-                for r in &q.rejections {
-                    match &r.near_miss {
-                        Some(n) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
-                        None => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
-                    }
-                }
-            }
+            rejection_lines(
+                w,
+                "No matching layout is valid. Matching layouts rejected (first broken rule):",
+                &q.rejections,
+                false,
+            )?;
             if let Some(n) = &q.near_miss {
                 writeln!(
                     w,
@@ -434,4 +411,21 @@ pub fn group_levels(
         ]);
     }
     writeln!(w, "{t}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_in_their_unit() {
+        // 2 days = 172,800 s; 5400 s = 1.50 h; 90 s = 1.5 min; 59.94 s
+        // stays in seconds.
+        for (s, want) in [
+            (172_800.0, "2.0 days"),
+            (5400.0, "1.50 h"),
+            (90.0, "1.5 min"),
+            (59.94, "59.9 s"),
+        ] {
+            assert_eq!(super::duration(s), want);
+        }
+    }
 }

@@ -8,7 +8,66 @@ mod table;
 
 use std::io::Write;
 
-use crate::report::{ExplainReport, SearchReport};
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::{CellAlignment, Table as CTable};
+
+use crate::report::{ExplainReport, RejectionLine, SearchReport};
+
+/// An empty table in the preset every text table uses.
+fn table() -> CTable {
+    let mut t = CTable::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t
+}
+
+/// Right-align the columns of `t` from column `from` on.
+fn right_align(t: &mut CTable, from: usize) {
+    for i in from..t.column_count() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+/// `x` in the largest of `units` it reaches, each `(at least, divided by,
+/// decimals, unit)`, largest first; below them all, `x` itself with
+/// `below`'s decimals and unit.
+fn in_units(x: f64, units: &[(f64, f64, usize, &str)], below: (usize, &str)) -> String {
+    let (scale, decimals, unit) = units
+        .iter()
+        .find(|u| x >= u.0)
+        .map_or((1.0, below.0, below.1), |u| (u.1, u.2, u.3));
+    format!("{:.*}{unit}", decimals, x / scale)
+}
+
+/// Nothing when no rule rejected a layout; else `heading`, then one line
+/// per rule (code, count) with its best near-miss where there is one, and
+/// that near-miss's tokens/s when `speed`.
+fn rejection_lines(
+    w: &mut dyn Write,
+    heading: &str,
+    rejections: &[RejectionLine],
+    speed: bool,
+) -> std::io::Result<()> {
+    if !rejections.is_empty() {
+        writeln!(w, "{heading}")?;
+    }
+    for r in rejections {
+        match &r.near_miss {
+            Some(n) if speed => writeln!(
+                w,
+                "  {:<12} {:>8}  best: {} ({:.0} tokens/s)",
+                r.code,
+                r.count,
+                n,
+                r.near_miss_tokens_per_s.unwrap_or(0.0)
+            )?,
+            Some(n) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
+            None => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
+        }
+    }
+    Ok(())
+}
 
 /// Output format of `search` and `explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

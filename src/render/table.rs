@@ -2,10 +2,9 @@
 
 use std::io::Write;
 
-use comfy_table::presets::UTF8_BORDERS_ONLY;
 use comfy_table::{CellAlignment, Table as CTable};
 
-use super::Exporter;
+use super::{Exporter, in_units, rejection_lines, right_align, table};
 use crate::cost::breakdown::Source;
 use crate::cost::{MemoryBreakdown, MemoryPart, TimeBreakdown};
 use crate::report::{Context, ExplainReport, SearchReport};
@@ -51,12 +50,6 @@ fn peak_line(c: &Context) -> String {
         ));
     }
     line
-}
-
-fn table() -> CTable {
-    let mut t = CTable::new();
-    t.load_preset(UTF8_BORDERS_ONLY);
-    t
 }
 
 fn pct(x: f64) -> String {
@@ -167,11 +160,7 @@ impl Exporter for Table {
             }
             t.add_row(cells);
         }
-        for i in 1..t.column_count() {
-            if let Some(c) = t.column_mut(i) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
-        }
+        right_align(&mut t, 1);
         writeln!(w, "{t}")?;
         writeln!(w, "{}", peak_line(&r.context))?;
         writeln!(w, "{}", counters_line(&r.stats))?;
@@ -229,25 +218,12 @@ impl Exporter for Table {
                 "No valid layout: every one breaks a rule below. Try another GPU count (--gpus), global batch or sequence length, relax --fix, or explain the best near-miss."
             )?;
         }
-        if !r.rejections.is_empty() {
-            writeln!(
-                w,
-                "Rejected (first broken rule), with the best near-miss of each:"
-            )?;
-            for rj in &r.rejections {
-                match &rj.near_miss {
-                    Some(n) => writeln!(
-                        w,
-                        "  {:<12} {:>8}  best: {} ({:.0} tokens/s)",
-                        rj.code,
-                        rj.count,
-                        n,
-                        rj.near_miss_tokens_per_s.unwrap_or(0.0)
-                    )?,
-                    None => writeln!(w, "  {:<12} {:>8}", rj.code, rj.count)?,
-                }
-            }
-        }
+        rejection_lines(
+            w,
+            "Rejected (first broken rule), with the best near-miss of each:",
+            &r.rejections,
+            true,
+        )?;
         if let Some(c) = &r.checkpoint {
             super::extras::checkpoint(w, c, true, "#1")?;
         }
@@ -498,15 +474,8 @@ fn time_table(tm: &TimeBreakdown, src: &mut Sources) -> CTable {
 
 /// Tokens with a readable unit: `16.8M`, `524K`, `512`.
 fn tokens_text(t: f64) -> String {
-    if t >= 1e9 {
-        format!("{:.2}B", t / 1e9)
-    } else if t >= 1e6 {
-        format!("{:.1}M", t / 1e6)
-    } else if t >= 1e4 {
-        format!("{:.0}K", t / 1e3)
-    } else {
-        format!("{t:.0}")
-    }
+    let units = [(1e9, 1e9, 2, "B"), (1e6, 1e6, 1, "M"), (1e4, 1e3, 0, "K")];
+    in_units(t, &units, (0, ""))
 }
 
 /// The note of [`crate::gpu_count::fewer_gpus`].
@@ -578,5 +547,20 @@ mod tests {
         assert_eq!(super::split_text(&Some(vec![7, 8, 8, 8, 7])), "7/8×3/7");
         assert_eq!(super::split_text(&Some(vec![1, 2, 2, 1])), "1/2/2/1");
         assert_eq!(super::split_text(&None), "uniform");
+    }
+
+    #[test]
+    fn tokens_in_their_unit() {
+        // 2048 · 8192 = 16,777,216 → 16.8M; 1024 · 512 = 524,288 → 524K
+        // (thousands from 10^4 on); 2.5e9 → 2.50B; 512 and 9999 as they are.
+        for (t, want) in [
+            (16_777_216.0, "16.8M"),
+            (524_288.0, "524K"),
+            (2.5e9, "2.50B"),
+            (512.0, "512"),
+            (9999.0, "9999"),
+        ] {
+            assert_eq!(super::tokens_text(t), want);
+        }
     }
 }

@@ -261,7 +261,7 @@ pub struct Cluster {
     pub tiers: Vec<Tier>,
 }
 
-fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
+pub(crate) fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
     if !(v.is_finite() && v > 0.0 && v <= 1.0) {
         return Err(InputError::field(
             file,
@@ -331,9 +331,7 @@ impl Gpu {
     /// [`InputError::Field`] for non-positive sizes, fractions outside (0, 1],
     /// or a reserve that leaves no usable memory.
     pub fn from_toml(text: &str, file: &Path) -> Result<Gpu, InputError> {
-        let gpu: Gpu = InputError::parse_toml(text, file)?;
-        gpu.check(file)?;
-        Ok(gpu)
+        InputError::parse_checked(text, file, Gpu::check)
     }
 
     /// Check every value (also used for calibrated overlays).
@@ -429,9 +427,7 @@ impl Cluster {
     /// [`InputError::Field`] for zero counts, non-positive bandwidths and
     /// fractions outside (0, 1].
     pub fn from_toml(text: &str, file: &Path) -> Result<Cluster, InputError> {
-        let c: Cluster = InputError::parse_toml(text, file)?;
-        c.check(file)?;
-        Ok(c)
+        InputError::parse_checked(text, file, Cluster::check)
     }
 
     /// Check every value.

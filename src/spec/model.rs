@@ -234,9 +234,7 @@ impl Model {
     /// [`InputError::Field`] for impossible values (zero sizes, heads that do
     /// not divide hidden, kv heads that do not divide heads, …).
     pub fn from_toml(text: &str, file: &Path) -> Result<Model, InputError> {
-        let model: Model = InputError::parse_toml(text, file)?;
-        model.check(file)?;
-        Ok(model)
+        InputError::parse_checked(text, file, Model::check)
     }
 
     pub(crate) fn check(&self, file: &Path) -> Result<(), InputError> {
