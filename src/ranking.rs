@@ -233,6 +233,7 @@ mod tests {
                 record_id: "R".into(),
                 predicted_mfu: 0.62,
                 implausible: true,
+                same_class: true,
             }),
         };
         // 62% predicted against a 50% record: clipped to 53/62 of its

@@ -192,6 +192,14 @@ pub struct Envelope {
     pub predicted_mfu: f64,
     /// Predicted above the record by more than [`ENVELOPE_MARGIN`].
     pub implausible: bool,
+    /// The record is of the plan's own GPU class (`false`: no run of the
+    /// class is measured in the precision, so the best of any class).
+    #[serde(default = "yes")]
+    pub same_class: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How well a plan's regime is validated.
@@ -233,9 +241,14 @@ impl Trust {
         let band = self.band_sentence();
         match &self.envelope {
             Some(e) if e.implausible => format!(
-                "{band}; implausible: predicted MFU {:.1}% is {:.1} points above the best measured on this GPU class, {:.1}% ({})",
+                "{band}; implausible: predicted MFU {:.1}% is {:.1} points above the best measured on {}, {:.1}% ({})",
                 100.0 * e.predicted_mfu,
                 100.0 * (e.predicted_mfu - e.record_mfu),
+                if e.same_class {
+                    "this GPU class"
+                } else {
+                    "any GPU class (none is measured on this one in this precision)"
+                },
                 100.0 * e.record_mfu,
                 e.record_id
             ),
@@ -347,16 +360,29 @@ impl Record {
         Record { runs, best }
     }
 
-    /// The envelope of a plan in `regime` predicted at `mfu`.
+    /// The envelope of a plan in `regime` predicted at `mfu`: the best
+    /// measured MFU of its GPU class and precision, or, when that class has
+    /// no measured run in the precision (bf16 on GB200 today), the best of
+    /// any class in the precision: no measured run anywhere has reached a
+    /// higher share of its GPU's peak.
     pub fn envelope(&self, regime: &Regime, mfu: f64) -> Option<Envelope> {
         self.best
             .iter()
             .find(|b| b.gpu == regime.gpu && b.precision == regime.precision)
-            .map(|b| Envelope {
+            .map(|b| (b, true))
+            .or_else(|| {
+                self.best
+                    .iter()
+                    .filter(|b| b.precision == regime.precision)
+                    .max_by(|a, b| a.mfu.total_cmp(&b.mfu))
+                    .map(|b| (b, false))
+            })
+            .map(|(b, same_class)| Envelope {
                 record_mfu: b.mfu,
                 record_id: b.id.clone(),
                 predicted_mfu: mfu,
                 implausible: mfu > b.mfu + ENVELOPE_MARGIN,
+                same_class,
             })
     }
 
