@@ -49,6 +49,9 @@ fn value() -> impl Strategy<Value = String> {
         Just("tp=8,pp=2".to_string()),
         Just("pp=2,vpp=2147483648".to_string()),
         Just("ep=65536,etp=65536".to_string()),
+        Just("torchtitan".to_string()),
+        Just("deepspeed".to_string()),
+        Just("megatron-bridge".to_string()),
     ]
 }
 
@@ -79,6 +82,7 @@ const SEARCH_FLAGS: &[&str] = &[
     "--max-cp",
     "--max-micro-batch",
     "--top",
+    "--target",
 ];
 
 /// A command line: a subcommand, a model and cluster (shipped or not),
