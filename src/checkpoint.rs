@@ -13,13 +13,14 @@
 //! - Write time `C = bytes / storage bandwidth` for a blocking save spread
 //!   over all ranks (Megatron's `torch_dist` format with fully parallel
 //!   save), so the cluster's aggregate storage bandwidth is the limit.
-//! - Checkpoint interval (Daly 2006 [ref:daly-2006]): first-order waste
-//!   `W(τ) ≈ C/τ + τ/(2M)`, minimised by `τ* = √(2·C·M)`, where `W(τ*) =
-//!   √(2C/M)`. `M` is the job's mean time between interruptions: node MTBF
-//!   divided by the nodes the job uses (independent fail-stop nodes). Daly's
-//!   higher-order interval is given alongside. Restart time, correlated
-//!   failures and storage contention are left out, as in the first-order
-//!   fail-stop model.
+//! - Checkpoint interval (Daly 2006 [ref:daly-2006]): the first-order waste
+//!   `W(τ) ≈ C/τ + τ/(2M)` is minimised by `τ* = √(2·C·M)`; the waste at
+//!   τ* is priced with Daly's complete model ([`waste_fraction`]), which
+//!   stays below 1 when checkpoints are slow against the failures. `M` is
+//!   the job's mean time between interruptions: node MTBF divided by the
+//!   nodes the job uses (independent fail-stop nodes). Daly's higher-order
+//!   interval is given alongside. Restart time, correlated failures and
+//!   storage contention are left out.
 //! - Time-to-train: tokens ÷ tokens/s, and at goodput `tokens/s·(1 − W(τ*))`.
 
 use serde::Serialize;
@@ -128,9 +129,26 @@ pub fn daly_interval_higher_order(c: f64, m: f64) -> f64 {
 }
 
 /// Expected fraction of wall time lost to writing checkpoints and redoing
-/// work after a failure, first order: `W(τ) = C/τ + τ/(2M)` ([ref:daly-2006]).
+/// work after a failure, with a checkpoint taking `c` seconds after every
+/// `tau` seconds of work and failures arriving at random every `m` seconds
+/// on average: Daly's complete model ([ref:daly-2006] §3, wall time
+/// `M·e^{R/M}·(e^{(τ+C)/M} − 1)` per `τ` of work) with the restart time R
+/// left out, `W(τ) = 1 − τ / (M·(e^{(τ+C)/M} − 1))`. To first order in
+/// `(τ + C)/M` it is `C/τ + τ/(2M)`, which `τ* = √(2CM)` minimises; unlike
+/// that form it stays below 1 when checkpoints are slow against the
+/// failures (a job that spends most of its time writing or redoing work
+/// still progresses, never backwards).
+///
+/// Example: C = 50 s, τ = 1,000 s, M = 10,000 s: (τ + C)/M = 0.105,
+/// e^0.105 − 1 = 0.1107106, W = 1 − 1000/1107.106 = 0.096744 (first order:
+/// 0.1).
 pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
-    c / tau + tau / (2.0 * m)
+    let lost = m * ((tau + c) / m).exp_m1();
+    if lost.is_finite() && lost > 0.0 {
+        (1.0 - tau / lost).clamp(0.0, 1.0)
+    } else {
+        1.0
+    }
 }
 
 /// Checkpoint plan of layout `l` (priced as `eval`) for `pr`.
@@ -320,12 +338,23 @@ mod tests {
     #[test]
     fn tau_star_and_waste_hand_worked() {
         // C = 50 s, M = 10,000 s: τ* = √(2·50·10⁴) = √10⁶ = 1,000 s;
-        // W = 50/1000 + 1000/20000 = 0.05 + 0.05 = 0.1 = √(2C/M).
+        // first order W = 50/1000 + 1000/20000 = 0.1 = √(2C/M); Daly's
+        // complete model: 1 − 1000/(10⁴·(e^0.105 − 1)) = 1 − 1000/1107.106
+        // = 0.096744.
         assert!((daly_interval(50.0, 1e4) - 1000.0).abs() < 1e-9);
-        assert!((waste_fraction(50.0, 1000.0, 1e4) - 0.1).abs() < 1e-12);
-        assert!((waste_fraction(50.0, 1000.0, 1e4) - (2.0f64 * 50.0 / 1e4).sqrt()).abs() < 1e-12);
-        // τ* minimises W: a little either side costs more.
-        assert!(waste_fraction(50.0, 900.0, 1e4) > 0.1 && waste_fraction(50.0, 1100.0, 1e4) > 0.1);
+        assert!((waste_fraction(50.0, 1000.0, 1e4) - 0.096744).abs() < 1e-6);
+        // Near τ*: a little either side costs more.
+        let w = waste_fraction(50.0, 1000.0, 1e4);
+        assert!(waste_fraction(50.0, 900.0, 1e4) > w && waste_fraction(50.0, 1100.0, 1e4) > w);
+        // A checkpoint as slow as the failures (C = 3.16 h, M = 3.1 h, the
+        // reviewer's 0.5 GB/s storage): τ* = √(2CM) = 4.43 h,
+        // (τ* + C)/M = 2.447, e^2.447 − 1 = 10.55, W = 1 − 4.43/(3.1·10.55)
+        // = 0.865: most of the time is lost, but the first-order 142.9%
+        // (negative goodput) is gone.
+        let (c, m) = (3.16 * 3600.0, 3.1 * 3600.0);
+        let w = waste_fraction(c, daly_interval(c, m), m);
+        assert!((w - 0.8647).abs() < 1e-3, "{w}");
+        assert_eq!(waste_fraction(1.0, 1.0, 0.0), 1.0);
         // Daly's higher order: x = C/2M = 0.0025, √x = 0.05:
         // 1000·(1 + 0.05/3 + 0.0025/9) − 50 = 1000·1.016944… − 50 = 966.944…
         let hi = daly_interval_higher_order(50.0, 1e4);

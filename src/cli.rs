@@ -885,10 +885,11 @@ fn space(a: &SearchArgs) -> Result<Space> {
             allow_tp_across_domains: a.allow_tp_across_nodes,
             max_tier: a.max_tier,
         },
-        // Rank at least the default ten, and list the first `--top`: the
-        // tie groups depend on the plans ranked together, and `generate
-        // --rank K` ranks max(K, 10) the same way.
-        top_k: (a.top.max(1) as usize).max(Space::default().top_k),
+        // The ranking orders every valid layout (`keep_all`) and `--top`
+        // only cuts the list, so row K is the same for every `--top` ≥ K;
+        // the re-split budget (the best K of the uniform pass) is the
+        // default's whatever `--top` is, so the counts do not move with it.
+        keep_all: true,
         ..Space::default()
     })
 }
@@ -900,18 +901,19 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let pr = s.problem();
     let mut space = space(a)?;
     a.target.limit_search(&mut space, s.job.recipe_name);
-    if a.target != Target::Megatron {
-        // As `generate --target`: more rows kept, since some of the best
-        // may break a condition of the target the limits do not express.
-        space.top_k *= TARGET_KEEP;
-    }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
     }
-    space.keep_all = a.why_not.is_some() || a.extras.plot.is_some();
     let result = search::search(&pr, &space);
-    let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by);
+    let top = a.top.max(1).min(usize::MAX as u64) as usize;
+    // Another target filters the ranked rows, so rank them all first.
+    let limit = if a.target == Target::Megatron {
+        top
+    } else {
+        usize::MAX
+    };
+    let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by, limit);
     if a.target != Target::Megatron {
         let before = report.rows.len();
         report
@@ -922,6 +924,13 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         for (i, r) in report.rows.iter_mut().enumerate() {
             r.rank = i + 1;
         }
+        report.fastest_predicted = report
+            .rows
+            .iter()
+            .skip(1)
+            .filter(|r| r.tokens_per_s > report.rows[0].tokens_per_s)
+            .min_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s))
+            .cloned();
         let _ = writeln!(
             std::io::stderr(),
             "note: --target {}: the search kept to {}; {} of the {} best layouts kept are left out for another of its conditions (`generate --target {}` names them)",
@@ -932,9 +941,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             a.target
         );
     }
-    report
-        .rows
-        .truncate(a.top.max(1).min(usize::MAX as u64) as usize);
+    report.rows.truncate(top);
     report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
     search_extras(
         &pr,
@@ -942,6 +949,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         &result,
         &mut report,
         a.why_not.as_deref(),
+        a.rank_by,
         tokens,
         a.extras.plot.as_deref(),
     )?;
@@ -988,6 +996,7 @@ fn search_extras(
     result: &search::SearchResult,
     report: &mut SearchReport,
     why_not: Option<&str>,
+    by: RankBy,
     tokens: Option<f64>,
     plot: Option<&std::path::Path>,
 ) -> Result<()> {
@@ -999,7 +1008,7 @@ fn search_extras(
     }) else {
         if let Some(q) = why_not {
             report.why_not = Some(
-                explain::why_not(pr, space, &result.all, q)
+                explain::why_not(pr, space, &result.all, &[], q)
                     .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?,
             );
         }
@@ -1017,7 +1026,9 @@ fn search_extras(
         tokens_per_s: win.eval.tokens_per_s,
     }];
     if let Some(q) = why_not {
-        let mut w = explain::why_not(pr, space, &result.all, q)
+        // The whole ranking, as the table lists it.
+        let ranked = crate::report::ranked_rows(pr, result.pool(), by, usize::MAX);
+        let mut w = explain::why_not(pr, space, &result.all, &ranked, q)
             .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
         if let Some(first) = report.rows.first() {
             w.gap = w
@@ -1092,19 +1103,33 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let policy = &req.policy;
     let mut report = ExplainReport::new(&pr, policy, &layout);
     // Place it among all valid layouts, as `search` with its defaults sees
-    // them: the same top K re-split by the ILP, so `explain` and `search
-    // --why-not` give one rank.
+    // them: the same top K re-split by the ILP, so `explain` and `search`
+    // give one rank.
     let space = Space {
         keep_all: true,
         ..Space::default()
     };
     let result = search::search(&pr, &space);
-    // The best is the first row of `search`'s table (ranked with tie
-    // groups); the rank counts the layouts predicted faster.
-    let ranked = crate::report::ranked_rows(&pr, &result.top, RankBy::default());
+    // The best is the first row of `search`'s table and the rank is the
+    // layout's row in it (the ranking with tie groups); a layout the
+    // search did not price as it is here (another split) takes the rank
+    // of its predictions among the valid layouts.
+    let ranked = crate::report::ranked_rows(&pr, result.pool(), RankBy::default(), usize::MAX);
     if let Some(best) = ranked.first() {
         if report.is_valid() {
-            report.rank_among_valid = Some(search::rank_among(&result.all, &report.eval));
+            let row = ranked.iter().find(|r| {
+                r.eval.tokens_per_s == report.eval.tokens_per_s
+                    && crate::layout::Layout {
+                        order: layout.order,
+                        ..r.layout.clone()
+                    } == layout
+                    && (r.layout.order == layout.order
+                        || r.eval.peak_bytes == report.eval.peak_bytes)
+            });
+            report.rank_among_valid = Some(match row {
+                Some(r) => r.rank,
+                None => search::rank_among(&result.all, &report.eval),
+            });
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
         report.best = Some(best.clone());
@@ -1204,26 +1229,24 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         return Ok(l.clone());
     }
     let k = a.rank.unwrap_or(1) as usize;
-    // Rank at least as many plans as `search` lists by default, so that
-    // `--rank K` names row K of its table (the tie groups depend on the
-    // plans ranked together).
+    // The same search and ranking as `search`, so `--rank K` names row K
+    // of its table; another target filters the ranked rows, so rank them
+    // all first.
     target_model_check(a.target, s)?;
-    // Another target keeps more rows: some of the best may break one of
-    // its conditions that the search's limits do not express.
-    let keep = if a.target == Target::Megatron {
-        1
+    let limit = if a.target == Target::Megatron {
+        k
     } else {
-        TARGET_KEEP
+        usize::MAX
     };
     let mut space = Space {
-        top_k: k.max(Space::default().top_k) * keep,
+        keep_all: true,
         policy: req.policy.clone(),
         ..Space::default()
     };
     a.target.limit_search(&mut space, s.job.recipe_name);
     let pr = req.problem();
     let result = search::search(&pr, &space);
-    let rows = crate::report::ranked_rows(&pr, &result.top, a.rank_by);
+    let rows = crate::report::ranked_rows(&pr, result.pool(), a.rank_by, limit);
     let runnable: Vec<_> = rows
         .iter()
         .filter(|c| a.target.refusals(&s.model, &s.job, &c.layout).is_empty())
@@ -1267,10 +1290,6 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
         ),
     }
 }
-
-/// How many times more rows a search for another target keeps before the
-/// target's conditions filter them.
-const TARGET_KEEP: usize = 20;
 
 /// What `target` refuses whatever the layout, as one error (checked before
 /// searching).

@@ -494,12 +494,15 @@ fn probe(pr: &Problem, f: &Filter) -> Layout {
         .unwrap_or_else(|| Layout::dense(1, 1, 1, 1))
 }
 
-/// Answer `search --why-not QUERY`: the best valid layout matching the
-/// partial assignment `query` (keys of [`Filter::parse`]), its rank among
-/// `all` (every valid layout of the search over `space`, as kept with
-/// [`Space::keep_all`]) and its gap to the winner; or, when nothing
-/// matching is valid, the rejection counts of the matching subset and the
-/// best near-miss with its smallest fixes.
+/// Answer `search --why-not QUERY`: the best-ranked valid layout matching
+/// the partial assignment `query` (keys of [`Filter::parse`]), its row in
+/// `ranked` (the search's whole ranking, best first, as `search` lists it:
+/// [`crate::report::ranked_rows`] over every valid layout of the search
+/// over `space`, kept with [`Space::keep_all`]) and its gap to the winner;
+/// or, when nothing matching is valid, the rejection counts of the matching
+/// subset and the best near-miss with its smallest fixes (and where its
+/// predictions would place it among `all`, the valid layouts, by predicted
+/// tokens/s).
 ///
 /// # Errors
 /// A sentence when the query does not parse or contradicts `--fix`.
@@ -507,16 +510,14 @@ pub fn why_not(
     pr: &Problem,
     space: &Space,
     all: &[Candidate],
+    ranked: &[Row],
     query: &str,
 ) -> Result<WhyNot, String> {
     let asked = Filter::parse(query)?;
     let filter = space.filter.merged(&asked, "--fix", "--why-not")?;
-    let winner = all.iter().min_by(|a, b| better(a, b));
-    let best = all
-        .iter()
-        .filter(|c| filter.matches(&c.layout))
-        .min_by(|a, b| better(a, b));
-    let matching_valid = all.iter().filter(|c| filter.matches(&c.layout)).count();
+    let winner = ranked.first();
+    let best = ranked.iter().find(|r| filter.matches(&r.layout));
+    let matching_valid = ranked.iter().filter(|r| filter.matches(&r.layout)).count();
     let sub_space = Space {
         filter: filter.clone(),
         keep_all: false,
@@ -527,11 +528,11 @@ pub fn why_not(
     let rejections = SearchReport::new(pr, &space.policy, &sub).rejections;
     let mut out = WhyNot {
         query: query.to_string(),
-        valid_total: all.len(),
+        valid_total: ranked.len(),
         matching_considered: sub.stats.considered,
         matching_valid,
-        winner: winner.map(|w| Row::of(1, w)),
-        best: best.map(|b| Row::of(search::rank_among(all, &b.eval), b)),
+        winner: winner.cloned(),
+        best: best.cloned(),
         gap: match (winner, best) {
             (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
             _ => None,

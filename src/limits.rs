@@ -122,6 +122,12 @@ pub fn check_layout(l: &Layout, layers: u32) -> Result<(), String> {
         }
         at_most(name, v as u64, MAX_SIZE as u64)?;
     }
+    if l.zero > 3 {
+        return Err(format!(
+            "ZeRO stage {}: the stages are 0 (none), 1 (optimizer), 2 (+ gradients) and 3 (+ parameters)",
+            l.zero
+        ));
+    }
     let mesh = l.dp as u64 * l.tp as u64 * l.pp as u64 * l.cp as u64;
     at_most("the mesh D·T·p·C", mesh, MAX_GPUS)?;
     at_most(
@@ -186,6 +192,16 @@ mod tests {
         assert_eq!(
             check_layout(&l, 32),
             Err("the expert block E·ETP = 4294967296 exceeds meshplan's limit of 1048576 (see src/limits.rs)".into())
+        );
+        // A hand-edited plan file with `"zero": 4` (the reviewer's panic in
+        // plan_file.rs, which sliced three sharded-state names by it).
+        let l = Layout {
+            zero: 4,
+            ..Layout::dense(64, 1, 1, 1)
+        };
+        assert_eq!(
+            check_layout(&l, 32),
+            Err("ZeRO stage 4: the stages are 0 (none), 1 (optimizer), 2 (+ gradients) and 3 (+ parameters)".into())
         );
         // 2^10 · 2^10 · 2 > 2^20.
         let l = Layout::dense(1 << 10, 1 << 10, 2, 1);

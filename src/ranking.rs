@@ -133,9 +133,10 @@ impl Ranked {
 }
 
 /// The order of `plans` (indices into it, best first) and each one's tie
-/// group (1-based), under `by`. `plans` come in the search's order, which
-/// breaks exact ties.
-pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
+/// group (1-based), under `by`, the first `limit` of it (whole groups are
+/// formed from every plan, so the first rows do not depend on `limit`).
+/// `plans` come in the search's order, which breaks exact ties.
+pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> {
     let mut idx: Vec<usize> = (0..plans.len()).collect();
     idx.sort_by(|&a, &b| {
         plans[b]
@@ -147,10 +148,12 @@ pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
     // A group is the first plan left and every later plan whose band
     // reaches its lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`, whether or not
     // the plans between them do.
-    let mut out = Vec::with_capacity(plans.len());
+    let mut out = Vec::with_capacity(plans.len().min(limit));
     let mut group = 0;
     let mut left = idx;
-    while let Some(&first) = left.first() {
+    while out.len() < limit
+        && let Some(&first) = left.first()
+    {
         group += 1;
         let floor = plans[first].lower();
         let (mut members, rest): (Vec<usize>, Vec<usize>) = left
@@ -160,6 +163,7 @@ pub fn order(plans: &[Ranked], by: RankBy) -> Vec<(usize, usize)> {
         out.extend(members.into_iter().map(|m| (m, group)));
         left = rest;
     }
+    out.truncate(limit);
     out
 }
 
@@ -196,12 +200,12 @@ mod tests {
             plan(100.0, 0.10, true),
             plan(80.0, 0.05, true),
         ];
-        let o = order(&plans, RankBy::Predicted);
+        let o = order(&plans, RankBy::Predicted, usize::MAX);
         assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
         // Robust: lower edges A 90, C 76, B 66.5 → A, C, B. C's upper 84
         // is below A's 90, but B's 123.5 reaches it: group 1 is {A, B}
         // although C comes between them, then C alone.
-        let o = order(&plans, RankBy::Robust);
+        let o = order(&plans, RankBy::Robust, usize::MAX);
         assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
     }
 
@@ -211,11 +215,20 @@ mod tests {
         // leads, Y ties (94.5 ≥ 70) and, validated with the narrower band,
         // goes first. Robust: Y leads (85.5 > 70), X ties (130 ≥ 85.5).
         let plans = [plan(100.0, 0.30, false), plan(90.0, 0.05, true)];
-        assert_eq!(order(&plans, RankBy::Predicted), vec![(1, 1), (0, 1)]);
-        assert_eq!(order(&plans, RankBy::Robust), vec![(1, 1), (0, 1)]);
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
+        assert_eq!(
+            order(&plans, RankBy::Robust, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
         // Far apart, no tie: 100 ± 1% and 50 ± 1%.
         let plans = [plan(50.0, 0.01, true), plan(100.0, 0.01, true)];
-        assert_eq!(order(&plans, RankBy::Predicted), vec![(1, 1), (0, 2)]);
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 2)]
+        );
     }
 
     #[test]
@@ -242,7 +255,10 @@ mod tests {
         assert!((r.tokens - 1000.0 * 0.53 / 0.62).abs() < 1e-6);
         assert!(r.implausible && r.validated && r.band == 0.05);
         let ok = plan(850.0, 0.05, true);
-        assert_eq!(order(&[r, ok], RankBy::Predicted), vec![(1, 1), (0, 1)]);
+        assert_eq!(
+            order(&[r, ok], RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
         // Two implausible plans clip to the same envelope tokens/s (1000
         // and 1001 at 62% and 62.06% MFU both → 854.8): the faster as
         // priced comes first, whatever the order they arrive in.
@@ -252,7 +268,10 @@ mod tests {
         }
         let faster = Ranked::of(1001.0, &t2, &bands);
         assert_eq!(faster.tokens, r.tokens);
-        assert_eq!(order(&[r, faster], RankBy::Predicted), vec![(1, 1), (0, 1)]);
+        assert_eq!(
+            order(&[r, faster], RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
     }
 
     #[test]

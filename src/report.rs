@@ -180,26 +180,89 @@ impl Row {
 
 /// The rows of `top` (the search's best, in its order) with their trust,
 /// ranked `by` with tie groups ([`crate::ranking::order`]).
-pub fn ranked_rows(pr: &Problem, top: &[Candidate], by: RankBy) -> Vec<Row> {
+pub fn ranked_rows(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) -> Vec<Row> {
+    ranking_of(pr, pool, by, limit).rows
+}
+
+/// The first `limit` plans of `pool` in the ranking ([`ranking::order`])
+/// and how many plans of the whole pool are within the first one's band.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranking {
+    /// The first `limit` rows, ranked.
+    pub rows: Vec<Row>,
+    /// Plans of the pool within the first row's error band
+    /// ([`within_band`]).
+    pub within_winner_band: Option<usize>,
+    /// The plan predicted fastest, with its row in the ranking, when the
+    /// ranking puts another plan first.
+    pub fastest: Option<Row>,
+}
+
+/// Rank every plan of `pool` (the search's valid layouts,
+/// [`crate::search::SearchResult::pool`]) and keep the first `limit`: the
+/// ranking is the same whatever `limit` is, so row K of `--top N` is row K
+/// for every N ≥ K.
+pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) -> Ranking {
     let bands = Bands::of(Record::shipped());
-    let trusts: Vec<Trust> = top
+    let record = Record::shipped();
+    // One trust record per regime (a search holds a handful of regimes and
+    // thousands of plans); the envelope depends on each plan's MFU.
+    let mut regimes: Vec<(Regime, Trust)> = Vec::new();
+    let trusts: Vec<Trust> = pool
         .iter()
-        .map(|c| trust_of(pr, &c.layout, &c.eval))
+        .map(|c| {
+            let regime = regime_of(pr, &c.layout, &c.eval);
+            let base = match regimes.iter().find(|(r, _)| *r == regime) {
+                Some((_, t)) => t.clone(),
+                None => {
+                    let t = record.trust(&regime);
+                    regimes.push((regime.clone(), t.clone()));
+                    t
+                }
+            };
+            Trust {
+                envelope: record.envelope(&regime, c.eval.mfu),
+                ..base
+            }
+        })
         .collect();
-    let plans: Vec<Ranked> = top
+    let plans: Vec<Ranked> = pool
         .iter()
         .zip(&trusts)
         .map(|(c, t)| Ranked::of(c.eval.tokens_per_s, t, &bands))
         .collect();
-    ranking::order(&plans, by)
-        .into_iter()
+    let order = ranking::order(&plans, by, usize::MAX);
+    let row = |i: usize, j: usize, group: usize| Row {
+        group,
+        trust: Some(trusts[j].clone()),
+        ..Row::of(i + 1, &pool[j])
+    };
+    let rows: Vec<Row> = order
+        .iter()
+        .take(limit)
         .enumerate()
-        .map(|(i, (j, group))| Row {
-            group,
-            trust: Some(trusts[j].clone()),
-            ..Row::of(i + 1, &top[j])
-        })
-        .collect()
+        .map(|(i, &(j, group))| row(i, j, group))
+        .collect();
+    let fastest = (0..pool.len())
+        .min_by(|&a, &b| crate::search::better(&pool[a], &pool[b]).then(a.cmp(&b)))
+        .and_then(|f| {
+            let i = order.iter().position(|&(j, _)| j == f)?;
+            (i > 0).then(|| row(i, f, order[i].1))
+        });
+    let within_winner_band = rows.first().and_then(|first| {
+        let band = first
+            .trust
+            .as_ref()
+            .filter(|t| t.extrapolated.is_none())?
+            .median_abs?;
+        let floor = first.tokens_per_s * (1.0 - band);
+        Some(pool.iter().filter(|c| c.eval.tokens_per_s >= floor).count())
+    });
+    Ranking {
+        rows,
+        within_winner_band,
+        fastest,
+    }
 }
 
 /// How many of `rows` (ranked, best first) are within the first row's
@@ -219,14 +282,19 @@ pub fn within_band(rows: &[Row]) -> Option<usize> {
 /// The trust record of layout `l`, priced as `e`, on problem `pr`: its
 /// regime's band and its MFU against the measured envelope.
 pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
-    let regime = Regime {
-        precision: crate::trust::precision_class(pr.job.precision),
-        ..Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some())
-    };
+    let regime = regime_of(pr, l, e);
     let record = Record::shipped();
     Trust {
         envelope: record.envelope(&regime, e.mfu),
         ..record.trust(&regime)
+    }
+}
+
+/// The regime of layout `l`, priced as `e`, on problem `pr`.
+fn regime_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Regime {
+    Regime {
+        precision: crate::trust::precision_class(pr.job.precision),
+        ..Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some())
     }
 }
 
@@ -273,24 +341,40 @@ pub struct SearchReport {
     /// Why no layout was enumerated at all, when none was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_reason: Option<String>,
-    /// Listed plans whose predicted throughput is within the winner's
-    /// error band (at least `(1 − median |error|)` of the winner's), the
-    /// winner included; `None` when the winner has no band (extrapolated).
+    /// Valid plans (all of them, listed or not) whose predicted throughput
+    /// is within the winner's error band (at least `(1 − median |error|)`
+    /// of the winner's), the winner included; `None` when the winner has
+    /// no band (extrapolated).
     pub within_winner_band: Option<usize>,
+    /// The plan predicted fastest, with its row in the ranking, when the
+    /// ranking (tie groups, better-validated first) puts another plan
+    /// first; absent when the fastest is row 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fastest_predicted: Option<Row>,
 }
 
 impl SearchReport {
     /// Build the report of a finished search, its plans ranked by the
     /// default [`RankBy`].
     pub fn new(pr: &Problem, policy: &Policy, r: &SearchResult) -> SearchReport {
-        SearchReport::ranked(pr, policy, r, RankBy::default())
+        SearchReport::ranked(pr, policy, r, RankBy::default(), usize::MAX)
     }
 
     /// Build the report of a finished search, its plans ranked `by`
-    /// ([`ranked_rows`]).
-    pub fn ranked(pr: &Problem, policy: &Policy, r: &SearchResult, by: RankBy) -> SearchReport {
-        let rows = ranked_rows(pr, &r.top, by);
-        let within_winner_band = within_band(&rows);
+    /// ([`ranking_of`] over [`SearchResult::pool`]), the first `limit`
+    /// kept.
+    pub fn ranked(
+        pr: &Problem,
+        policy: &Policy,
+        r: &SearchResult,
+        by: RankBy,
+        limit: usize,
+    ) -> SearchReport {
+        let Ranking {
+            rows,
+            within_winner_band,
+            fastest,
+        } = ranking_of(pr, r.pool(), by, limit);
         let rejections = r
             .rejections
             .iter()
@@ -307,7 +391,11 @@ impl SearchReport {
                     code: rj.rule.code(),
                     count: rj.count,
                     near_miss: near,
-                    near_miss_tokens_per_s: rj.near_miss.as_ref().map(|c| c.eval.tokens_per_s),
+                    near_miss_tokens_per_s: rj
+                        .near_miss
+                        .as_ref()
+                        .filter(|_| rj.rule.price_holds())
+                        .map(|c| c.eval.tokens_per_s),
                 }
             })
             .collect();
@@ -322,6 +410,7 @@ impl SearchReport {
             fewer_gpus: None,
             empty_reason: r.empty_reason.clone(),
             within_winner_band,
+            fastest_predicted: fastest,
         }
     }
 }

@@ -70,6 +70,16 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Whether the cost model's price of a layout that breaks only this
+    /// rule means anything: not when the global batch does not divide into
+    /// D·b-sized micro-batch rows (a fractional micro-batch count) or the
+    /// interleaved schedule does not exist (m < p, where the `(p−1)/v`
+    /// bubble no longer holds), nor for a mesh that is not the job's GPU
+    /// count. A near-miss of these rules is named without tokens/s.
+    pub fn price_holds(self) -> bool {
+        !matches!(self, Rule::Batch | Rule::Interleave | Rule::MeshSize)
+    }
+
     /// Every rule, in check order.
     pub const ALL: [Rule; 18] = [
         Rule::MeshSize,

@@ -69,6 +69,46 @@ fn better_eval(a: &Evaluation, b: &Evaluation) -> Ordering {
         )
 }
 
+/// A total order on layouts, for a deterministic listing of plans the
+/// prices cannot tell apart: mesh, micro-batch, recompute, ZeRO stage, SP,
+/// CP exchange, rank order, split.
+fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
+    let key = |l: &Layout| {
+        (
+            [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
+            l.recompute.as_str(),
+            l.zero,
+            l.sp,
+            l.cp_comm.as_str(),
+            l.order.as_str(),
+        )
+    };
+    key(a).cmp(&key(b)).then_with(|| a.split.cmp(&b.split))
+}
+
+/// Sort `all` best first ([`better`], then [`layout_cmp`]) and keep the
+/// first of each set of rank-order twins (same layout but its rank order,
+/// same predictions); returns how many were folded.
+pub fn fold_twins(all: &mut Vec<Candidate>) -> u64 {
+    all.sort_by(|a, b| better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout)));
+    let before = all.len();
+    let mut seen: HashSet<TwinKey> = HashSet::with_capacity(before);
+    all.retain(|c| seen.insert(twin_key(c)));
+    (before - all.len()) as u64
+}
+
+impl SearchResult {
+    /// The plans a ranking orders: every valid layout when the search kept
+    /// them ([`Space::keep_all`]), else the best K.
+    pub fn pool(&self) -> &[Candidate] {
+        if self.all.is_empty() {
+            &self.top
+        } else {
+            &self.all
+        }
+    }
+}
+
 /// Where a layout priced `eval` ranks among the valid layouts `valid`:
 /// 1 + the number of them strictly better in the search's order
 /// ([`better`]: more tokens/s, or equal tokens/s and less peak memory).
@@ -178,7 +218,9 @@ pub struct Stats {
 pub struct SearchResult {
     /// The best valid layouts, best first.
     pub top: Vec<Candidate>,
-    /// Every valid layout when [`Space::keep_all`] is set (unsorted).
+    /// Every valid layout when [`Space::keep_all`] is set, best first
+    /// ([`better`], then the layout's own order), rank-order twins listed
+    /// once ([`fold_twins`]).
     #[serde(skip)]
     pub all: Vec<Candidate>,
     /// Rejection counts and near-misses, by rule.
@@ -1054,6 +1096,12 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     bar.finish_and_clear();
     let mut acc = acc;
     refine(pr, space, &mut acc, k);
+    if space.keep_all {
+        // Every valid layout is kept: count the twins on that list, so the
+        // listing and the counters agree.
+        let folded = fold_twins(&mut acc.all);
+        acc.stats.twins = folded;
+    }
     let mut stats = acc.stats;
     stats.seconds = start.elapsed().as_secs_f64();
     let rejections = Rule::ALL

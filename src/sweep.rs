@@ -43,8 +43,14 @@ pub fn scenario(cat: &Catalog, model: &Model, cluster: &Cluster) -> Scenario {
     let winner = cat.gpu(&cluster.gpu).ok().and_then(|gpu| {
         let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
         let pr = Problem::new(model, gpu, cluster, &job, cluster.job_gpus());
-        let r = search(&pr, &Space::default());
-        let row = ranked_rows(&pr, &r.top, Default::default())
+        let r = search(
+            &pr,
+            &Space {
+                keep_all: true,
+                ..Space::default()
+            },
+        );
+        let row = ranked_rows(&pr, r.pool(), Default::default(), 1)
             .into_iter()
             .next()?;
         Some((row.layout.short(), row.mfu, row.trust?))

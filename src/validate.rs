@@ -425,10 +425,28 @@ fn read_rows(text: &str, file: &Path) -> Result<(Vec<MeasuredRow>, Vec<BadRow>),
     let mut rows = Vec::new();
     let mut bad = Vec::new();
     let mut first_line: BTreeMap<String, usize> = BTreeMap::new();
+    // Lines counted from the record's byte offset: the csv crate's own line
+    // count is one short on files with CRLF line ends (the shipped table),
+    // and its offset can point at the end of the line before.
+    let (mut counted_to, mut newlines) = (0usize, 0usize);
     for rec in rdr.records() {
         let rec = rec.map_err(syntax)?;
         // The record's first line in the file (header = line 1).
-        let line = rec.position().map(|p| p.line() as usize).unwrap_or(0);
+        let mut at = rec
+            .position()
+            .map_or(counted_to, |p| (p.byte() as usize).min(text.len()));
+        // With CRLF ends the offset can sit on the previous line's `\n`.
+        while at < text.len() && matches!(text.as_bytes()[at], b'\r' | b'\n') {
+            at += 1;
+        }
+        if at > counted_to {
+            newlines += text.as_bytes()[counted_to..at]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            counted_to = at;
+        }
+        let line = newlines + 1;
         let id = index
             .get("id")
             .and_then(|j| rec.get(*j))

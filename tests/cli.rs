@@ -628,3 +628,62 @@ fn generate_rank_follows_the_search_ranking() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The ranking is one list whatever `--top` cuts from it: the first rows,
+/// the counters and `generate --rank K` agree for `--top` 10, 30 and 300
+/// (a reviewer found row K and the valid count moving with `--top`, and
+/// `generate --rank 11` and up writing one layout).
+#[test]
+fn top_only_cuts_one_ranking() {
+    let search = |top: &str| json(&on_70b("search", &["--top", top, "--format", "json"]));
+    let (a, b, c) = (search("10"), search("30"), search("300"));
+    let rows = |v: &serde_json::Value| v["rows"].as_array().unwrap().clone();
+    assert_eq!(rows(&a).len(), 10);
+    assert_eq!(rows(&b)[..10], rows(&a)[..]);
+    assert_eq!(rows(&c)[..30], rows(&b)[..]);
+    for key in [
+        "considered",
+        "evaluated",
+        "pruned",
+        "valid",
+        "twins",
+        "resplit",
+    ] {
+        assert_eq!(a[key], c[key], "{key}");
+    }
+    // Rows are numbered 1, 2, … and the tie group never decreases.
+    let r = rows(&c);
+    for (i, x) in r.iter().enumerate() {
+        assert_eq!(x["rank"].as_u64(), Some(i as u64 + 1));
+    }
+    assert!(
+        r.windows(2)
+            .all(|w| w[0]["group"].as_u64() <= w[1]["group"].as_u64())
+    );
+    // `generate --rank K` writes row K: its plan.json layout is that row's.
+    for k in [11usize, 30] {
+        let dir = temp_dir(&format!("rank-{k}"));
+        let o = on_70b(
+            "generate",
+            &["--rank", &k.to_string(), "--out", dir.to_str().unwrap()],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+        let want = &r[k - 1]["layout"];
+        for key in [
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "vpp",
+            "micro_batch",
+            "zero",
+            "sp",
+            "recompute",
+            "order",
+        ] {
+            assert_eq!(plan["layout"][key], want[key], "--rank {k}: {key}");
+        }
+    }
+}

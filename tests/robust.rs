@@ -747,3 +747,52 @@ fn negative_gemm_half_k_is_refused() {
         "gpus/a100-80g.toml: field `efficiency.gemm_half_k`: must be zero or positive, found -83",
     );
 }
+
+/// A plan file edited to `"zero": 4` is refused naming the file and field
+/// (it panicked slicing the sharded-state names by the stage).
+#[test]
+fn a_plan_file_with_zero_4_is_refused() {
+    let dir = temp_dir("robust-zero4");
+    let out = dir.join("plan");
+    let o = run_v(&with("generate", &JOB, &["--out", out.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("plan.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["layout"]["zero"] = serde_json::json!(4);
+    let edited = dir.join("edited.json");
+    std::fs::write(&edited, serde_json::to_string(&v).unwrap()).unwrap();
+    let o = run_v(&with(
+        "generate",
+        &JOB,
+        &[
+            "--plan",
+            edited.to_str().unwrap(),
+            "--out",
+            dir.join("again").to_str().unwrap(),
+        ],
+    ));
+    fails(&o, 1, "ZeRO stage 4");
+    assert!(stderr(&o).contains("edited.json"), "{}", stderr(&o));
+}
+
+/// With a global batch of 1, the layouts the batch and interleave rules
+/// reject cannot run at all (half a micro-batch per replica; one
+/// micro-batch through an interleaved schedule): their near-misses are
+/// named without a price (they were listed at 7,601 and 12,667 tokens/s,
+/// above the best valid plan).
+#[test]
+fn impossible_near_misses_carry_no_price() {
+    let o = run_v(&with("search", &JOB, &["--global-batch", "1"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for code in ["batch", "interleave"] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(code))
+            .unwrap_or_else(|| panic!("no {code} line: {out}"));
+        assert!(
+            line.contains("not priced") && !line.contains("tokens/s"),
+            "{line}"
+        );
+    }
+}

@@ -24,8 +24,14 @@ fn winners_lead_their_tie_group_on_validation() {
         let gpu = cat.gpu(&cluster.gpu).unwrap();
         let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
         let pr = Problem::new(model, gpu, cluster, &job, cluster.total_gpus());
-        let r = search(&pr, &Space::default());
-        let rows = ranked_rows(&pr, &r.top, Default::default());
+        let r = search(
+            &pr,
+            &Space {
+                keep_all: true,
+                ..Space::default()
+            },
+        );
+        let rows = ranked_rows(&pr, r.pool(), Default::default(), usize::MAX);
         let first: Vec<_> = rows.iter().filter(|x| x.group == 1).collect();
         let bad = |x: &&meshplan::report::Row| {
             x.trust

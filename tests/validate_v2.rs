@@ -213,6 +213,15 @@ fn bad_rows_are_named_and_the_rest_predicted() {
         "{}",
         r.skipped[2].reason
     );
+    // The same table with CRLF line ends (as the shipped one has): still
+    // line 6 (the csv crate's own count said 5).
+    let crlf = csv_text(&header, &table_rows).replace('\n', "\r\n");
+    let r = run(&crlf);
+    assert!(
+        r.skipped[0].reason.contains("line 6"),
+        "{}",
+        r.skipped[0].reason
+    );
     // A duplicate id is skipped, not counted twice; a header-only table is
     // an error.
     let dup = csv_text(&header, &[pick("MEG24-01"), pick("MEG24-01")]);

@@ -212,22 +212,23 @@ pub fn checkpoint(
     if brief {
         writeln!(
             w,
-            "Checkpoint of {who}: {} ({:.0} B/param: weights, fp32 master, Adam moments; + scaler/RNG), {} per rank at most, written in {} at {:.0} GB/s.",
+            "Checkpoint of {who}: {} ({:.0} B/param: weights, fp32 master, Adam moments; + scaler/RNG), {} per rank at most, written in {} at {} GB/s.",
             bytes(c.total_bytes),
             per_param,
             bytes(c.per_rank_bytes),
             duration(c.write_s),
-            c.storage_bandwidth_gbs
+            gbs(c.storage_bandwidth_gbs)
         )?;
         writeln!(
             w,
-            "Daly interval τ* = √(2CM) = {} ({}) with M = {} ({:.0} h node MTBF / {} nodes); expected waste W = C/τ* + τ*/2M = {:.2}%.",
+            "Daly interval τ* = √(2CM) = {} ({}) with M = {} ({:.0} h node MTBF / {} nodes); expected waste W = 1 − τ*/(M·(e^((τ*+C)/M) − 1)) = {:.2}%{}.",
             duration(c.interval_s),
             every(c),
             duration(c.job_mtbf_s),
             c.node_mtbf_hours,
             c.nodes,
-            100.0 * c.waste_fraction
+            100.0 * c.waste_fraction,
+            slow_note(c)
         )?;
         return Ok(());
     }
@@ -279,9 +280,9 @@ pub fn checkpoint(
     )?;
     writeln!(
         w,
-        "  write time C = {:.0} GB ÷ {:.0} GB/s storage = {}",
+        "  write time C = {:.0} GB ÷ {} GB/s storage = {}",
         c.total_bytes / 1e9,
-        c.storage_bandwidth_gbs,
+        gbs(c.storage_bandwidth_gbs),
         duration(c.write_s)
     )?;
     writeln!(
@@ -300,9 +301,33 @@ pub fn checkpoint(
     )?;
     writeln!(
         w,
-        "  expected waste W(τ*) = C/τ* + τ*/(2M) = {:.3}% of wall time (first order; restart time not included)",
-        100.0 * c.waste_fraction
+        "  expected waste W(τ*) = 1 − τ*/(M·(e^((τ*+C)/M) − 1)) = {:.3}% of wall time (Daly's complete model; restart time not included){}",
+        100.0 * c.waste_fraction,
+        slow_note(c)
     )
+}
+
+/// A warning when checkpoints are slow against the failures (C more than
+/// a tenth of M), where no interval keeps the waste small.
+fn slow_note(c: &CheckpointPlan) -> String {
+    if c.write_s > 0.1 * c.job_mtbf_s {
+        format!(
+            " — the checkpoint write ({}) is {:.0}% of the job's mean time between failures: storage cannot keep up; more storage bandwidth or fewer nodes per job",
+            duration(c.write_s),
+            100.0 * c.write_s / c.job_mtbf_s
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// A bandwidth in GB/s with the digits it needs (0.5, 12, 690).
+fn gbs(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{}", (x * 100.0).round() / 100.0)
+    }
 }
 
 fn tokens(t: f64) -> String {

@@ -53,17 +53,19 @@ fn rejection_lines(
         writeln!(w, "{heading}")?;
     }
     for r in rejections {
-        match &r.near_miss {
-            Some(n) if speed => writeln!(
+        match (&r.near_miss, r.near_miss_tokens_per_s) {
+            (Some(n), Some(t)) if speed => writeln!(
                 w,
                 "  {:<12} {:>8}  best: {} ({:.0} tokens/s)",
-                r.code,
-                r.count,
-                n,
-                r.near_miss_tokens_per_s.unwrap_or(0.0)
+                r.code, r.count, n, t
             )?,
-            Some(n) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
-            None => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
+            (Some(n), None) if speed => writeln!(
+                w,
+                "  {:<12} {:>8}  e.g.: {} (not priced: it cannot run as laid out)",
+                r.code, r.count, n
+            )?,
+            (Some(n), _) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
+            (None, _) => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
         }
     }
     Ok(())

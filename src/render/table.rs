@@ -177,8 +177,18 @@ impl Exporter for Table {
             if let Some(n) = r.within_winner_band {
                 writeln!(
                     w,
-                    "{n} of the {} listed plans are within #1's error band: the model cannot tell them apart.",
-                    r.rows.len()
+                    "{n} valid plans (listed or not) are predicted within #1's error band: the model cannot tell them apart."
+                )?;
+            }
+            if let Some(f) = &r.fastest_predicted {
+                let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
+                writeln!(
+                    w,
+                    "Fastest predicted: row {}, {} at {:.0} tokens/s ({:.1}% MFU, {trust}); better-validated plans whose bands overlap its band rank first (--rank-by, src/ranking.rs).",
+                    f.rank,
+                    f.layout.short(),
+                    f.tokens_per_s,
+                    100.0 * f.mfu
                 )?;
             }
         }
@@ -270,21 +280,27 @@ impl Exporter for Table {
             }
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
-            if best.tokens_per_s > e.tokens_per_s {
+            let ratio = best.tokens_per_s / e.tokens_per_s - 1.0;
+            if rank == 1 {
                 writeln!(
                     w,
-                    "Rank among valid layouts by predicted tokens/s: {} (best: {} at {:.0} tokens/s, {:.1}% faster)",
-                    rank,
+                    "Rank among valid layouts: 1 — row 1 of the default search's ranking."
+                )?;
+            } else if ratio > 0.0 {
+                writeln!(
+                    w,
+                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% faster)",
                     best.layout.short(),
                     best.tokens_per_s,
-                    100.0 * (best.tokens_per_s / e.tokens_per_s - 1.0)
+                    100.0 * ratio
                 )?;
             } else {
                 writeln!(
                     w,
-                    "Rank among valid layouts: 1 — at least as fast as the best of the default search ({} at {:.0} tokens/s).",
+                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% slower but in the same tie group and better validated; src/ranking.rs)",
                     best.layout.short(),
-                    best.tokens_per_s
+                    best.tokens_per_s,
+                    -100.0 * ratio
                 )?;
             }
             if let Some(g) = r.gap_to_best.as_ref().filter(|_| rank > 1) {

@@ -62,8 +62,14 @@ impl Setup {
     /// layout is valid.
     pub fn best(&self) -> Option<Layout> {
         let pr = self.problem();
-        let r = search::search(&pr, &Space::default());
-        meshplan::report::ranked_rows(&pr, &r.top, Default::default())
+        let r = search::search(
+            &pr,
+            &Space {
+                keep_all: true,
+                ..Space::default()
+            },
+        );
+        meshplan::report::ranked_rows(&pr, r.pool(), Default::default(), 1)
             .first()
             .map(|row| row.layout.clone())
     }
