@@ -581,7 +581,7 @@ fn deepspeed_words(plan: &Plan, c: &Value) -> Result<Words, String> {
         tiny_batch: format!("`train_batch_size`: {g} with `gradient_accumulation_steps`: 1 in {file}"),
         tiny_repro: "a fixed seed (`torch.manual_seed`) and `torch.use_deterministic_algorithms(True)` in your script, 2 steps".into(),
         reference: format!(
-            ": the same {file} on one GPU with `gradient_accumulation_steps`: {} (ZeRO over one rank shards nothing)",
+            ": the tiny run's {file} on one GPU with `train_batch_size`: {g} and `gradient_accumulation_steps`: {} (ZeRO over one rank shards nothing)",
             g / b.max(1)
         ),
         memory_source: format!(
