@@ -591,7 +591,7 @@ fn deepspeed_words(plan: &Plan, c: &Value) -> Result<Words, String> {
         profile: "`torch.profiler.profile` around steps 3-4 in your script; DeepSpeed's configuration writes no trace, and `\"comms_logger\": {\"enabled\": true}` logs each collective's time".into(),
         numerics_log: format!("Log `engine.get_global_grad_norm()` and the loss every step (clipping at `gradient_clipping` = {clip})"),
         save_interval: format!("`engine.save_checkpoint` every {interval} steps"),
-        reshard: format!("ZeRO checkpoints are partitioned per data-parallel rank ({d} here): convert with DeepSpeed's `ds_to_universal.py` and load with `\"checkpoint\": {{\"load_universal\": true}}`"),
+        reshard: format!("ZeRO checkpoints are partitioned over the {d} data-parallel ranks: convert with DeepSpeed's `ds_to_universal.py` and load with `\"checkpoint\": {{\"load_universal\": true}}`"),
         throughput: format!(
             "{:.2} s per step, `RunningAvgSamplesPerSec` {:.2} ({big_b} sequences per step; {:.0} tokens/s) in DeepSpeed's throughput line, {:.1} TFLOP/s/GPU, worked out from the samples/s since DeepSpeed prints no FLOP rate outside its `flops_profiler`",
             pr.step_s,
