@@ -19,7 +19,8 @@
 //!   launch once per node, with the rendezvous on the allocation's first node.
 //! - `plan.json`: the engine-neutral plan (schema in `docs/plan-schema.md`).
 //! - `CHECKLIST.md`: the checks to run before the long run, with this plan's
-//!   predicted numbers; also printed by the command.
+//!   predicted numbers, each naming its setting in the target's own files
+//!   ([`words::words`]); also printed by the command.
 
 pub mod checklist;
 pub mod deepspeed;
@@ -28,6 +29,7 @@ pub mod megatron_bridge;
 pub mod plan_file;
 pub mod target;
 pub mod torchtitan;
+pub mod words;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -420,12 +422,36 @@ pub fn render_for(plan: &Plan, target: Target) -> Result<Vec<GeneratedFile>, Gen
         )),
         _ => None,
     };
+    let bridge_overrides = match target {
+        Target::MegatronBridge => Some(megatron_bridge::overrides(plan)),
+        _ => None,
+    };
+    let ds_config = match target {
+        Target::Deepspeed => Some(deepspeed::config(plan)),
+        _ => None,
+    };
+    let words = words::words(
+        plan,
+        target,
+        words::Sources {
+            megatron: &mega,
+            torchtitan: titan.as_ref(),
+            bridge: bridge_overrides.as_deref(),
+            deepspeed: ds_config.as_ref(),
+        },
+    )
+    .map_err(|detail| GenerateError::Template {
+        name: CHECKLIST.into(),
+        detail,
+    })?;
     let bridge = match target {
         Target::MegatronBridge => Some(BridgeContext {
             recipe: upstream
                 .and_then(|u| u.bridge_recipe)
                 .ok_or_else(|| missing("Megatron-Bridge recipe"))?,
-            overrides: megatron_bridge::overrides(plan)
+            overrides: bridge_overrides
+                .clone()
+                .unwrap_or_default()
                 .into_iter()
                 .map(|o| ShellOverride {
                     shell: o.shell(),
@@ -449,8 +475,8 @@ pub fn render_for(plan: &Plan, target: Target) -> Result<Vec<GeneratedFile>, Gen
         torchtitan => minijinja::Value::from_serialize(&titan),
         target => minijinja::context! {
             name => target.as_str(),
-            hint => target.checklist_hint(),
         },
+        words => minijinja::Value::from_serialize(&words),
         bridge => minijinja::Value::from_serialize(&bridge),
         files => minijinja::context! {
             megatron => MEGATRON_SCRIPT,

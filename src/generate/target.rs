@@ -258,23 +258,6 @@ impl Target {
         }
     }
 
-    /// Where this target sets what CHECKLIST.md names by Megatron-LM's
-    /// options.
-    pub fn checklist_hint(self) -> &'static str {
-        match self {
-            Target::Megatron => "the launch script",
-            Target::Torchtitan => {
-                "the configuration function (the model's layer count in `model_spec`, `training.steps`, `checkpoint.interval`, `metrics` for tokens per second and memory)"
-            }
-            Target::MegatronBridge => {
-                "overrides of the same fields (`model.num_layers`, `train.micro_batch_size`, `checkpoint.save_interval`, `logger.*`)"
-            }
-            Target::Deepspeed => {
-                "your training script (model size, steps, logging; `torch.cuda.max_memory_allocated()` for memory) and `ds_config.json` (`steps_per_print`, `wall_clock_breakdown`)"
-            }
-        }
-    }
-
     /// The limits [`Target::limit_search`] sets, in words.
     pub fn search_limits(self) -> &'static str {
         match self {
