@@ -131,6 +131,7 @@ fn rail_links() -> meshplan::cost::comm::Links {
         inter_bw: 50e9,
         intra_lat: 0.0,
         inter_lat: 0.0,
+        base_lat: 0.0,
         oversub: [1.0, 2.0, 2.0, 2.0],
         tier_lat: [0.0; meshplan::spec::hardware::MAX_TIERS + 1],
     }

@@ -1,18 +1,25 @@
 //! Collective communication times with an α–β model on the links a group
 //! really crosses.
 //!
-//! Inside one fast domain a ring uses NVLink at `intra_node.bandwidth_gbs`
-//! per GPU per direction. A group that spans domains runs hierarchically
-//! (NCCL's tree/ring over nodes): the ranks of one domain first reduce-
-//! scatter among themselves on NVLink, the `1/k` shards then travel between
-//! domains on the NICs, each GPU using its share of the node's NIC bandwidth,
-//! and the domain all-gathers again. Formulas (ring, Patarasuk & Yuan 2009;
-//! Thakur et al. 2005):
-//! - all-reduce: `2·(n−1)/n · S/β + 2·(n−1)·α`
-//! - reduce-scatter / all-gather: `(n−1)/n · S/β + (n−1)·α`
+//! Bandwidth: inside one fast domain a ring uses NVLink at
+//! `intra_node.bandwidth_gbs` per GPU per direction. A group that spans
+//! domains moves its bytes hierarchically: the ranks of one domain reduce-
+//! scatter the whole buffer among themselves on NVLink, the `1/k` shards
+//! travel between domains on the NICs, each GPU using its share of the
+//! node's NIC bandwidth, and the domain all-gathers again. Bandwidth terms
+//! (ring, Patarasuk & Yuan 2009; Thakur et al. 2005):
+//! - all-reduce: `2·(n−1)/n · S/β`
+//! - reduce-scatter / all-gather: `(n−1)/n · S/β`
 //! - all-to-all: `(n−1)/n · S` leaves each rank; the off-domain part
 //!   `(n−k)/n · S` goes through the NIC, the rest on NVLink, in parallel.
 //! - point-to-point: `S/β + α`.
+//!
+//! Latency of reduce-scatter, all-gather and all-reduce: as NCCL's own cost
+//! model counts it [nccl-tuning] (`ncclTopoTuneModel`, Simple protocol): one
+//! flat ring of `n` ranks, a base latency per collective, and one step
+//! latency per ring step, the steps that cross domains at the NIC's
+//! ([`ring_latency`]); an all-reduce takes the smaller of that and the
+//! tree's ([`tree_latency`]), as NCCL picks the faster algorithm.
 //!
 //! `S` is the full buffer size per rank in bytes (for all-gather the
 //! gathered size); times are seconds.
@@ -33,10 +40,14 @@ pub struct Links {
     pub intra_bw: f64,
     /// Effective NIC bandwidth per GPU per direction, bytes/s.
     pub inter_bw: f64,
-    /// Latency of one NVLink message step, seconds.
+    /// Latency of one NVLink ring step (`intra_node.latency_us`), seconds.
     pub intra_lat: f64,
-    /// Latency of one inter-node message step, seconds.
+    /// Latency of one ring step that crosses domains
+    /// (`inter_node.latency_us`), seconds.
     pub inter_lat: f64,
+    /// Base latency of one reduce-scatter, all-gather or all-reduce,
+    /// seconds: [`NCCL_BASE_LATENCY_US`].
+    pub base_lat: f64,
     /// Uplink oversubscription by tier (`[[tiers]]` of the cluster): entry
     /// 0 is 1 (no tier crossed), entry `k` the product of the
     /// oversubscriptions of tiers 1…k ([`tier_oversubscription`]).
@@ -55,6 +66,7 @@ impl Links {
             inter_bw: cluster.nic_bytes_per_s_per_gpu() * cluster.collective.inter,
             intra_lat: cluster.intra_node.latency_us * 1e-6,
             inter_lat: cluster.inter_node.latency_us * 1e-6,
+            base_lat: NCCL_BASE_LATENCY_US * 1e-6,
             oversub: tier_oversubscription(cluster),
             tier_lat: tier_latency(cluster),
         }
@@ -152,33 +164,132 @@ pub fn tier_latency(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
     out
 }
 
-/// One phase of a ring collective: `(n−1)/n · bytes / bw + (n−1)·lat`.
-fn ring_phase(n: u32, bytes: f64, bw: f64, lat: f64) -> f64 {
+/// NCCL's base latency of one ring or tree collective with the Simple
+/// protocol (the one NCCL uses for large messages), µs: `baseLatencies`
+/// Ring/Simple = Tree/Simple = 8.4 in [nccl-tuning]. Charged once per
+/// reduce-scatter, all-gather or all-reduce ([`ring_latency`],
+/// [`tree_latency`]); all-to-all and p2p, which NCCL's tuning model does not
+/// price, do not pay it.
+pub const NCCL_BASE_LATENCY_US: f64 = 8.4;
+
+/// Tree step latency over ring step latency on NVLink, dimensionless:
+/// `hwLatencies` NVLINK Tree/Simple 4.0 µs over Ring/Simple 3.4 µs
+/// [nccl-tuning]. [`tree_latency`] scales `intra_node.latency_us` (a ring
+/// step) by it, so an edited or fitted profile moves both algorithms.
+pub const NCCL_TREE_OVER_RING_INTRA: f64 = 4.0 / 3.4;
+
+/// Tree step latency over ring step latency across nodes, dimensionless:
+/// `hwLatencies` NET Tree/Simple 14 µs over Ring/Simple 14 µs
+/// [nccl-tuning], i.e. 1.
+pub const NCCL_TREE_OVER_RING_INTER: f64 = 14.0 / 14.0;
+
+/// Bandwidth term of one ring phase, seconds: `(n−1)/n · bytes / bw`
+/// (Patarasuk & Yuan 2009), 0 for `n ≤ 1`.
+fn ring_phase_bw(n: u32, bytes: f64, bw: f64) -> f64 {
     if n <= 1 {
         return 0.0;
     }
     let n = n as f64;
-    (n - 1.0) / n * bytes / bw + (n - 1.0) * lat
+    (n - 1.0) / n * bytes / bw
 }
 
-/// Reduce-scatter of `bytes` per rank over `g`, seconds.
+/// Bandwidth term of a reduce-scatter (or all-gather) of `bytes` per rank
+/// over `g`, seconds: the intra-domain phase over `k = per_domain` ranks on
+/// the whole buffer, then the inter-domain phase over `domains` ranks on
+/// the `bytes/k` shard at the NIC rate of the outermost tier crossed.
 ///
-/// Hierarchical when the group crosses domains: intra-domain reduce-scatter
-/// of the whole buffer over `k = per_domain` ranks, then inter-domain
-/// reduce-scatter of the `bytes/k` shard over `domains` ranks on the NICs.
+/// Example: 16 ranks, 8 per node on 2 nodes, S = 1 GB, 300 GB/s NVLink,
+/// 25 GB/s NIC: `7/8·1e9/300e9 + 1/2·(1e9/8)/25e9 = 2.917 + 2.5 = 5.417` ms.
+pub fn ring_bandwidth_time(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    let k = g.per_domain;
+    ring_phase_bw(k, bytes, links.intra_bw)
+        + ring_phase_bw(g.domains, bytes / k as f64, links.inter_bw_of(g))
+}
+
+/// Latency of a flat NCCL ring over `g`, seconds, with `passes` = 1 for a
+/// reduce-scatter or all-gather and 2 for an all-reduce [nccl-tuning,
+/// `ncclTopoTuneModel`, `a == NCCL_ALGO_RING`]:
+/// `base + (nsteps − nInterSteps)·α_intra + nInterSteps·α_inter` with
+/// `nsteps = passes·(n − 1)` ring steps of which `nInterSteps =
+/// passes·(domains − 1)` cross domains. A ring step completes when its
+/// slowest hop does, so every crossing step pays the latency of the
+/// outermost tier the ring climbs ([`Links::inter_lat_of`] of
+/// [`ring_tier`]). Not modelled: NCCL's floor of `α_intra` at 3× its
+/// network overhead (3 µs on Intel hosts, below the shipped 3.4 µs; 6 µs
+/// on AMD hosts) and its ×1.4 "plateau" on multi-node ring all-reduce.
+///
+/// Example (NCCL's Simple constants, base 8.4, α_intra 3.4, α_inter 14
+/// µs): all-gather over 16 ranks on 2 nodes of 8: 15 steps, 1 crossing:
+/// `8.4 + 14·3.4 + 1·14 = 70.0` µs. Over 1,536 ranks on 192 nodes: 1,535
+/// steps, 191 crossing: `8.4 + 1344·3.4 + 191·14 = 7252.0` µs.
+pub fn ring_latency(passes: u32, g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 {
+        return 0.0;
+    }
+    let steps = (passes * (g.size - 1)) as f64;
+    let inter_steps = (passes * (g.domains - 1)) as f64;
+    links.base_lat
+        + (steps - inter_steps) * links.intra_lat
+        + inter_steps * links.inter_lat_of(ring_tier(g))
+}
+
+/// Latency of an NCCL tree all-reduce over `g`, seconds [nccl-tuning,
+/// `ncclTopoTuneModel`, `a == NCCL_ALGO_TREE`]: `base + 2·((n/N − 1)·
+/// α_intra,tree + log2i(N)·α_inter,tree)` with `n/N = per_domain` ranks
+/// chained in each of the `N = domains` domains and `log2i` NCCL's floor of
+/// the base-2 logarithm; the tree step latencies are the ring's scaled by
+/// [`NCCL_TREE_OVER_RING_INTRA`] and [`NCCL_TREE_OVER_RING_INTER`].
+/// Crossing steps pay the outermost tier's latency as in
+/// [`ring_latency`].
+///
+/// Example (base 8.4, tree steps 4.0 µs NVLink and 14 µs NET): 16 ranks
+/// on 2 nodes of 8: `8.4 + 2·(7·4.0 + 1·14) = 92.4` µs, below the ring's
+/// `8.4 + 2·(14·3.4 + 1·14) = 131.6` µs; 1,536 ranks on 192 nodes
+/// (`log2i(192) = 7`): `8.4 + 2·(28 + 98) = 260.4` µs.
+pub fn tree_latency(g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 {
+        return 0.0;
+    }
+    let chain = (g.per_domain - 1) as f64;
+    let depth = g.domains.max(1).ilog2() as f64;
+    links.base_lat
+        + 2.0
+            * (chain * links.intra_lat * NCCL_TREE_OVER_RING_INTRA
+                + depth * links.inter_lat_of(ring_tier(g)) * NCCL_TREE_OVER_RING_INTER)
+}
+
+/// The algorithm NCCL would run an all-reduce with, as priced here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllReduceAlgorithm {
+    /// Flat ring: [`ring_latency`] with 2 passes.
+    Ring,
+    /// Double binary tree: [`tree_latency`].
+    Tree,
+}
+
+/// The all-reduce algorithm of `g` on `links`: the one of smaller latency,
+/// the ring on a tie. NCCL picks by predicted time, latency plus bandwidth;
+/// the tree's bandwidth is taken equal to the ring's here (an
+/// approximation: NCCL's tree runs at most at its `perChMaxTreeBw` per
+/// channel and a size-dependent correction), so the choice depends on the
+/// group's shape only, not on the buffer size: the ring inside one domain
+/// (`3.4 < 4.0` µs per step), the tree across domains of the shipped
+/// profiles.
+pub fn all_reduce_algorithm(g: GroupSpan, links: &Links) -> AllReduceAlgorithm {
+    if tree_latency(g, links) < ring_latency(2, g, links) {
+        AllReduceAlgorithm::Tree
+    } else {
+        AllReduceAlgorithm::Ring
+    }
+}
+
+/// Reduce-scatter of `bytes` per rank over `g`, seconds:
+/// [`ring_bandwidth_time`] plus one ring pass's [`ring_latency`].
 pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
     }
-    let k = g.per_domain;
-    let intra = ring_phase(k, bytes, links.intra_bw, links.intra_lat);
-    let inter = ring_phase(
-        g.domains,
-        bytes / k as f64,
-        links.inter_bw_of(g),
-        links.inter_lat_of(ring_tier(g)),
-    );
-    intra + inter
+    ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links)
 }
 
 /// All-gather producing `bytes` per rank over `g`, seconds (mirror of
@@ -187,10 +298,29 @@ pub fn all_gather(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     reduce_scatter(bytes, g, links)
 }
 
-/// All-reduce of `bytes` per rank over `g`, seconds: reduce-scatter then
-/// all-gather, `2·(n−1)/n·S/β` on one tier.
+/// All-reduce of `bytes` per rank over `g` with algorithm `algo`, seconds:
+/// twice the ring's bandwidth term (reduce-scatter then all-gather,
+/// `2·(n−1)/n·S/β` on one tier; the tree's taken equal, see
+/// [`all_reduce_algorithm`]) plus that algorithm's latency.
+pub fn all_reduce_with(algo: AllReduceAlgorithm, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    let lat = match algo {
+        AllReduceAlgorithm::Ring => ring_latency(2, g, links),
+        AllReduceAlgorithm::Tree => tree_latency(g, links),
+    };
+    2.0 * ring_bandwidth_time(bytes, g, links) + lat
+}
+
+/// All-reduce of `bytes` per rank over `g`, seconds: [`all_reduce_with`]
+/// the algorithm of [`all_reduce_algorithm`], i.e. the ring's bandwidth
+/// term twice plus `min(ring, tree)` latency.
+///
+/// Example: 16 ranks on 2 nodes of 8, S = 1 GB, 300 / 25 GB/s, NCCL's
+/// latencies: `2·5.417 ms + 92.4 µs = 10.926` ms (tree latency).
 pub fn all_reduce(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
-    2.0 * reduce_scatter(bytes, g, links)
+    all_reduce_with(all_reduce_algorithm(g, links), bytes, g, links)
 }
 
 /// All-to-all where each rank holds `bytes` and sends `(n−1)/n` of them,
@@ -250,6 +380,7 @@ mod tests {
             inter_bw: 200e9 / 8.0, // one 200 Gb/s HDR NIC per GPU = 25 GB/s
             intra_lat: 0.0,
             inter_lat: 0.0,
+            base_lat: 0.0,
             oversub: [1.0; MAX_TIERS + 1],
             tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         }
