@@ -386,6 +386,121 @@ mod tests {
         }
     }
 
+    /// [`dgx_a100`] with NCCL's Simple-protocol latencies [nccl-tuning]:
+    /// base 8.4 µs, ring steps 3.4 µs on NVLink and 14 µs across nodes.
+    fn dgx_a100_nccl() -> Links {
+        Links {
+            intra_lat: 3.4e-6,
+            inter_lat: 14e-6,
+            base_lat: 8.4e-6,
+            ..dgx_a100()
+        }
+    }
+
+    #[test]
+    fn all_gather_on_two_nodes_counts_fifteen_flat_ring_steps() {
+        // 16 ranks, 8 per node on 2 nodes: NCCL's flat ring has 15 steps,
+        // 1 of them crossing nodes: 8.4 + 14·3.4 + 1·14 = 70.0 µs. The
+        // hierarchical count before was 7·3 + 1·5 = 26 µs.
+        let links = dgx_a100_nccl();
+        let g = GroupSpan::of(16, 1, 8);
+        let lat = ring_latency(1, g, &links);
+        assert!((lat - 70.0e-6).abs() < 1e-12, "{lat}");
+        // Plus the bandwidth terms, unchanged: S = 1 GB,
+        // 7/8·S/300 GB/s + 1/2·(S/8)/25 GB/s = 2.9167 + 2.5 ms.
+        let s = 1e9;
+        let hand = 7.0 / 8.0 * s / 300e9 + 0.5 * s / 8.0 / 25e9 + 70.0e-6;
+        assert!((all_gather(s, g, &links) - hand).abs() < 1e-12);
+        assert!((reduce_scatter(s, g, &links) - hand).abs() < 1e-12);
+        assert!((hand - 5.4867e-3).abs() < 1e-7, "{hand}");
+    }
+
+    #[test]
+    fn all_gather_over_1536_ranks_on_192_nodes() {
+        // 1,535 ring steps, 191 crossing: 8.4 + 1344·3.4 + 191·14 =
+        // 8.4 + 4569.6 + 2674 = 7252.0 µs (the hierarchical rings before:
+        // 7·3 + 191·5 = 976 µs).
+        let links = dgx_a100_nccl();
+        let g = GroupSpan::of(1536, 1, 8);
+        assert_eq!((g.per_domain, g.domains), (8, 192));
+        let lat = ring_latency(1, g, &links);
+        assert!((lat - 7252.0e-6).abs() < 1e-9, "{lat}");
+        // 100 MB gathered: 7/8·1e8/300e9 + 191/192·(1e8/8)/25e9 + 7.252 ms
+        // = 0.2917 + 0.4974 + 7.252 = 8.0411 ms: latency dominates.
+        let t = all_gather(1e8, g, &links);
+        let hand = 7.0 / 8.0 * 1e8 / 300e9 + 191.0 / 192.0 * 1e8 / 8.0 / 25e9 + 7252.0e-6;
+        assert!((t - hand).abs() < 1e-12, "{t} vs {hand}");
+        assert!((t - 8.0411e-3).abs() < 1e-7, "{t}");
+        // Its all-reduce takes the tree: log2i(192) = 7 levels, 8.4 +
+        // 2·(7·4.0 + 7·14) = 260.4 µs against the ring's 8.4 + 2·(1344·3.4
+        // + 191·14) = 14495.6 µs.
+        let tree = tree_latency(g, &links);
+        assert!((tree - 260.4e-6).abs() < 1e-9, "{tree}");
+        assert!((ring_latency(2, g, &links) - 14495.6e-6).abs() < 1e-9);
+        assert_eq!(all_reduce_algorithm(g, &links), AllReduceAlgorithm::Tree);
+    }
+
+    #[test]
+    fn all_reduce_takes_the_ring_in_a_node_and_the_tree_across_nodes() {
+        let links = dgx_a100_nccl();
+        let bw = |s: f64, g: GroupSpan| 2.0 * ring_bandwidth_time(s, g, &links);
+        // 8 ranks in one node: ring 8.4 + 14·3.4 = 56.0 µs, tree 8.4 +
+        // 2·7·4.0 = 64.4 µs: the ring, for a 4 KiB buffer and a 1 GiB one
+        // alike (the tree's bandwidth is taken equal to the ring's, so the
+        // choice does not depend on size).
+        let node = GroupSpan::of(8, 1, 8);
+        assert!((ring_latency(2, node, &links) - 56.0e-6).abs() < 1e-12);
+        assert!((tree_latency(node, &links) - 64.4e-6).abs() < 1e-12);
+        assert_eq!(all_reduce_algorithm(node, &links), AllReduceAlgorithm::Ring);
+        for s in [4096.0, 1073741824.0] {
+            let t = all_reduce(s, node, &links);
+            assert!((t - bw(s, node) - 56.0e-6).abs() < 1e-12, "{s}: {t}");
+        }
+        // 16 ranks on 2 nodes of 8: ring 8.4 + 2·(14·3.4 + 14) = 131.6 µs,
+        // tree 8.4 + 2·(7·4.0 + 1·14) = 92.4 µs: the tree.
+        let two = GroupSpan::of(16, 1, 8);
+        assert!((ring_latency(2, two, &links) - 131.6e-6).abs() < 1e-12);
+        assert!((tree_latency(two, &links) - 92.4e-6).abs() < 1e-12);
+        assert_eq!(all_reduce_algorithm(two, &links), AllReduceAlgorithm::Tree);
+        // 4 KiB: 2·(7/8·4096/300e9 + 1/2·512/25e9) = 0.0443 µs of
+        // bandwidth under 92.4 µs of latency; 1 GB: 10.8333 ms + 92.4 µs =
+        // 10.9257 ms (the module's example).
+        let small = all_reduce(4096.0, two, &links);
+        assert!((small - bw(4096.0, two) - 92.4e-6).abs() < 1e-12);
+        assert!((small - 92.444e-6).abs() < 1e-9, "{small}");
+        let large = all_reduce(1e9, two, &links);
+        assert!((large - 10.9257e-3).abs() < 1e-7, "{large}");
+        // The ring, when asked for: 131.6 µs instead.
+        let ring = all_reduce_with(AllReduceAlgorithm::Ring, 1e9, two, &links);
+        assert!((ring - large - (131.6e-6 - 92.4e-6)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tree_and_ring_steps_across_a_pod_pay_its_latency() {
+        // 32 ranks, 8 per node on 4 nodes across two pods (tier 1, 2 µs
+        // more per crossing step): cross-node steps cost 14 + 2 = 16 µs.
+        // Ring all-reduce: 62 steps, 6 crossing: 8.4 + 56·3.4 + 6·16 =
+        // 294.8 µs; tree: 8.4 + 2·(7·4.0 + log2(4)·16) = 128.4 µs.
+        let mut links = dgx_a100_nccl();
+        links.tier_lat = [0.0, 2e-6, 2e-6, 2e-6];
+        let g = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(32, 1, 8)
+        };
+        assert!((ring_latency(2, g, &links) - 294.8e-6).abs() < 1e-12);
+        assert!((tree_latency(g, &links) - 128.4e-6).abs() < 1e-12);
+        // A reduce-scatter's ring: 8.4 + 28·3.4 + 3·16 = 151.6 µs.
+        assert!((ring_latency(1, g, &links) - 151.6e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_group_of_one_rank_costs_nothing() {
+        let links = dgx_a100_nccl();
+        assert_eq!(ring_latency(2, GroupSpan::SINGLE, &links), 0.0);
+        assert_eq!(tree_latency(GroupSpan::SINGLE, &links), 0.0);
+        assert_eq!(all_reduce(1e9, GroupSpan::SINGLE, &links), 0.0);
+    }
+
     #[test]
     fn ring_all_reduce_1gib_inside_vs_across_nodes() {
         let s = 1073741824.0; // 1 GiB
@@ -471,8 +586,9 @@ mod tests {
     #[test]
     fn a_message_above_a_tier_pays_its_latency() {
         // 32 ranks, 8 per node on 4 nodes across two pods (tier 1), NIC
-        // latency 5 µs, 2 µs more above the pod, bandwidth infinite-ish:
-        // a reduce-scatter's 3 cross-node steps cost 3·(5 + 2) µs.
+        // latency 5 µs, 2 µs more above the pod, NVLink steps and base
+        // latency 0, bandwidth infinite-ish: a reduce-scatter's 3
+        // cross-node ring steps cost 3·(5 + 2) µs.
         let mut links = dgx_a100();
         links.intra_bw = 1e30;
         links.inter_bw = 1e30;
