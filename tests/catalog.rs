@@ -218,6 +218,13 @@ fn every_cluster_takes_nccls_ring_step_latencies() {
     for cl in &c.clusters {
         assert_eq!(cl.intra_node.latency_us, 3.4, "{}: intra_node", cl.name);
         assert_eq!(cl.inter_node.latency_us, 14.0, "{}: inter_node", cl.name);
+        assert_eq!(
+            (cl.intra_node.latency_us, cl.inter_node.latency_us),
+            (
+                meshplan::cost::comm::NCCL_RING_NVLINK_US,
+                meshplan::cost::comm::NCCL_RING_NET_US
+            )
+        );
         for t in &cl.tiers {
             assert_eq!(t.latency_us, None, "{}: tier {}", cl.name, t.name);
         }

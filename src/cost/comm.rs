@@ -172,16 +172,32 @@ pub fn tier_latency(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
 /// price, do not pay it.
 pub const NCCL_BASE_LATENCY_US: f64 = 8.4;
 
+/// NCCL's latency of one ring step on NVLink with the Simple protocol, µs:
+/// `hwLatencies` NVLINK Ring/Simple [nccl-tuning]. The shipped profiles'
+/// `intra_node.latency_us`.
+pub const NCCL_RING_NVLINK_US: f64 = 3.4;
+
+/// NCCL's latency of one tree step on NVLink (Simple), µs: `hwLatencies`
+/// NVLINK Tree/Simple [nccl-tuning].
+pub const NCCL_TREE_NVLINK_US: f64 = 4.0;
+
+/// NCCL's latency of one ring step across nodes (Simple), µs:
+/// `hwLatencies` NET Ring/Simple [nccl-tuning]. The shipped profiles'
+/// `inter_node.latency_us`.
+pub const NCCL_RING_NET_US: f64 = 14.0;
+
+/// NCCL's latency of one tree step across nodes (Simple), µs:
+/// `hwLatencies` NET Tree/Simple [nccl-tuning].
+pub const NCCL_TREE_NET_US: f64 = 14.0;
+
 /// Tree step latency over ring step latency on NVLink, dimensionless:
-/// `hwLatencies` NVLINK Tree/Simple 4.0 µs over Ring/Simple 3.4 µs
-/// [nccl-tuning]. [`tree_latency`] scales `intra_node.latency_us` (a ring
-/// step) by it, so an edited or fitted profile moves both algorithms.
-pub const NCCL_TREE_OVER_RING_INTRA: f64 = 4.0 / 3.4;
+/// `4.0 / 3.4 = 1.176`. [`tree_latency`] scales `intra_node.latency_us` (a
+/// ring step) by it, so an edited or fitted profile moves both algorithms.
+pub const NCCL_TREE_OVER_RING_INTRA: f64 = NCCL_TREE_NVLINK_US / NCCL_RING_NVLINK_US;
 
 /// Tree step latency over ring step latency across nodes, dimensionless:
-/// `hwLatencies` NET Tree/Simple 14 µs over Ring/Simple 14 µs
-/// [nccl-tuning], i.e. 1.
-pub const NCCL_TREE_OVER_RING_INTER: f64 = 14.0 / 14.0;
+/// `14 / 14 = 1`.
+pub const NCCL_TREE_OVER_RING_INTER: f64 = NCCL_TREE_NET_US / NCCL_RING_NET_US;
 
 /// Bandwidth term of one ring phase, seconds: `(n−1)/n · bytes / bw`
 /// (Patarasuk & Yuan 2009), 0 for `n ≤ 1`.
