@@ -347,7 +347,10 @@ pub fn all_reduce(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
 /// at the NIC rate over the first tier's oversubscription. (NCCL's PXN,
 /// which forwards a cross-rail message over NVLink to the GPU on the
 /// destination's rail first, is not modelled: priced as crossing the
-/// spine.)
+/// spine.) Latency: NCCL runs an all-to-all as `n − 1` concurrent
+/// send/receive pairs, outside its tuning model; each side pays one step
+/// latency (`intra_node.latency_us` on NVLink, `inter_node.latency_us`
+/// plus the tiers' off the domain), no base latency.
 pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
@@ -372,7 +375,9 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
 
 /// Point-to-point send of `bytes` to a neighbour in group `g`, seconds: on
 /// the NIC (over the oversubscription of the outermost tier the group
-/// crosses) when the group spans domains, else on NVLink.
+/// crosses) when the group spans domains, else on NVLink; one step latency
+/// of that link (as [`all_to_all`]; NCCL's tuning model does not price
+/// send/receive).
 pub fn p2p(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if bytes <= 0.0 {
         return 0.0;
