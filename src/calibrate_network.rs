@@ -3,13 +3,17 @@
 //!
 //! # Procedure
 //! The cost model prices a collective of `S` bytes over a group with
-//! [`crate::cost::comm`]: ring phases of `(n−1)/n·S/β + (n−1)·α` on each
-//! level the group spans, hierarchically. For a fixed group that time is
-//! linear in the four unknowns `1/β_intra`, `α_intra`, `1/β_inter`,
-//! `α_inter`, so each run gives, per sample, coefficients found by pricing
-//! the run's group with unit links (one unknown 1, the others 0; the
+//! [`crate::cost::comm`]: bandwidth terms `(n−1)/n·S/β` on each level the
+//! group spans, hierarchically, plus NCCL's latency count (a fixed base
+//! latency, and `α` per ring or tree step on the level it crosses). For a
+//! fixed group and algorithm that time is the base plus a linear function
+//! of the four unknowns `1/β_intra`, `α_intra`, `1/β_inter`, `α_inter`, so
+//! each run gives, per sample, coefficients found by pricing the run's
+//! group with unit links (one unknown 1, the others 0, base 0; the
 //! all-to-all's `max(on-node, off-node)` is read as its off-node part when
-//! the group spans hosts, which dominates on every shipped cluster).
+//! the group spans hosts, which dominates on every shipped cluster). An
+//! all-reduce's ring-or-tree choice ([`comm::all_reduce_algorithm`]) is
+//! made once per run on the profile's links, so that it stays linear.
 //!
 //! 1. Runs on one NVLink domain fit `(1/β_intra, α_intra)`.
 //! 2. Runs that span domains fit `(1/β_inter, α_inter)` the same way, with
@@ -113,10 +117,13 @@ pub fn group_of(run: &Run, cluster: &Cluster) -> GroupSpan {
     }
 }
 
-/// Time of `run`'s collective on `links`, seconds.
-pub fn priced(c: Collective, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+/// Time of `run`'s collective on `links`, seconds; an all-reduce runs
+/// the algorithm [`comm::all_reduce_algorithm`] picks on `choose`.
+pub fn priced(c: Collective, bytes: f64, g: GroupSpan, links: &Links, choose: &Links) -> f64 {
     match c {
-        Collective::AllReduce => comm::all_reduce(bytes, g, links),
+        Collective::AllReduce => {
+            comm::all_reduce_with(comm::all_reduce_algorithm(g, choose), bytes, g, links)
+        }
         Collective::AllGather => comm::all_gather(bytes, g, links),
         Collective::ReduceScatter => comm::reduce_scatter(bytes, g, links),
         Collective::AllToAll => comm::all_to_all(bytes, g, links),
@@ -124,7 +131,8 @@ pub fn priced(c: Collective, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     }
 }
 
-/// Links with one unknown at 1 and the rest off (bandwidth ∞, latency 0).
+/// Links with one unknown at 1 and the rest off (bandwidth ∞, latency 0,
+/// base latency 0).
 fn unit(which: usize) -> Links {
     let inf = f64::INFINITY;
     let mut l = Links {
@@ -132,6 +140,7 @@ fn unit(which: usize) -> Links {
         inter_bw: inf,
         intra_lat: 0.0,
         inter_lat: 0.0,
+        base_lat: 0.0,
         oversub: [1.0; MAX_TIERS + 1],
         tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
     };
@@ -241,8 +250,9 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         }
     }
     let before = Links::of(cluster);
-    let coeffs =
-        |r: &Run, s: f64, k: usize| priced(r.collective, s, group_of(r, cluster), &unit(k));
+    let coeffs = |r: &Run, s: f64, k: usize| {
+        priced(r.collective, s, group_of(r, cluster), &unit(k), &before)
+    };
     let spans = |r: &Run| group_of(r, cluster).domains > 1;
     // (bandwidth, latency, samples) of the level whose inverse bandwidth
     // and latency are unknowns `k` and `k + 1`, fitted to every sample of
@@ -275,12 +285,30 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         Ok::<_, String>((1.0 / x, y, rows.len()))
     };
 
-    // Step 1: single-domain runs → intra.
+    // Step 1: single-domain runs → intra, less the base latency.
     let intra_runs: Vec<&Run> = runs.iter().filter(|r| !spans(r)).collect();
+    let base_only = Links {
+        intra_bw: f64::INFINITY,
+        inter_bw: f64::INFINITY,
+        intra_lat: 0.0,
+        inter_lat: 0.0,
+        base_lat: before.base_lat,
+        oversub: [1.0; MAX_TIERS + 1],
+        tier_lat: [0.0; MAX_TIERS + 1],
+    };
+    let priced_base = |r: &Run, bytes: f64| {
+        priced(
+            r.collective,
+            bytes,
+            group_of(r, cluster),
+            &base_only,
+            &before,
+        )
+    };
     let (intra_bw, intra_lat, intra_samples) = fit_level(
         &intra_runs,
         0,
-        &|_, _| 0.0,
+        &priced_base,
         (before.intra_bw, before.intra_lat),
         "the single-node runs give no positive bandwidth (times do not grow with size)",
     )?;
@@ -306,6 +334,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         intra_lat,
         inter_bw: f64::INFINITY,
         inter_lat: 0.0,
+        base_lat: before.base_lat,
         oversub: [1.0; MAX_TIERS + 1],
         tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
     };
@@ -313,7 +342,13 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         if r.collective == Collective::AllToAll {
             0.0
         } else {
-            priced(r.collective, bytes, group_of(r, cluster), &intra_only)
+            priced(
+                r.collective,
+                bytes,
+                group_of(r, cluster),
+                &intra_only,
+                &before,
+            )
         }
     };
     let (inter_bw, inter_lat, inter_samples) = fit_level(
@@ -367,6 +402,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         inter_bw,
         intra_lat,
         inter_lat,
+        base_lat: before.base_lat,
         oversub: before.oversub,
         tier_lat: before.tier_lat,
     };
@@ -381,7 +417,7 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
                 .copied()
                 .unwrap_or(r.samples[0]);
             let bus = |links: &Links| {
-                big.bytes / priced(r.collective, big.bytes, g, links)
+                big.bytes / priced(r.collective, big.bytes, g, links, &before)
                     * r.collective.bus_factor(r.ranks)
             };
             RunCheck {
@@ -396,7 +432,9 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
                 max_time_error: r
                     .samples
                     .iter()
-                    .map(|s| (priced(r.collective, s.bytes, g, &fitted) / s.time_s - 1.0).abs())
+                    .map(|s| {
+                        (priced(r.collective, s.bytes, g, &fitted, &before) / s.time_s - 1.0).abs()
+                    })
                     .fold(0.0, f64::max),
             }
         })

@@ -229,3 +229,62 @@ fn broken_runs_are_named() {
         fit.notes
     );
 }
+
+/// Runs priced by the cost model itself, with NCCL's latency count (base
+/// 8.4 µs; a flat ring inside one node, the tree across nodes for
+/// all-reduce), are fitted back to the links they were made with: the base
+/// latency is known, so the four unknowns stay linear. Chosen links on
+/// dgx-h100-64: NVLink 360 GB/s and 2.5 µs a step, NIC 35 GB/s and 9 µs.
+#[test]
+fn runs_priced_by_the_model_are_fitted_back_to_their_links() {
+    use meshplan::cost::comm::Links;
+    use meshplan::nccl_tests::{Run, Sample};
+    let cat = Catalog::shipped().unwrap();
+    let cluster = cat.cluster("dgx-h100-64").unwrap();
+    let truth = Links {
+        intra_bw: 360e9,
+        inter_bw: 35e9,
+        intra_lat: 2.5e-6,
+        inter_lat: 9e-6,
+        ..Links::of(cluster)
+    };
+    let run = |c: Collective, ranks: u32, hosts: u32, name: &str| {
+        let mut r = Run {
+            file: name.into(),
+            collective: c,
+            ranks,
+            hosts,
+            samples: Vec::new(),
+        };
+        let g = calibrate_network::group_of(&r, cluster);
+        r.samples = (3..34)
+            .map(|k| {
+                let bytes = 2f64.powi(k);
+                let t = calibrate_network::priced(c, bytes, g, &truth, &truth);
+                Sample {
+                    bytes,
+                    time_s: t,
+                    busbw: bytes / t * c.bus_factor(ranks),
+                }
+            })
+            .collect();
+        r
+    };
+    let runs = [
+        run(Collective::AllReduce, 8, 1, "ar-1node"),
+        run(Collective::AllReduce, 32, 4, "ar-4nodes"),
+        run(Collective::AllGather, 32, 4, "ag-4nodes"),
+    ];
+    let fit = calibrate_network::fit(&runs, cluster).unwrap();
+    let (intra, inter) = (&fit.levels[0], &fit.levels[1]);
+    // Bandwidths from the 512 MiB–8 GiB samples, latencies from the
+    // 8 B–8 KiB ones, each with the other held: within 1%.
+    let near = |got: f64, want: f64| (got / want - 1.0).abs() < 0.01;
+    assert!(near(intra.bandwidth, 360e9), "{intra:?}");
+    assert!(near(intra.latency_s, 2.5e-6), "{intra:?}");
+    assert!(near(inter.bandwidth, 35e9), "{inter:?}");
+    assert!(near(inter.latency_s, 9e-6), "{inter:?}");
+    for c in &fit.checks {
+        assert!(c.max_time_error < 0.01, "{c:?}");
+    }
+}

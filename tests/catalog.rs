@@ -208,6 +208,29 @@ fn every_cluster_names_a_shipped_gpu() {
     }
 }
 
+/// Every shipped cluster prices a ring step at NCCL's own Simple-protocol
+/// figures (NVIDIA/nccl `src/graph/tuning.cc` at 5067397, `hwLatencies`:
+/// NVLINK Ring 3.4 µs, NET Ring 14 µs; docs/references.md [nccl-tuning]),
+/// and no tier adds a latency of its own (none is sourced).
+#[test]
+fn every_cluster_takes_nccls_ring_step_latencies() {
+    let c = catalog();
+    for cl in &c.clusters {
+        assert_eq!(cl.intra_node.latency_us, 3.4, "{}: intra_node", cl.name);
+        assert_eq!(cl.inter_node.latency_us, 14.0, "{}: inter_node", cl.name);
+        assert_eq!(
+            (cl.intra_node.latency_us, cl.inter_node.latency_us),
+            (
+                meshplan::cost::comm::NCCL_RING_NVLINK_US,
+                meshplan::cost::comm::NCCL_RING_NET_US
+            )
+        );
+        for t in &cl.tiers {
+            assert_eq!(t.latency_us, None, "{}: tier {}", cl.name, t.name);
+        }
+    }
+}
+
 #[test]
 fn expected_entries_are_shipped() {
     let c = catalog();

@@ -131,6 +131,7 @@ fn rail_links() -> meshplan::cost::comm::Links {
         inter_bw: 50e9,
         intra_lat: 0.0,
         inter_lat: 0.0,
+        base_lat: 0.0,
         oversub: [1.0, 2.0, 2.0, 2.0],
         tier_lat: [0.0; meshplan::spec::hardware::MAX_TIERS + 1],
     }
@@ -236,14 +237,15 @@ fn shipped_rail_profile_prices_rails() {
 /// 56/64 of each rank's buffer S crosses InfiniBand.
 ///
 /// One all-to-all, hand-worked with the profiles' links (NVLink 900 GB/s
-/// × 0.82 = 738 GB/s, latency 3 µs; NIC 400 Gb/s = 50 GB/s × 0.9 = 45 GB/s,
-/// latency 5 µs):
-///   NVL72:    63/64 · S / 738 GB/s + 3 µs
-///   DGX H100: 56/64 · S / 45 GB/s + 5 µs (the NVLink share 7/64 · S /
+/// × 0.82 = 738 GB/s, latency 3.4 µs; NIC 400 Gb/s = 50 GB/s × 0.9 =
+/// 45 GB/s, latency 14 µs: NCCL's Ring/Simple step latencies, one per
+/// message here):
+///   NVL72:    63/64 · S / 738 GB/s + 3.4 µs
+///   DGX H100: 56/64 · S / 45 GB/s + 14 µs (the NVLink share 7/64 · S /
 ///             369 GB/s is hidden under it)
 /// With S = 477.2 MB (455.1 MiB: `moe::all_to_all_bytes`, b = 1,
-/// s = 4,096, k = 8, h = 7,168, λ from the routing floor) that is 0.6395 ms
-/// against 9.284 ms: 14.5× slower. A stage's EP time has the same ratio
+/// s = 4,096, k = 8, h = 7,168, λ from the routing floor) that is 0.6399 ms
+/// against 9.293 ms: 14.5× slower. A stage's EP time has the same ratio
 /// (same count of all-to-alls of the same size).
 #[test]
 fn nvl72_ep64_on_nvlink_dgx_h100_on_infiniband() {
@@ -266,8 +268,8 @@ fn nvl72_ep64_on_nvlink_dgx_h100_on_infiniband() {
     let load = cost::layer::moe_load(&pr_nvl, &l);
     let s = cost::moe::all_to_all_bytes(model, 4096.0, 1.0, load);
     assert!((s / 1e6 - 477.2).abs() < 0.1, "{s}");
-    let hand_nvl = 63.0 / 64.0 * s / 738e9 + 3e-6;
-    let hand_dgx = 56.0 / 64.0 * s / 45e9 + 5e-6;
+    let hand_nvl = 63.0 / 64.0 * s / 738e9 + 3.4e-6;
+    let hand_dgx = 56.0 / 64.0 * s / 45e9 + 14e-6;
     let (t_nvl, t_dgx) = (
         all_to_all(s, g_nvl, &Links::of(nvl)),
         all_to_all(s, g_dgx, &Links::of(dgx)),

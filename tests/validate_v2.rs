@@ -497,6 +497,11 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
     // them from -0.1%, +1.4%, +46.1%, +61.7%, -3.2%, -0.9%, +2.6%, +0.9%:
     // the deep GEMMs of TP 1–4 gain on the 4096-deep reference, and the
     // Blackwell row keeps Hopper's refitted `gemm_fp8` (a check, +5.4%).
+    // NCCL's collective latency count (src/cost/comm.rs: base 8.4 µs, a
+    // flat ring's 3.4 / 14 µs steps, the tree for cross-node all-reduce)
+    // moved the four multi-node checks by −0.2 points each (more
+    // latency, slower): −1.2% → −1.4%, +2.6% → +2.4%, +6.2% → +6.0%,
+    // +5.4% → +5.3%; the four others moved by under 0.01 points.
     let pins = [
         // Calibration rows.
         ("TT-8B-CP-2", -0.013, 0.01),
@@ -507,20 +512,20 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
         // (docs/fidelity.md); pinned so that a fix shows up here.
         ("TT-8B-CP-3", 0.451, 0.02),
         ("TT-8B-CP-4", 0.610, 0.02),
-        ("NEMO2407-LLAMA3-70B-64", -0.012, 0.01),
+        ("NEMO2407-LLAMA3-70B-64", -0.014, 0.01),
         (
             "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
-            0.026,
+            0.024,
             0.01,
         ),
         (
             "MBRIDGE-25.11-DGX-H100-LLAMA3.1_405B-FP8-CS-1024",
-            0.062,
+            0.060,
             0.01,
         ),
         (
             "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
-            0.054,
+            0.053,
             0.01,
         ),
     ];

@@ -1,18 +1,25 @@
 //! Collective communication times with an α–β model on the links a group
 //! really crosses.
 //!
-//! Inside one fast domain a ring uses NVLink at `intra_node.bandwidth_gbs`
-//! per GPU per direction. A group that spans domains runs hierarchically
-//! (NCCL's tree/ring over nodes): the ranks of one domain first reduce-
-//! scatter among themselves on NVLink, the `1/k` shards then travel between
-//! domains on the NICs, each GPU using its share of the node's NIC bandwidth,
-//! and the domain all-gathers again. Formulas (ring, Patarasuk & Yuan 2009;
-//! Thakur et al. 2005):
-//! - all-reduce: `2·(n−1)/n · S/β + 2·(n−1)·α`
-//! - reduce-scatter / all-gather: `(n−1)/n · S/β + (n−1)·α`
+//! Bandwidth: inside one fast domain a ring uses NVLink at
+//! `intra_node.bandwidth_gbs` per GPU per direction. A group that spans
+//! domains moves its bytes hierarchically: the ranks of one domain reduce-
+//! scatter the whole buffer among themselves on NVLink, the `1/k` shards
+//! travel between domains on the NICs, each GPU using its share of the
+//! node's NIC bandwidth, and the domain all-gathers again. Bandwidth terms
+//! (ring, Patarasuk & Yuan 2009; Thakur et al. 2005):
+//! - all-reduce: `2·(n−1)/n · S/β`
+//! - reduce-scatter / all-gather: `(n−1)/n · S/β`
 //! - all-to-all: `(n−1)/n · S` leaves each rank; the off-domain part
 //!   `(n−k)/n · S` goes through the NIC, the rest on NVLink, in parallel.
 //! - point-to-point: `S/β + α`.
+//!
+//! Latency of reduce-scatter, all-gather and all-reduce: as NCCL's own cost
+//! model counts it [nccl-tuning] (`ncclTopoTuneModel`, Simple protocol): one
+//! flat ring of `n` ranks, a base latency per collective, and one step
+//! latency per ring step, the steps that cross domains at the NIC's
+//! ([`ring_latency`]); an all-reduce takes the smaller of that and the
+//! tree's ([`tree_latency`]), as NCCL picks the faster algorithm.
 //!
 //! `S` is the full buffer size per rank in bytes (for all-gather the
 //! gathered size); times are seconds.
@@ -33,10 +40,14 @@ pub struct Links {
     pub intra_bw: f64,
     /// Effective NIC bandwidth per GPU per direction, bytes/s.
     pub inter_bw: f64,
-    /// Latency of one NVLink message step, seconds.
+    /// Latency of one NVLink ring step (`intra_node.latency_us`), seconds.
     pub intra_lat: f64,
-    /// Latency of one inter-node message step, seconds.
+    /// Latency of one ring step that crosses domains
+    /// (`inter_node.latency_us`), seconds.
     pub inter_lat: f64,
+    /// Base latency of one reduce-scatter, all-gather or all-reduce,
+    /// seconds: [`NCCL_BASE_LATENCY_US`].
+    pub base_lat: f64,
     /// Uplink oversubscription by tier (`[[tiers]]` of the cluster): entry
     /// 0 is 1 (no tier crossed), entry `k` the product of the
     /// oversubscriptions of tiers 1…k ([`tier_oversubscription`]).
@@ -55,6 +66,7 @@ impl Links {
             inter_bw: cluster.nic_bytes_per_s_per_gpu() * cluster.collective.inter,
             intra_lat: cluster.intra_node.latency_us * 1e-6,
             inter_lat: cluster.inter_node.latency_us * 1e-6,
+            base_lat: NCCL_BASE_LATENCY_US * 1e-6,
             oversub: tier_oversubscription(cluster),
             tier_lat: tier_latency(cluster),
         }
@@ -152,33 +164,148 @@ pub fn tier_latency(cluster: &Cluster) -> [f64; MAX_TIERS + 1] {
     out
 }
 
-/// One phase of a ring collective: `(n−1)/n · bytes / bw + (n−1)·lat`.
-fn ring_phase(n: u32, bytes: f64, bw: f64, lat: f64) -> f64 {
+/// NCCL's base latency of one ring or tree collective with the Simple
+/// protocol (the one NCCL uses for large messages), µs: `baseLatencies`
+/// Ring/Simple = Tree/Simple = 8.4 in [nccl-tuning]. Charged once per
+/// reduce-scatter, all-gather or all-reduce ([`ring_latency`],
+/// [`tree_latency`]); all-to-all and p2p, which NCCL's tuning model does not
+/// price, do not pay it.
+pub const NCCL_BASE_LATENCY_US: f64 = 8.4;
+
+/// NCCL's latency of one ring step on NVLink with the Simple protocol, µs:
+/// `hwLatencies` NVLINK Ring/Simple [nccl-tuning]. The shipped profiles'
+/// `intra_node.latency_us`.
+pub const NCCL_RING_NVLINK_US: f64 = 3.4;
+
+/// NCCL's latency of one tree step on NVLink (Simple), µs: `hwLatencies`
+/// NVLINK Tree/Simple [nccl-tuning].
+pub const NCCL_TREE_NVLINK_US: f64 = 4.0;
+
+/// NCCL's latency of one ring step across nodes (Simple), µs:
+/// `hwLatencies` NET Ring/Simple [nccl-tuning]. The shipped profiles'
+/// `inter_node.latency_us`.
+pub const NCCL_RING_NET_US: f64 = 14.0;
+
+/// NCCL's latency of one tree step across nodes (Simple), µs:
+/// `hwLatencies` NET Tree/Simple [nccl-tuning].
+pub const NCCL_TREE_NET_US: f64 = 14.0;
+
+/// Tree step latency over ring step latency on NVLink, dimensionless:
+/// `4.0 / 3.4 = 1.176`. [`tree_latency`] scales `intra_node.latency_us` (a
+/// ring step) by it, so an edited or fitted profile moves both algorithms.
+pub const NCCL_TREE_OVER_RING_INTRA: f64 = NCCL_TREE_NVLINK_US / NCCL_RING_NVLINK_US;
+
+/// Tree step latency over ring step latency across nodes, dimensionless:
+/// `14 / 14 = 1`.
+pub const NCCL_TREE_OVER_RING_INTER: f64 = NCCL_TREE_NET_US / NCCL_RING_NET_US;
+
+/// Bandwidth term of one ring phase, seconds: `(n−1)/n · bytes / bw`
+/// (Patarasuk & Yuan 2009), 0 for `n ≤ 1`.
+fn ring_phase_bw(n: u32, bytes: f64, bw: f64) -> f64 {
     if n <= 1 {
         return 0.0;
     }
     let n = n as f64;
-    (n - 1.0) / n * bytes / bw + (n - 1.0) * lat
+    (n - 1.0) / n * bytes / bw
 }
 
-/// Reduce-scatter of `bytes` per rank over `g`, seconds.
+/// Bandwidth term of a reduce-scatter (or all-gather) of `bytes` per rank
+/// over `g`, seconds: the intra-domain phase over `k = per_domain` ranks on
+/// the whole buffer, then the inter-domain phase over `domains` ranks on
+/// the `bytes/k` shard at the NIC rate of the outermost tier crossed.
 ///
-/// Hierarchical when the group crosses domains: intra-domain reduce-scatter
-/// of the whole buffer over `k = per_domain` ranks, then inter-domain
-/// reduce-scatter of the `bytes/k` shard over `domains` ranks on the NICs.
+/// Example: 16 ranks, 8 per node on 2 nodes, S = 1 GB, 300 GB/s NVLink,
+/// 25 GB/s NIC: `7/8·1e9/300e9 + 1/2·(1e9/8)/25e9 = 2.917 + 2.5 = 5.417` ms.
+pub fn ring_bandwidth_time(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    let k = g.per_domain;
+    ring_phase_bw(k, bytes, links.intra_bw)
+        + ring_phase_bw(g.domains, bytes / k as f64, links.inter_bw_of(g))
+}
+
+/// Latency of a flat NCCL ring over `g`, seconds, with `passes` = 1 for a
+/// reduce-scatter or all-gather and 2 for an all-reduce [nccl-tuning,
+/// `ncclTopoTuneModel`, `a == NCCL_ALGO_RING`]:
+/// `base + (nsteps − nInterSteps)·α_intra + nInterSteps·α_inter` with
+/// `nsteps = passes·(n − 1)` ring steps of which `nInterSteps =
+/// passes·(domains − 1)` cross domains. A ring step completes when its
+/// slowest hop does, so every crossing step pays the latency of the
+/// outermost tier the ring climbs ([`Links::inter_lat_of`] of
+/// [`ring_tier`]). Not modelled: NCCL's floor of `α_intra` at 3× its
+/// network overhead (3 µs on Intel hosts, below the shipped 3.4 µs; 6 µs
+/// on AMD hosts) and its ×1.4 "plateau" on multi-node ring all-reduce.
+///
+/// Example (NCCL's Simple constants, base 8.4, α_intra 3.4, α_inter 14
+/// µs): all-gather over 16 ranks on 2 nodes of 8: 15 steps, 1 crossing:
+/// `8.4 + 14·3.4 + 1·14 = 70.0` µs. Over 1,536 ranks on 192 nodes: 1,535
+/// steps, 191 crossing: `8.4 + 1344·3.4 + 191·14 = 7252.0` µs.
+pub fn ring_latency(passes: u32, g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 {
+        return 0.0;
+    }
+    let steps = (passes * (g.size - 1)) as f64;
+    let inter_steps = (passes * (g.domains - 1)) as f64;
+    links.base_lat
+        + (steps - inter_steps) * links.intra_lat
+        + inter_steps * links.inter_lat_of(ring_tier(g))
+}
+
+/// Latency of an NCCL tree all-reduce over `g`, seconds [nccl-tuning,
+/// `ncclTopoTuneModel`, `a == NCCL_ALGO_TREE`]: `base + 2·((n/N − 1)·
+/// α_intra,tree + log2i(N)·α_inter,tree)` with `n/N = per_domain` ranks
+/// chained in each of the `N = domains` domains and `log2i` NCCL's floor of
+/// the base-2 logarithm; the tree step latencies are the ring's scaled by
+/// [`NCCL_TREE_OVER_RING_INTRA`] and [`NCCL_TREE_OVER_RING_INTER`].
+/// Crossing steps pay the outermost tier's latency as in
+/// [`ring_latency`].
+///
+/// Example (base 8.4, tree steps 4.0 µs NVLink and 14 µs NET): 16 ranks
+/// on 2 nodes of 8: `8.4 + 2·(7·4.0 + 1·14) = 92.4` µs, below the ring's
+/// `8.4 + 2·(14·3.4 + 1·14) = 131.6` µs; 1,536 ranks on 192 nodes
+/// (`log2i(192) = 7`): `8.4 + 2·(28 + 98) = 260.4` µs.
+pub fn tree_latency(g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 {
+        return 0.0;
+    }
+    let chain = (g.per_domain - 1) as f64;
+    let depth = g.domains.max(1).ilog2() as f64;
+    links.base_lat
+        + 2.0
+            * (chain * links.intra_lat * NCCL_TREE_OVER_RING_INTRA
+                + depth * links.inter_lat_of(ring_tier(g)) * NCCL_TREE_OVER_RING_INTER)
+}
+
+/// The algorithm NCCL would run an all-reduce with, as priced here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllReduceAlgorithm {
+    /// Flat ring: [`ring_latency`] with 2 passes.
+    Ring,
+    /// Double binary tree: [`tree_latency`].
+    Tree,
+}
+
+/// The all-reduce algorithm of `g` on `links`: the one of smaller latency,
+/// the ring on a tie. NCCL picks by predicted time, latency plus bandwidth;
+/// the tree's bandwidth is taken equal to the ring's here (an
+/// approximation: NCCL's tree runs at most at its `perChMaxTreeBw` per
+/// channel and a size-dependent correction), so the choice depends on the
+/// group's shape only, not on the buffer size: the ring inside one domain
+/// (`3.4 < 4.0` µs per step), the tree across domains of the shipped
+/// profiles.
+pub fn all_reduce_algorithm(g: GroupSpan, links: &Links) -> AllReduceAlgorithm {
+    if tree_latency(g, links) < ring_latency(2, g, links) {
+        AllReduceAlgorithm::Tree
+    } else {
+        AllReduceAlgorithm::Ring
+    }
+}
+
+/// Reduce-scatter of `bytes` per rank over `g`, seconds:
+/// [`ring_bandwidth_time`] plus one ring pass's [`ring_latency`].
 pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
     }
-    let k = g.per_domain;
-    let intra = ring_phase(k, bytes, links.intra_bw, links.intra_lat);
-    let inter = ring_phase(
-        g.domains,
-        bytes / k as f64,
-        links.inter_bw_of(g),
-        links.inter_lat_of(ring_tier(g)),
-    );
-    intra + inter
+    ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links)
 }
 
 /// All-gather producing `bytes` per rank over `g`, seconds (mirror of
@@ -187,10 +314,29 @@ pub fn all_gather(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     reduce_scatter(bytes, g, links)
 }
 
-/// All-reduce of `bytes` per rank over `g`, seconds: reduce-scatter then
-/// all-gather, `2·(n−1)/n·S/β` on one tier.
+/// All-reduce of `bytes` per rank over `g` with algorithm `algo`, seconds:
+/// twice the ring's bandwidth term (reduce-scatter then all-gather,
+/// `2·(n−1)/n·S/β` on one tier; the tree's taken equal, see
+/// [`all_reduce_algorithm`]) plus that algorithm's latency.
+pub fn all_reduce_with(algo: AllReduceAlgorithm, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    let lat = match algo {
+        AllReduceAlgorithm::Ring => ring_latency(2, g, links),
+        AllReduceAlgorithm::Tree => tree_latency(g, links),
+    };
+    2.0 * ring_bandwidth_time(bytes, g, links) + lat
+}
+
+/// All-reduce of `bytes` per rank over `g`, seconds: [`all_reduce_with`]
+/// the algorithm of [`all_reduce_algorithm`], i.e. the ring's bandwidth
+/// term twice plus `min(ring, tree)` latency.
+///
+/// Example: 16 ranks on 2 nodes of 8, S = 1 GB, 300 / 25 GB/s, NCCL's
+/// latencies: `2·5.417 ms + 92.4 µs = 10.926` ms (tree latency).
 pub fn all_reduce(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
-    2.0 * reduce_scatter(bytes, g, links)
+    all_reduce_with(all_reduce_algorithm(g, links), bytes, g, links)
 }
 
 /// All-to-all where each rank holds `bytes` and sends `(n−1)/n` of them,
@@ -201,7 +347,10 @@ pub fn all_reduce(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
 /// at the NIC rate over the first tier's oversubscription. (NCCL's PXN,
 /// which forwards a cross-rail message over NVLink to the GPU on the
 /// destination's rail first, is not modelled: priced as crossing the
-/// spine.)
+/// spine.) Latency: NCCL runs an all-to-all as `n − 1` concurrent
+/// send/receive pairs, outside its tuning model; each side pays one step
+/// latency (`intra_node.latency_us` on NVLink, `inter_node.latency_us`
+/// plus the tiers' off the domain), no base latency.
 pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
@@ -226,7 +375,9 @@ pub fn all_to_all(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
 
 /// Point-to-point send of `bytes` to a neighbour in group `g`, seconds: on
 /// the NIC (over the oversubscription of the outermost tier the group
-/// crosses) when the group spans domains, else on NVLink.
+/// crosses) when the group spans domains, else on NVLink; one step latency
+/// of that link (as [`all_to_all`]; NCCL's tuning model does not price
+/// send/receive).
 pub fn p2p(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if bytes <= 0.0 {
         return 0.0;
@@ -250,9 +401,125 @@ mod tests {
             inter_bw: 200e9 / 8.0, // one 200 Gb/s HDR NIC per GPU = 25 GB/s
             intra_lat: 0.0,
             inter_lat: 0.0,
+            base_lat: 0.0,
             oversub: [1.0; MAX_TIERS + 1],
             tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         }
+    }
+
+    /// [`dgx_a100`] with NCCL's Simple-protocol latencies [nccl-tuning]:
+    /// base 8.4 µs, ring steps 3.4 µs on NVLink and 14 µs across nodes.
+    fn dgx_a100_nccl() -> Links {
+        Links {
+            intra_lat: 3.4e-6,
+            inter_lat: 14e-6,
+            base_lat: 8.4e-6,
+            ..dgx_a100()
+        }
+    }
+
+    #[test]
+    fn all_gather_on_two_nodes_counts_fifteen_flat_ring_steps() {
+        // 16 ranks, 8 per node on 2 nodes: NCCL's flat ring has 15 steps,
+        // 1 of them crossing nodes: 8.4 + 14·3.4 + 1·14 = 70.0 µs. The
+        // hierarchical count before was 7·3 + 1·5 = 26 µs.
+        let links = dgx_a100_nccl();
+        let g = GroupSpan::of(16, 1, 8);
+        let lat = ring_latency(1, g, &links);
+        assert!((lat - 70.0e-6).abs() < 1e-12, "{lat}");
+        // Plus the bandwidth terms, unchanged: S = 1 GB,
+        // 7/8·S/300 GB/s + 1/2·(S/8)/25 GB/s = 2.9167 + 2.5 ms.
+        let s = 1e9;
+        let hand = 7.0 / 8.0 * s / 300e9 + 0.5 * s / 8.0 / 25e9 + 70.0e-6;
+        assert!((all_gather(s, g, &links) - hand).abs() < 1e-12);
+        assert!((reduce_scatter(s, g, &links) - hand).abs() < 1e-12);
+        assert!((hand - 5.4867e-3).abs() < 1e-7, "{hand}");
+    }
+
+    #[test]
+    fn all_gather_over_1536_ranks_on_192_nodes() {
+        // 1,535 ring steps, 191 crossing: 8.4 + 1344·3.4 + 191·14 =
+        // 8.4 + 4569.6 + 2674 = 7252.0 µs (the hierarchical rings before:
+        // 7·3 + 191·5 = 976 µs).
+        let links = dgx_a100_nccl();
+        let g = GroupSpan::of(1536, 1, 8);
+        assert_eq!((g.per_domain, g.domains), (8, 192));
+        let lat = ring_latency(1, g, &links);
+        assert!((lat - 7252.0e-6).abs() < 1e-9, "{lat}");
+        // 100 MB gathered: 7/8·1e8/300e9 + 191/192·(1e8/8)/25e9 + 7.252 ms
+        // = 0.2917 + 0.4974 + 7.252 = 8.0411 ms: latency dominates.
+        let t = all_gather(1e8, g, &links);
+        let hand = 7.0 / 8.0 * 1e8 / 300e9 + 191.0 / 192.0 * 1e8 / 8.0 / 25e9 + 7252.0e-6;
+        assert!((t - hand).abs() < 1e-12, "{t} vs {hand}");
+        assert!((t - 8.0411e-3).abs() < 1e-7, "{t}");
+        // Its all-reduce takes the tree: log2i(192) = 7 levels, 8.4 +
+        // 2·(7·4.0 + 7·14) = 260.4 µs against the ring's 8.4 + 2·(1344·3.4
+        // + 191·14) = 14495.6 µs.
+        let tree = tree_latency(g, &links);
+        assert!((tree - 260.4e-6).abs() < 1e-9, "{tree}");
+        assert!((ring_latency(2, g, &links) - 14495.6e-6).abs() < 1e-9);
+        assert_eq!(all_reduce_algorithm(g, &links), AllReduceAlgorithm::Tree);
+    }
+
+    #[test]
+    fn all_reduce_takes_the_ring_in_a_node_and_the_tree_across_nodes() {
+        let links = dgx_a100_nccl();
+        let bw = |s: f64, g: GroupSpan| 2.0 * ring_bandwidth_time(s, g, &links);
+        // 8 ranks in one node: ring 8.4 + 14·3.4 = 56.0 µs, tree 8.4 +
+        // 2·7·4.0 = 64.4 µs: the ring, for a 4 KiB buffer and a 1 GiB one
+        // alike (the tree's bandwidth is taken equal to the ring's, so the
+        // choice does not depend on size).
+        let node = GroupSpan::of(8, 1, 8);
+        assert!((ring_latency(2, node, &links) - 56.0e-6).abs() < 1e-12);
+        assert!((tree_latency(node, &links) - 64.4e-6).abs() < 1e-12);
+        assert_eq!(all_reduce_algorithm(node, &links), AllReduceAlgorithm::Ring);
+        for s in [4096.0, 1073741824.0] {
+            let t = all_reduce(s, node, &links);
+            assert!((t - bw(s, node) - 56.0e-6).abs() < 1e-12, "{s}: {t}");
+        }
+        // 16 ranks on 2 nodes of 8: ring 8.4 + 2·(14·3.4 + 14) = 131.6 µs,
+        // tree 8.4 + 2·(7·4.0 + 1·14) = 92.4 µs: the tree.
+        let two = GroupSpan::of(16, 1, 8);
+        assert!((ring_latency(2, two, &links) - 131.6e-6).abs() < 1e-12);
+        assert!((tree_latency(two, &links) - 92.4e-6).abs() < 1e-12);
+        assert_eq!(all_reduce_algorithm(two, &links), AllReduceAlgorithm::Tree);
+        // 4 KiB: 2·(7/8·4096/300e9 + 1/2·512/25e9) = 0.0443 µs of
+        // bandwidth under 92.4 µs of latency; 1 GB: 10.8333 ms + 92.4 µs =
+        // 10.9257 ms (the module's example).
+        let small = all_reduce(4096.0, two, &links);
+        assert!((small - bw(4096.0, two) - 92.4e-6).abs() < 1e-12);
+        assert!((small - 92.444e-6).abs() < 1e-9, "{small}");
+        let large = all_reduce(1e9, two, &links);
+        assert!((large - 10.9257e-3).abs() < 1e-7, "{large}");
+        // The ring, when asked for: 131.6 µs instead.
+        let ring = all_reduce_with(AllReduceAlgorithm::Ring, 1e9, two, &links);
+        assert!((ring - large - (131.6e-6 - 92.4e-6)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tree_and_ring_steps_across_a_pod_pay_its_latency() {
+        // 32 ranks, 8 per node on 4 nodes across two pods (tier 1, 2 µs
+        // more per crossing step): cross-node steps cost 14 + 2 = 16 µs.
+        // Ring all-reduce: 62 steps, 6 crossing: 8.4 + 56·3.4 + 6·16 =
+        // 294.8 µs; tree: 8.4 + 2·(7·4.0 + log2(4)·16) = 128.4 µs.
+        let mut links = dgx_a100_nccl();
+        links.tier_lat = [0.0, 2e-6, 2e-6, 2e-6];
+        let g = GroupSpan {
+            tier: 1,
+            ..GroupSpan::of(32, 1, 8)
+        };
+        assert!((ring_latency(2, g, &links) - 294.8e-6).abs() < 1e-12);
+        assert!((tree_latency(g, &links) - 128.4e-6).abs() < 1e-12);
+        // A reduce-scatter's ring: 8.4 + 28·3.4 + 3·16 = 151.6 µs.
+        assert!((ring_latency(1, g, &links) - 151.6e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_group_of_one_rank_costs_nothing() {
+        let links = dgx_a100_nccl();
+        assert_eq!(ring_latency(2, GroupSpan::SINGLE, &links), 0.0);
+        assert_eq!(tree_latency(GroupSpan::SINGLE, &links), 0.0);
+        assert_eq!(all_reduce(1e9, GroupSpan::SINGLE, &links), 0.0);
     }
 
     #[test]
@@ -340,8 +607,9 @@ mod tests {
     #[test]
     fn a_message_above_a_tier_pays_its_latency() {
         // 32 ranks, 8 per node on 4 nodes across two pods (tier 1), NIC
-        // latency 5 µs, 2 µs more above the pod, bandwidth infinite-ish:
-        // a reduce-scatter's 3 cross-node steps cost 3·(5 + 2) µs.
+        // latency 5 µs, 2 µs more above the pod, NVLink steps and base
+        // latency 0, bandwidth infinite-ish: a reduce-scatter's 3
+        // cross-node ring steps cost 3·(5 + 2) µs.
         let mut links = dgx_a100();
         links.intra_bw = 1e30;
         links.inter_bw = 1e30;

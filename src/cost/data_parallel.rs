@@ -390,6 +390,7 @@ mod tests {
             inter_bw: 1e9,
             intra_lat: 0.0,
             inter_lat: 0.0,
+            base_lat: 0.0,
             oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
             tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
         };

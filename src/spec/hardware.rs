@@ -132,7 +132,9 @@ pub struct Gpu {
 pub struct IntraNode {
     /// Bandwidth per GPU per direction, GB/s.
     pub bandwidth_gbs: f64,
-    /// Latency of one message, microseconds.
+    /// Latency of one ring step on NVLink (and of one NVLink message of an
+    /// all-to-all or p2p send), microseconds; the shipped profiles take
+    /// NCCL's Ring/Simple NVLink figure, 3.4 ([`crate::cost::comm`]).
     pub latency_us: f64,
 }
 
@@ -144,7 +146,10 @@ pub struct InterNode {
     pub nic_bandwidth_gbps: f64,
     /// NICs per node.
     pub nics_per_node: u32,
-    /// Latency of one message, microseconds.
+    /// Latency of one ring step that crosses nodes (and of one cross-node
+    /// message of an all-to-all or p2p send), microseconds; the shipped
+    /// profiles take NCCL's Ring/Simple NET figure, 14
+    /// ([`crate::cost::comm`]).
     pub latency_us: f64,
 }
 
@@ -183,9 +188,10 @@ pub struct Tier {
     /// architecture's rail-optimized compute fabric). Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rails: bool,
-    /// Extra latency of a message that climbs above this tier (the
-    /// switch hops up and down), microseconds, added to
-    /// `inter_node.latency_us` and to the tiers' below; default 0.
+    /// Extra latency of a message (or ring step) that climbs above this
+    /// tier (the switch hops up and down), microseconds, added to
+    /// `inter_node.latency_us` and to the tiers' below; default 0 (NCCL's
+    /// model has no per-tier term, and no shipped profile sets one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<f64>,
     /// What the uplinks above this tier lead to (`spine`, `core`), for
