@@ -17,6 +17,7 @@ pub mod layer;
 pub mod levels;
 pub mod memory;
 pub mod moe;
+pub mod mtp;
 pub mod precision;
 pub mod schedule;
 
@@ -424,7 +425,14 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     // Temporaries: one layer's backward working set; SP all-gather, CP K/V
     // and unfused-score buffers (`temporary_buffers`); and the EP dispatch
     // buffers of the MoE layer running (`moe::dispatch_buffer_bytes`).
-    let dispatch = if moe_layers > 0 { lc.ep_buffers } else { 0.0 };
+    // The last stage's MTP layers are MoE layers when the main model's
+    // last layer is (`mtp`).
+    let mtp_moe = has_output && model.architecture.mtp_layers > 0 && model.mtp_is_moe();
+    let dispatch = if moe_layers > 0 || mtp_moe {
+        lc.ep_buffers
+    } else {
+        0.0
+    };
     let temporaries =
         items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc) + dispatch;
     let shard = (l.dp * l.cp) as f64;
