@@ -840,9 +840,9 @@ fn nextn_predict_layers_map_to_mtp_layers() {
     let ds = import("deepseek-v3");
     assert_eq!(ds.model.architecture.mtp_layers, 1);
     assert!(
-        ds.all_notes()
-            .iter()
-            .any(|n| n.starts_with("num_nextn_predict_layers = 1: the multi-token-prediction module") && n.contains("is priced")),
+        ds.all_notes().iter().any(|n| n
+            .starts_with("num_nextn_predict_layers = 1: the multi-token-prediction module")
+            && n.contains("is priced")),
         "{:?}",
         ds.all_notes()
     );

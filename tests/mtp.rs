@@ -163,7 +163,10 @@ fn megatron_script_has_the_mtp_layer() {
     let b = s.bundle(&best);
     let script = b.file(generate::MEGATRON_SCRIPT).unwrap();
     assert!(script.contains("--mtp-num-layers 1 "), "{script}");
-    assert!(script.contains("--mtp-loss-scaling-factor 0.1 "), "{script}");
+    assert!(
+        script.contains("--mtp-loss-scaling-factor 0.1 "),
+        "{script}"
+    );
     // A split Megatron can only take as a layout string.
     let mut plan = b.plan.clone();
     plan.mesh.pp = 4;
@@ -201,8 +204,13 @@ fn bridge_sets_the_cards_mtp_layers() {
     let mut s = Setup::new("deepseek-v3", "h800-2048", None);
     let best = s.best().expect("a valid layout");
     Target::MegatronBridge.engine_job(&mut s.job);
-    let b = generate::generate_for(&s.problem(), &Policy::default(), &best, Target::MegatronBridge)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let b = generate::generate_for(
+        &s.problem(),
+        &Policy::default(),
+        &best,
+        Target::MegatronBridge,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let ov = megatron_bridge::overrides(&b.plan);
     let get = |k: &str| {
         ov.iter()
@@ -290,12 +298,16 @@ fn mtp_fields_are_checked() {
     );
     // Megatron-LM refuses MTP with ALiBi (arguments.py: position ids needed).
     let alibi = text
-        .replace("position_embedding = \"rope\"", "position_embedding = \"alibi\"")
+        .replace(
+            "position_embedding = \"rope\"",
+            "position_embedding = \"alibi\"",
+        )
         .replace("rope_theta = 10000.0", "");
     let e = Model::from_toml(&alibi, Path::new("ds.toml")).unwrap_err();
     assert!(
-        e.to_string()
-            .starts_with("ds.toml: field `architecture.mtp_layers`: multi-token prediction needs position ids"),
+        e.to_string().starts_with(
+            "ds.toml: field `architecture.mtp_layers`: multi-token prediction needs position ids"
+        ),
         "{e}"
     );
     // A card without the field has no MTP.

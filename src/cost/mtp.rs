@@ -126,7 +126,11 @@ mod tests {
     use crate::spec::catalog::Catalog;
 
     fn dsv3() -> Model {
-        Catalog::shipped().unwrap().model("deepseek-v3").unwrap().clone()
+        Catalog::shipped()
+            .unwrap()
+            .model("deepseek-v3")
+            .unwrap()
+            .clone()
     }
 
     #[test]

@@ -373,7 +373,9 @@ pub fn megatron(plan: &Plan) -> Megatron {
             "multi-token prediction, priced on the last pipeline stage (DeepSeek-V3 report §2.2)",
         ));
         if let Some(w) = m.mtp_loss_scale {
-            model.push(val("--mtp-loss-scaling-factor", w).note("MTP loss weight from the model card"));
+            model.push(
+                val("--mtp-loss-scaling-factor", w).note("MTP loss weight from the model card"),
+            );
         }
     }
     if !m.tied_embeddings {
