@@ -108,6 +108,11 @@ pub struct LayerCosts {
     /// Expert dispatch buffers of one MoE layer in flight, bytes
     /// ([`experts::dispatch_buffer_bytes`]; 0 for dense models).
     pub ep_buffers: f64,
+    /// Dense parameters of the multi-token-prediction layers (and the
+    /// word-embedding copy kept for them) inside `output.params`
+    /// ([`mtp`]); 0 without MTP. ZeRO-3/FSDP gathers them as units of
+    /// their own, not with the output layer.
+    pub mtp_params: f64,
     /// Saved routed-token activations of one MoE layer per micro-batch,
     /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
     /// 0 under full recompute).
@@ -648,6 +653,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // output head and loss; charged to the output item, which sits on the
     // last chunk.
     let mut output = output;
+    let mut mtp_params = 0.0;
     let d = a.mtp_layers as f64;
     if d > 0.0 {
         let block = if model.mtp_is_moe() { &moe } else { &dense };
@@ -673,11 +679,13 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 + head_loss.time[TimePart::TpComm].total,
         );
         let loss_buffers = output.working_set;
+        let before = output.params;
         output.add(block, d);
         output.time.add_scaled(&t, d);
         output.fwd_compute += d * extra_fwd;
         output.params += d * (model.mtp_projection_params() / tp + 3.0 * model.norm_params())
             + mtp::embedding_copy_params(model, vocab, tp, l.pp);
+        mtp_params = output.params - before;
         output.activation += d * mtp::saved_bytes_per_token(model) * tokens / rep_div;
         // Every module's logits stay saved for its loss's backward
         // (`process_mtp_loss` runs in the forward).
@@ -723,6 +731,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         tokens,
         cp_buffers: cp::buffer_bytes(l.cp_comm, job.cp_impl, kv_bytes, l.cp),
         ep_buffers,
+        mtp_params,
         routed_activation,
     }
 }

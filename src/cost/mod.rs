@@ -205,14 +205,16 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
 /// transformer layer kind, or the embedding or output layer when the rank
 /// holds it and it is larger (for Llama 3's 128K vocabulary the output
 /// layer is larger than a layer). Two are materialised at once (the unit
-/// computing and the one prefetched, [`crate::cost::fsdp`]).
+/// computing and the one prefetched, [`crate::cost::fsdp`]). The MTP layers
+/// the output item also holds are units of their own, no larger than a
+/// layer and the head ([`LayerCosts::mtp_params`]).
 pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
     let mut unit = lc.dense.params.max(lc.moe.params);
     if has_embedding {
         unit = unit.max(lc.embedding.params);
     }
     if has_output {
-        unit = unit.max(lc.output.params);
+        unit = unit.max(lc.output.params - lc.mtp_params);
     }
     unit
 }
@@ -271,7 +273,7 @@ pub fn largest_module(
         module = module.max(lc.embedding.params);
     }
     if has_output {
-        module = module.max(lc.output.params);
+        module = module.max(lc.output.params - lc.mtp_params);
     }
     module
 }
@@ -338,7 +340,7 @@ pub fn fsdp2_transients(
         root += lc.embedding.params;
     }
     if has_output {
-        root += lc.output.params;
+        root += lc.output.params - lc.mtp_params;
     }
     (
         r.weight_bytes * (root + 2.0 * block),
