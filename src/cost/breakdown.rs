@@ -153,7 +153,7 @@ parts! {
         /// attention results, and on the last stage the multi-token-prediction
         /// layers), micro-batches × per-micro-batch time.
         Compute => ("compute", "compute (forward + backward)",
-            "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead; src/cost/mtp.rs (last stage)", "narayanan-2021"),
+            "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead; src/cost/mtp.rs: elementwise_bytes_per_token", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
             "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
@@ -223,7 +223,7 @@ parts! {
         /// Logits and loss buffers on the last stage (one set per loss: the
         /// main model's and each multi-token-prediction layer's).
         Logits => ("logits", "logits",
-            "src/cost/memory.rs: logits_bytes; src/cost/mtp.rs", "megatron-cross-entropy"),
+            "src/cost/memory.rs: logits_bytes; src/cost/layer.rs: layer_costs", "megatron-cross-entropy"),
         /// Temporaries and buffers at the peak: one layer's backward working
         /// set, SP all-gather, CP K/V, EP dispatch and unfused score buffers.
         Temporaries => ("temporaries", "temporaries",
