@@ -156,11 +156,13 @@ pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
 /// Total bytes are `(b_w + b_o)·P + N·16 KiB` (plus the low-precision
 /// scaling state) with P the model's parameter
 /// count (unpadded vocabulary: Megatron's padding to a multiple of 128·T
-/// adds under 0.02% for Llama 3). The per-rank figure uses the pipeline
+/// adds under 0.02% for Llama 3) plus its multi-token-prediction layers'
+/// ([`crate::spec::Model::mtp_params`]; Megatron saves them with the
+/// model, DeepSeek-V3: +11.6e9, +1.7%). The per-rank figure uses the pipeline
 /// rank with the most parameters from [`cost::rank_costs`].
 pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     let recipe = &pr.job.recipe;
-    let params = pr.model.total_params();
+    let params = pr.model.total_params() + pr.model.mtp_params();
     let (weights, master, moments) =
         state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
     let n = pr.world as f64;

@@ -25,6 +25,10 @@ pub const MAX_SIZE: u32 = MAX_GPUS as u32;
 /// model's layers: every chunk holds at least one layer.
 pub const MAX_LAYERS: u32 = 1 << 14;
 
+/// Multi-token-prediction layers of a model card (`mtp_layers`): 64
+/// (published models train with one).
+pub const MAX_MTP_LAYERS: u32 = 64;
+
 /// Hidden size, FFN width, head width and every other width of a model
 /// card (`hidden`, `ffn`, `head_dim`, `moe.expert_ffn`, the MLA ranks):
 /// 2^20.

@@ -1734,12 +1734,13 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         // `pipeline_model_parallel_layout = "Et|(tt|)*30mL"` for its pp = 8,
         // vp = 4 (`scripts/performance/run_script.py` at v0.1.0rc4): the
         // embedding and one layer, thirty stages of two, and a last stage
-        // of the MTP block and the loss. The MTP block is not priced.
+        // of the MTP block and the loss; the card's MTP layer is priced
+        // there with the output layer (`cost::mtp`).
         let mut s = vec![2u32; 32];
         s[0] = 1;
         s[31] = 0;
         assume.push(
-            "split: Megatron-Bridge layout Et|(tt|)*30mL — 1, 2×30, 0 layers over the 32 stages (the last holds the MTP block, not priced, and the loss)".into(),
+            "split: Megatron-Bridge layout Et|(tt|)*30mL — 1, 2×30, 0 layers over the 32 stages (the last holds the MTP block, priced from the card's mtp_layers = 1, and the loss)".into(),
         );
         Some(s)
     } else if engine == Some("megatron-bridge")
@@ -2122,6 +2123,8 @@ fn column_model(
         norm_epsilon: None,
         rope_scaling: None,
         tokenizer_vocab: None,
+        mtp_layers: 0,
+        mtp_loss_scale: None,
     };
     if heads % kv_heads.max(1) != 0 {
         return Err(format!("{heads} heads are not a multiple of {kv_heads} kv heads").into());

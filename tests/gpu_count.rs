@@ -1,7 +1,10 @@
 //! `search` says when a nearby smaller GPU count does better: DeepSeek-V3
 //! on 424 GPUs of h800-2048 (424 = 2^3·53), where every layout must use
 //! all 424 GPUs: the best the search finds there is p = 53 with one or two
-//! layers a stage (13.8% MFU), while 384 = 2^7·3 GPUs reach 21.3%.
+//! layers a stage (7.2% MFU since issue 18 priced the MTP layer: the last
+//! of the 53 stages holds a layer, the MTP MoE layer and two passes
+//! through the 129,280-wide head, and sets the pace; 14.0% before), while
+//! 384 = 2^7·3 GPUs reach 21.9% (21.3% before).
 //!
 //! (This test was on the 416-GPU jean-zay-a100 until the search gave v = 1
 //! stage splits their own DP budget: it now finds a p = 13 layout with an
@@ -22,7 +25,7 @@ fn deepseek_on_424_gpus_reports_a_better_count() {
     let r = search::search(&pr, &space);
     let win = r.top.first().expect("a valid layout on 424");
     assert!(
-        win.eval.mfu > 0.10 && win.eval.mfu < 0.18,
+        win.eval.mfu > 0.05 && win.eval.mfu < 0.10,
         "{}",
         win.eval.mfu
     );
@@ -84,7 +87,7 @@ fn table_note_and_json_field() {
         .expect("the note");
     assert!(note.contains("384 of 424 GPUs (2^7·3)"), "{note}");
     assert!(
-        note.contains("all 424 (2^3·53) reach ") && note.contains("MFU 14.0%)"),
+        note.contains("all 424 (2^3·53) reach ") && note.contains("MFU 7.2%)"),
         "{note}"
     );
     assert!(note.contains("Probed 400, 392, 384"), "{note}");

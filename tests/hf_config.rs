@@ -320,8 +320,13 @@ fn configs_with_a_shipped_card_give_its_architecture() {
         ("qwen3-30b-a3b", "qwen3-30b-a3b", false),
         ("mixtral-8x7b-v0.1", "mixtral-8x7b", false),
     ] {
-        let got = import(dir).model;
+        let mut got = import(dir).model;
         let want = cat.model(card).unwrap();
+        if launch_only_moe_differs {
+            // The MTP loss weight is a training setting config.json lacks.
+            assert_eq!(got.architecture.mtp_loss_scale, None);
+            got.architecture.mtp_loss_scale = want.architecture.mtp_loss_scale;
+        }
         assert_eq!(got.architecture, want.architecture, "{dir}");
         assert_eq!(got.mla, want.mla, "{dir}");
         let (mut g, w) = (got.moe.clone(), want.moe.clone());
@@ -824,4 +829,48 @@ fn any_value_of_any_key_reads_or_fails_cleanly() {
             }
         }
     }
+}
+
+/// `num_nextn_predict_layers` maps to `architecture.mtp_layers`: DeepSeek-V3's
+/// config.json has 1 (README_WEIGHTS.md: "The open-sourced V3 weights
+/// include 1 MTP Module"), priced; 0 or absent is none; beyond the limit is
+/// an error naming the key.
+#[test]
+fn nextn_predict_layers_map_to_mtp_layers() {
+    let ds = import("deepseek-v3");
+    assert_eq!(ds.model.architecture.mtp_layers, 1);
+    assert!(
+        ds.all_notes().iter().any(|n| n
+            .starts_with("num_nextn_predict_layers = 1: the multi-token-prediction module")
+            && n.contains("is priced")),
+        "{:?}",
+        ds.all_notes()
+    );
+    let none = import_edited("deepseek-v3", |m| {
+        m.insert("num_nextn_predict_layers".into(), Value::from(0));
+    })
+    .unwrap();
+    assert_eq!(none.model.architecture.mtp_layers, 0);
+    let gone = import_edited("deepseek-v3", |m| {
+        m.remove("num_nextn_predict_layers");
+    })
+    .unwrap();
+    assert_eq!(gone.model.architecture.mtp_layers, 0);
+    let two = import_edited("deepseek-v3", |m| {
+        m.insert("num_nextn_predict_layers".into(), Value::from(2));
+    })
+    .unwrap();
+    assert_eq!(two.model.architecture.mtp_layers, 2);
+    assert_eq!(two.model.mtp_params(), 2.0 * 11_610_067_968.0);
+    let e = import_edited("deepseek-v3", |m| {
+        m.insert("num_nextn_predict_layers".into(), Value::from(65));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("num_nextn_predict_layers") && e.contains("65 exceeds meshplan's limit of 64"),
+        "{e}"
+    );
+    // The printed card carries the field and reads back.
+    let card = toml::to_string(&ds.model).unwrap();
+    assert!(card.contains("mtp_layers = 1"), "{card}");
 }

@@ -444,6 +444,25 @@ fn megatron_rules(f: &Flags, env: &Env) -> (Vec<String>, Derived) {
                     !flat.contains(&'m') || f.has("--mtp-num-layers"),
                     "P13: m without MTP",
                 );
+                // `validate_layer_layout`: as many m as --mtp-num-layers,
+                // after every decoder layer, all in the last stage of a rank.
+                let mtp = f.int("--mtp-num-layers").unwrap_or(0) as usize;
+                let ms = flat.iter().filter(|c| **c == 'm').count();
+                check(ms == mtp, "P13: m count != --mtp-num-layers");
+                if let Some(i) = flat.iter().position(|c| *c == 'm') {
+                    check(
+                        !flat[i..].contains(&'t'),
+                        "P13: decoder layers after MTP layers",
+                    );
+                    // Stage c is virtual stage c / p of rank c mod p.
+                    let v = st.len() / pp as usize;
+                    let holds: Vec<usize> =
+                        (0..st.len()).filter(|&c| st[c].contains(&'m')).collect();
+                    check(
+                        holds.len() == 1 && holds[0] / pp as usize == v - 1,
+                        "P13: MTP layers not all in one rank's last virtual stage",
+                    );
+                }
                 let v = st.len() as i64 / pp;
                 if v > 1 {
                     vpp = Some(v);
@@ -995,6 +1014,28 @@ fn every_flag_is_a_megatron_option_and_every_rule_holds() {
             s
         },
     ];
+    // DeepSeek-V3 with Megatron-Bridge's interleaved H100 split (1, 2×30, 0
+    // over p 8 · v 4): a layout string, whose last stage holds the MTP
+    // layer and the loss (`…|m,L`).
+    let ds_h100 = Setup::new("deepseek-v3", "dgx-h100-1024", None);
+    let mut bridge_split = vec![2u32; 32];
+    bridge_split[0] = 1;
+    bridge_split[31] = 0;
+    let ds_layout = Layout {
+        ep: 64,
+        vpp: 4,
+        sp: true,
+        recompute: Recompute::Full,
+        split: Some(bridge_split),
+        ..Layout::dense(64, 2, 8, 1)
+    };
+    let ds_script = ds_h100
+        .bundle(&ds_layout)
+        .file(generate::MEGATRON_SCRIPT)
+        .unwrap()
+        .to_string();
+    assert!(ds_script.contains("|t*2|m,L'"), "{ds_script}");
+    cases.push(("deepseek-v3 bridge split".to_string(), &ds_h100, ds_layout));
     let mut found = 0;
     for s in &extra {
         if let Some(l) = s.best() {

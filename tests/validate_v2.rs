@@ -658,6 +658,46 @@ fn moe_rows_follow_their_recipes() {
     assert!(q.total > 0.0 && q.exposed == q.total, "{q:?}");
 }
 
+/// Megatron-Bridge 25.09 DeepSeek-V3 on 1024 H100 trains the recipe's MTP
+/// layer (its layout `Et|(tt|)*30mL` gives it the last virtual stage), now
+/// priced from the card's `mtp_layers = 1` (`cost::mtp`). The row's model
+/// FLOPs then equal Bridge's own (338 TFLOP/s · 1024 · 25.264 s =
+/// 8.744e18; without MTP meshplan counted 3.9% fewer), so the TFLOP/s error
+/// is the step-time error inverted. Before MTP was priced: TFLOP/s +2.2%,
+/// step −5.9% (23.77 s). Now: TFLOP/s −6.8%, step +7.4% (27.12 s),
+/// pessimistic: the last rank now carries six MoE layers, the MTP MoE
+/// layer and two passes through the 129,280-wide head, more than the
+/// middle ranks' eight MoE layers, and sets the pipeline's pace. Nothing
+/// was refitted to this row.
+#[test]
+fn deepseek_v3_bridge_row_prices_its_mtp_layer() {
+    let r = run(V2);
+    let x = r
+        .rows
+        .iter()
+        .find(|x| x.id == "MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024")
+        .unwrap();
+    let (tf, st) = (x.tflops.unwrap(), x.step_s.unwrap());
+    assert!((tf.error - -0.068).abs() < 0.01, "{:+.3}", tf.error);
+    assert!((st.error - 0.074).abs() < 0.01, "{:+.3}", st.error);
+    let flops = |tflops: f64, step: f64| tflops * 1e12 * 1024.0 * step;
+    let (ours, bridge) = (
+        flops(tf.predicted, st.predicted),
+        flops(tf.measured, st.measured),
+    );
+    assert!(
+        (ours / bridge - 1.0).abs() < 0.002,
+        "{ours:e} vs {bridge:e}"
+    );
+    assert!(
+        x.assumptions
+            .iter()
+            .any(|a| a.contains("the MTP block, priced from the card's mtp_layers = 1")),
+        "{:?}",
+        x.assumptions
+    );
+}
+
 /// Megatron-DeepSpeed's TFLOP/s estimator before PR #251 (the BLOOM log's
 /// rows before 02-21), `8·B·s·P_ne`, by hand against the log's own pairs of
 /// step time and TFLOP/s (`chronicles-prequel.md`):

@@ -149,10 +149,11 @@ parts! {
     /// A part of the step time, seconds.
     TimePart {
         /// Forward and backward compute of the slowest stage (GEMMs, attention
-        /// core, element-wise kernels, and with CP the merging of partial
-        /// attention results), micro-batches × per-micro-batch time.
+        /// core, element-wise kernels, with CP the merging of partial
+        /// attention results, and on the last stage the multi-token-prediction
+        /// layers), micro-batches × per-micro-batch time.
         Compute => ("compute", "compute (forward + backward)",
-            "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead", "narayanan-2021"),
+            "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead; src/cost/mtp.rs: elementwise_bytes_per_token", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
             "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
@@ -219,9 +220,10 @@ parts! {
         /// Saved activations of the micro-batches in flight.
         Activations => ("activations", "activations",
             "src/cost/memory.rs: layer_activation_bytes, in_flight", "korthikanti-2022"),
-        /// Logits and loss buffers on the last stage.
+        /// Logits and loss buffers on the last stage (one set per loss: the
+        /// main model's and each multi-token-prediction layer's).
         Logits => ("logits", "logits",
-            "src/cost/memory.rs: logits_bytes", "megatron-cross-entropy"),
+            "src/cost/memory.rs: logits_bytes; src/cost/layer.rs: layer_costs", "megatron-cross-entropy"),
         /// Temporaries and buffers at the peak: one layer's backward working
         /// set, SP all-gather, CP K/V, EP dispatch and unfused score buffers.
         Temporaries => ("temporaries", "temporaries",

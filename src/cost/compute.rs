@@ -579,27 +579,43 @@ pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 
     }
 }
 
+/// Parameters of one transformer layer a token's GEMMs meet, for the
+/// model FLOPs (`6·` this per token): attention plus the dense MLP, or for
+/// an MoE layer attention, shared experts, router and the top-k routed
+/// experts; norms are not counted (Megatron-LM `num_floating_point_operations`).
+pub fn layer_flop_params(model: &Model, moe: bool) -> f64 {
+    if moe {
+        model.attention_params()
+            + model.moe_shared_and_router_params()
+            + model.moe.as_ref().map(|m| m.top_k as f64).unwrap_or(0.0) * model.one_expert_params()
+    } else {
+        model.attention_params() + model.mlp_params(model.architecture.ffn)
+    }
+}
+
 /// Model FLOPs of one optimizer step (Megatron-LM
 /// `num_floating_point_operations` [ref:megatron-flops]): `6·B·s·[…]` for every
 /// GEMM (forward, input gradient, weight gradient) plus the causal attention
 /// core `6·B·s²·q` per layer (halved for the mask), logits included; routed
 /// experts count top-k only. Recompute is not counted (MFU convention).
+/// Multi-token-prediction layers count as Megatron counts them
+/// ([`crate::cost::mtp::model_flops_per_step`]).
 pub fn model_flops_per_step(model: &Model, global_batch: f64, seq: f64) -> f64 {
     let tokens = global_batch * seq;
-    let per_token_params = model.dense_layers() as f64
-        * (model.attention_params() + model.mlp_params(model.architecture.ffn))
-        + model.moe_layers() as f64
-            * (model.attention_params()
-                + model.moe_shared_and_router_params()
-                + model.moe.as_ref().map(|m| m.top_k as f64).unwrap_or(0.0)
-                    * model.one_expert_params())
+    let per_token_params = model.dense_layers() as f64 * layer_flop_params(model, false)
+        + model.moe_layers() as f64 * layer_flop_params(model, true)
         + (model.architecture.vocab * model.architecture.hidden) as f64;
     let gemm = 6.0 * tokens * per_token_params;
-    let attn = 3.0
-        * model.architecture.layers as f64
-        * global_batch
-        * attention_core_flops(model, seq, seq);
-    gemm + attn
+    let core = attention_core_flops(model, seq, seq);
+    let attn = 3.0 * model.architecture.layers as f64 * global_batch * core;
+    let mtp = crate::cost::mtp::model_flops_per_step(
+        model,
+        global_batch,
+        seq,
+        layer_flop_params(model, model.mtp_is_moe()),
+        core,
+    );
+    gemm + attn + mtp
 }
 
 /// Forward FLOPs recomputed per step ([`rerun`]).
@@ -613,14 +629,18 @@ pub fn recompute_flops_per_step(
     match rerun(recompute, flash) {
         Rerun::Nothing => 0.0,
         Rerun::AttentionCore => {
-            model.architecture.layers as f64 * global_batch * attention_core_flops(model, seq, seq)
+            (model.architecture.layers + model.architecture.mtp_layers) as f64
+                * global_batch
+                * attention_core_flops(model, seq, seq)
         }
         Rerun::Forward => {
-            // One more forward of every transformer layer: a third of the
-            // layers' model FLOPs (the logits are not recomputed).
+            // One more forward of every transformer layer (the MTP layers'
+            // too): a third of the layers' model FLOPs (the logits, the main
+            // model's and each MTP layer's, are not recomputed).
             let logits = 6.0
                 * global_batch
                 * seq
+                * (1 + model.architecture.mtp_layers) as f64
                 * (model.architecture.vocab * model.architecture.hidden) as f64;
             (model_flops_per_step(model, global_batch, seq) - logits) / 3.0
         }

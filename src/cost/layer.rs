@@ -10,7 +10,7 @@ use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::contention::contention;
 use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::precision::{self, CastWork};
-use crate::cost::{comm, cp, moe as experts};
+use crate::cost::{comm, cp, moe as experts, mtp};
 use crate::layout::{Layout, Placement, Recompute};
 use crate::spec::SelectivePolicy;
 
@@ -108,6 +108,11 @@ pub struct LayerCosts {
     /// Expert dispatch buffers of one MoE layer in flight, bytes
     /// ([`experts::dispatch_buffer_bytes`]; 0 for dense models).
     pub ep_buffers: f64,
+    /// Dense parameters of the multi-token-prediction layers (and the
+    /// word-embedding copy kept for them) inside `output.params`
+    /// ([`mtp`]); 0 without MTP. ZeRO-3/FSDP gathers them as units of
+    /// their own, not with the output layer.
+    pub mtp_params: f64,
     /// Saved routed-token activations of one MoE layer per micro-batch,
     /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
     /// 0 under full recompute).
@@ -642,6 +647,51 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         ..ItemCost::default()
     };
 
+    // Multi-token prediction on the last stage ([`mtp`]): per MTP layer one
+    // transformer layer of the last kind, the h×2h projection, three norms,
+    // the shifted tokens' embedding lookup and one more pass through the
+    // output head and loss; charged to the output item, which sits on the
+    // last chunk.
+    let mut output = output;
+    let mut mtp_params = 0.0;
+    let d = a.mtp_layers as f64;
+    if d > 0.0 {
+        let block = if model.mtp_is_moe() { &moe } else { &dense };
+        let head_loss = output;
+        let (proj_f, proj_b) = compute::gemm_pass_times(tokens, h / tp, 2.0 * h, &pr.rates);
+        let elem = mtp::elementwise_bytes_per_token(model) * tokens / rep_div;
+        let (elem_f, elem_b) = (
+            compute::elementwise_time(elem, &pr.rates),
+            compute::elementwise_time(2.0 * elem, &pr.rates),
+        );
+        let extra_fwd = proj_f + elem_f + emb_fwd + head_loss.fwd_compute;
+        let extra = proj_b + elem_b + emb_bwd + head_loss.bwd_compute() + extra_fwd;
+        let mut t = PartTimes::default();
+        t[TimePart::Compute] = Term::serial(extra);
+        let proj_tp = if l.tp > 1 {
+            mtp::PROJECTION_TP_COLLECTIVES_PER_PASS * passes * tp_one
+        } else {
+            0.0
+        };
+        t[TimePart::TpComm] = Term::serial(
+            proj_tp
+                + embedding.time[TimePart::TpComm].total
+                + head_loss.time[TimePart::TpComm].total,
+        );
+        let loss_buffers = output.working_set;
+        let before = output.params;
+        output.add(block, d);
+        output.time.add_scaled(&t, d);
+        output.fwd_compute += d * extra_fwd;
+        output.params += d * (model.mtp_projection_params() / tp + 3.0 * model.norm_params())
+            + mtp::embedding_copy_params(model, vocab, tp, l.pp);
+        mtp_params = output.params - before;
+        output.activation += d * mtp::saved_bytes_per_token(model) * tokens / rep_div;
+        // Every module's logits stay saved for its loss's backward
+        // (`process_mtp_loss` runs in the forward).
+        output.working_set = (1.0 + d) * loss_buffers;
+    }
+
     let (mut dense, mut moe, mut embedding, mut output) = (dense, moe, embedding, output);
     if l.zero >= 3 {
         for it in [&mut dense, &mut moe, &mut embedding, &mut output] {
@@ -681,6 +731,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         tokens,
         cp_buffers: cp::buffer_bytes(l.cp_comm, job.cp_impl, kv_bytes, l.cp),
         ep_buffers,
+        mtp_params,
         routed_activation,
     }
 }

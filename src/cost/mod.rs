@@ -17,6 +17,7 @@ pub mod layer;
 pub mod levels;
 pub mod memory;
 pub mod moe;
+pub mod mtp;
 pub mod precision;
 pub mod schedule;
 
@@ -204,14 +205,16 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
 /// transformer layer kind, or the embedding or output layer when the rank
 /// holds it and it is larger (for Llama 3's 128K vocabulary the output
 /// layer is larger than a layer). Two are materialised at once (the unit
-/// computing and the one prefetched, [`crate::cost::fsdp`]).
+/// computing and the one prefetched, [`crate::cost::fsdp`]). The MTP layers
+/// the output item also holds are units of their own, no larger than a
+/// layer and the head ([`LayerCosts::mtp_params`]).
 pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
     let mut unit = lc.dense.params.max(lc.moe.params);
     if has_embedding {
         unit = unit.max(lc.embedding.params);
     }
     if has_output {
-        unit = unit.max(lc.output.params);
+        unit = unit.max(lc.output.params - lc.mtp_params);
     }
     unit
 }
@@ -270,7 +273,7 @@ pub fn largest_module(
         module = module.max(lc.embedding.params);
     }
     if has_output {
-        module = module.max(lc.output.params);
+        module = module.max(lc.output.params - lc.mtp_params);
     }
     module
 }
@@ -337,7 +340,7 @@ pub fn fsdp2_transients(
         root += lc.embedding.params;
     }
     if has_output {
-        root += lc.output.params;
+        root += lc.output.params - lc.mtp_params;
     }
     (
         r.weight_bytes * (root + 2.0 * block),
@@ -424,7 +427,14 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     // Temporaries: one layer's backward working set; SP all-gather, CP K/V
     // and unfused-score buffers (`temporary_buffers`); and the EP dispatch
     // buffers of the MoE layer running (`moe::dispatch_buffer_bytes`).
-    let dispatch = if moe_layers > 0 { lc.ep_buffers } else { 0.0 };
+    // The last stage's MTP layers are MoE layers when the main model's
+    // last layer is (`mtp`).
+    let mtp_moe = has_output && model.architecture.mtp_layers > 0 && model.mtp_is_moe();
+    let dispatch = if moe_layers > 0 || mtp_moe {
+        lc.ep_buffers
+    } else {
+        0.0
+    };
     let temporaries =
         items.working_set.min(working_set_cap(lc)) + temporary_buffers(pr, l, lc) + dispatch;
     let shard = (l.dp * l.cp) as f64;

@@ -84,6 +84,15 @@ pub fn split(plan: &Plan) -> Split {
                 k => parts.push(format!("t*{k}")),
             }
             if c == n - 1 {
+                // The MTP layers sit on the last stage, before the loss
+                // (Megatron-LM `pipeline_parallel_layer_layout.py`: `m`;
+                // `validate_layer_layout` wants all of them on the last
+                // virtual stage of one rank).
+                match plan.model.mtp_layers {
+                    0 => {}
+                    1 => parts.push("m".to_string()),
+                    d => parts.push(format!("m*{d}")),
+                }
                 parts.push("L".to_string());
             }
             parts.join(",")
@@ -358,6 +367,16 @@ pub fn megatron(plan: &Plan) -> Megatron {
     }
     if m.qk_layernorm {
         model.push(flag("--qk-layernorm"));
+    }
+    if m.mtp_layers > 0 {
+        model.push(val("--mtp-num-layers", m.mtp_layers).note(
+            "multi-token prediction, priced on the last pipeline stage (DeepSeek-V3 report §2.2)",
+        ));
+        if let Some(w) = m.mtp_loss_scale {
+            model.push(
+                val("--mtp-loss-scaling-factor", w).note("MTP loss weight from the model card"),
+            );
+        }
     }
     if !m.tied_embeddings {
         model.push(flag("--untie-embeddings-and-output-weights"));

@@ -334,14 +334,33 @@ pub fn overrides(plan: &Plan) -> Vec<Override> {
         "null".into(),
         Some("no CommOverlapConfig: its setup would switch on TP overlap with SP, which the plan does not price".into()),
     );
-    push(
-        "model.mtp_num_layers",
-        "null".into(),
-        Some(
-            "the plan prices no multi-token prediction (the DeepSeek-V3 recipe sets one MTP layer)"
-                .into(),
+    // The recipe's MTP depth replaced by the card's, which the plan priced
+    // (the DeepSeek-V3 recipe sets one MTP layer; a card without MTP clears
+    // it).
+    match plan.model.mtp_layers {
+        0 => push(
+            "model.mtp_num_layers",
+            "null".into(),
+            Some(format!(
+                "the card {} has no multi-token prediction, and the plan prices none",
+                plan.model.name
+            )),
         ),
-    );
+        d => {
+            push(
+                "model.mtp_num_layers",
+                d.to_string(),
+                Some("multi-token prediction layers from the model card, priced on the last pipeline stage".into()),
+            );
+            if let Some(w) = plan.model.mtp_loss_scale {
+                push(
+                    "model.mtp_loss_scaling_factor",
+                    w.to_string(),
+                    Some("MTP loss weight from the model card".into()),
+                );
+            }
+        }
+    }
     // The plan's split counts transformer layers only; the 405B and
     // Qwen3-235B recipes count the embedding and loss as stages of the
     // split, which Megatron rejects beside first/last counts or a layout.

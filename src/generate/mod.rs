@@ -208,6 +208,16 @@ pub fn refusals_for(
 fn megatron_refusals(pr: &Problem, l: &Layout) -> Vec<Refusal> {
     let mut out = Vec::new();
     let model = pr.model;
+    if pr.job.moe_a2a_overlap && model.moe.is_some() && model.architecture.mtp_layers > 1 {
+        out.push(Refusal {
+            code: "megatron-mtp".into(),
+            message: format!(
+                "{} MTP layers with the expert all-to-all overlapped: Megatron-Core's TransformerConfig allows at most one MTP layer under overlap_moe_expert_parallel_comm",
+                model.architecture.mtp_layers
+            ),
+            remedy: "plan without the all-to-all overlap, or with a card of one MTP layer".into(),
+        });
+    }
     if pr.job.recipe_name == crate::spec::RecipeName::Deepspeed {
         out.push(Refusal {
             code: "megatron-recipe".into(),

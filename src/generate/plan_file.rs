@@ -113,6 +113,14 @@ pub struct ModelInfo {
     /// Llama 3.1 RoPE scaling, when the card gives one.
     #[serde(default)]
     pub rope_scaling: Option<crate::spec::model::RopeScaling>,
+    /// Multi-token-prediction layers D (`--mtp-num-layers`), priced on the
+    /// last pipeline stage; 0 for none.
+    #[serde(default)]
+    pub mtp_layers: u32,
+    /// Weight of the MTP loss (`--mtp-loss-scaling-factor`), when the card
+    /// gives one.
+    #[serde(default)]
+    pub mtp_loss_scale: Option<f64>,
     /// Mixture of experts, if any.
     pub moe: Option<MoeSpec>,
     /// Multi-head latent attention, if any.
@@ -606,12 +614,13 @@ fn span(groups: &[Vec<u64>], ppn: u64, domain: u64) -> SpanInfo {
 
 /// The embedding group of pipeline group `pp_ranks`, as Megatron-LM's
 /// `pretrain_gpt.py` `get_embedding_ranks` builds it
-/// ([ref:megatron-parallel-state]): the first stage, plus the last when the
-/// input embedding and output layer are tied and p > 1 (no multi-token
-/// prediction stages in meshplan's cards).
-pub fn embedding_ranks(pp_ranks: &[u64], tied: bool) -> Vec<u64> {
+/// ([ref:megatron-parallel-state]): the first stage, plus the last when
+/// p > 1 and the input embedding and output layer are tied or the model
+/// has multi-token-prediction layers (`get_mtp_ranks`: the last stage,
+/// which keeps a copy of the embedding for them).
+pub fn embedding_ranks(pp_ranks: &[u64], tied: bool, mtp: bool) -> Vec<u64> {
     let mut e = vec![pp_ranks[0]];
-    if tied && pp_ranks.len() > 1 {
+    if (tied || mtp) && pp_ranks.len() > 1 {
         e.push(pp_ranks[pp_ranks.len() - 1]);
     }
     e
@@ -702,7 +711,7 @@ impl Plan {
             dp_cp: groups_of(&dense, &[Axis::Dp, Axis::Cp]),
             embedding: pp_groups
                 .iter()
-                .map(|g| embedding_ranks(g, a.tied_embeddings))
+                .map(|g| embedding_ranks(g, a.tied_embeddings, a.mtp_layers > 0))
                 .collect(),
             pp: pp_groups,
             ep: expert.as_ref().map(|e| groups_of(e, &[Axis::Ep])),
@@ -823,6 +832,8 @@ impl Plan {
                 qk_layernorm: a.qk_layernorm,
                 norm_epsilon: a.norm_epsilon,
                 rope_scaling: a.rope_scaling,
+                mtp_layers: a.mtp_layers,
+                mtp_loss_scale: a.mtp_loss_scale,
                 moe: model.moe.clone(),
                 mla: model.mla.clone(),
             },

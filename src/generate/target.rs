@@ -336,6 +336,15 @@ impl Target {
                         "use --target megatron or torchtitan",
                     ),
                     (
+                        model.architecture.mtp_layers > 0,
+                        "deepspeed-mtp",
+                        format!(
+                            "{} trains {} multi-token-prediction layer(s), which the plan prices; DeepSpeed's configuration cannot add them (they are model code, which these files do not write)",
+                            model.name, model.architecture.mtp_layers
+                        ),
+                        "use --target megatron or megatron-bridge",
+                    ),
+                    (
                         job.precision.is_low(),
                         "deepspeed-precision",
                         format!(
@@ -402,6 +411,15 @@ impl Target {
                         "torchtitan-precision",
                         "--fp8-param-gather: torchtitan's row-wise float8 gathers FSDP parameters in bf16".to_string(),
                         "plan without --fp8-param-gather",
+                    ),
+                    (
+                        model.architecture.mtp_layers > 0,
+                        "torchtitan-mtp",
+                        format!(
+                            "{} trains {} multi-token-prediction layer(s), which the plan prices; torchtitan's configuration for it (deepseek_v3_671b at b5bcd76) builds no MTP module: its MTP is a model_registry argument left at 0 there, and it rejects pipeline and context parallelism (torchtitan/models/deepseek_v3/MTP.md)",
+                            model.name, model.architecture.mtp_layers
+                        ),
+                        "use --target megatron or megatron-bridge",
                     ),
                     (
                         job.recipe_name != crate::spec::RecipeName::Megatron,

@@ -34,6 +34,8 @@
 //! DeepSeek's `aux_loss_alpha` with `seq_aux` → `seq_aux_loss`. Multi-head
 //! latent attention: `q_lora_rank` (null: 0), `kv_lora_rank`,
 //! `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim` → `[mla]`.
+//! Multi-token prediction: `num_nextn_predict_layers` →
+//! `architecture.mtp_layers`.
 //!
 //! A key left out takes the default of the `transformers` configuration
 //! class of that `model_type` (as `transformers` would load the file) for
@@ -43,7 +45,7 @@
 //! cannot represent is refused (alternating sliding-window and full
 //! attention layers, dense layers between MoE layers, `moe_layer_freq` ≠ 1,
 //! `gpt_oss`) or priced with a stated approximation, returned as a note
-//! (multi-token prediction left out, a uniform sliding window priced as
+//! (a uniform sliding window priced as
 //! full attention, biases the card's one bias switch cannot express,
 //! QK-norm weights). Keys the card does not carry that do not change the
 //! cost (norm epsilon, rope scaling, router scoring) are listed in one note
@@ -911,6 +913,8 @@ impl Sizes {
             norm_epsilon,
             rope_scaling: None,
             tokenizer_vocab: None,
+            mtp_layers: 0,
+            mtp_loss_scale: None,
         }
     }
 }
@@ -1083,14 +1087,28 @@ fn decoder(
             m.experts
         ));
     }
-    if family == Family::DeepseekV3 {
-        match c.uint("num_nextn_predict_layers")? {
-            Some(n) if n > 0 => b.notes.push(format!(
-                "num_nextn_predict_layers = {n}: the multi-token-prediction module ({n} extra transformer layer(s) with their projection and norms) is not priced; the plan covers the main model only, as the shipped deepseek-v3 card"
-            )),
-            _ => {}
+    // Multi-token prediction (DeepSeek-V3 report §2.2): D modules, each one
+    // more layer of the last kind with its projection and norms, priced on
+    // the last pipeline stage.
+    let mtp_layers = match c.uint("num_nextn_predict_layers")? {
+        Some(n) if n > 0 => {
+            b.from("architecture.mtp_layers", "num_nextn_predict_layers");
+            if n > crate::limits::MAX_MTP_LAYERS as u64 {
+                return Err(c.err(
+                    "num_nextn_predict_layers",
+                    format!(
+                        "{n} exceeds meshplan's limit of {} (see src/limits.rs)",
+                        crate::limits::MAX_MTP_LAYERS
+                    ),
+                ));
+            }
+            b.notes.push(format!(
+                "num_nextn_predict_layers = {n}: the multi-token-prediction module ({n} more transformer layer(s) with the h x 2h projection and three norms, embedding and output head shared) is priced on the last pipeline stage; its loss weight is not in config.json (Megatron-LM's default 0.1 is written)"
+            ));
+            n as u32
         }
-    }
+        _ => 0,
+    };
     if let Some(q) = c.get("quantization_config") {
         let method = q
             .get("quant_method")
@@ -1142,6 +1160,8 @@ fn decoder(
         norm_epsilon,
         rope_scaling,
         tokenizer_vocab: None,
+        mtp_layers,
+        mtp_loss_scale: None,
     };
     Ok((architecture, moe, mla))
 }

@@ -167,6 +167,25 @@ pub struct Architecture {
     /// priced; written into the launch files.
     #[serde(default)]
     pub rope_scaling: Option<RopeScaling>,
+    /// Multi-token-prediction modules D trained beside the main model
+    /// (DeepSeek-V3 technical report, arXiv:2412.19437, §2.2; config.json
+    /// `num_nextn_predict_layers`; Megatron-LM `--mtp-num-layers`); 0 for
+    /// none. Each is one transformer layer of the main model's last kind,
+    /// the projection `M ∈ R^{h×2h}` and three RMSNorms, with the embedding
+    /// and output head shared ([`Model::mtp_layer_params`]); priced on the
+    /// last pipeline stage ([`crate::cost::mtp`]). Not in
+    /// [`Model::total_params`], which is the main model's count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtp_layers: u32,
+    /// Weight λ of the MTP loss (Megatron-LM `--mtp-loss-scaling-factor`,
+    /// default 0.1). Not priced; written into the launch files.
+    #[serde(default)]
+    pub mtp_loss_scale: Option<f64>,
+}
+
+/// Whether `n` is 0 (a card field left out when written).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Llama 3.1's RoPE scaling (config.json `rope_scaling`, `rope_type =
@@ -505,6 +524,36 @@ impl Model {
                 );
             }
         }
+        if a.mtp_layers > crate::limits::MAX_MTP_LAYERS {
+            return err(
+                "architecture.mtp_layers",
+                format!(
+                    "{} exceeds meshplan's limit of {} (see src/limits.rs)",
+                    a.mtp_layers,
+                    crate::limits::MAX_MTP_LAYERS
+                ),
+            );
+        }
+        if a.mtp_layers > 0 && a.position_embedding == PositionEmbedding::Alibi {
+            return err(
+                "architecture.mtp_layers",
+                "multi-token prediction needs position ids (rope or learned position embedding); Megatron-LM refuses it with ALiBi".into(),
+            );
+        }
+        if let Some(w) = a.mtp_loss_scale {
+            if a.mtp_layers == 0 {
+                return err(
+                    "architecture.mtp_loss_scale",
+                    "is set but mtp_layers is 0".into(),
+                );
+            }
+            if !(w.is_finite() && w > 0.0 && w <= 1e3) {
+                return err(
+                    "architecture.mtp_loss_scale",
+                    format!("must be a positive number up to 1000, found {w}"),
+                );
+            }
+        }
         if self.defaults.seq_len > a.max_seq {
             return err(
                 "defaults.seq_len",
@@ -690,6 +739,45 @@ impl Model {
             + self.moe_layers() as f64 * self.moe_layer_params()
             + self.embedding_params()
             + self.output_params()
+    }
+
+    /// Whether the multi-token-prediction layers are MoE layers: they take
+    /// the main model's last layer kind (Megatron-LM
+    /// `get_gpt_mtp_block_spec_for_backend` builds them from the decoder's
+    /// last layer spec; DeepSeek-V3's layer 61 is an MoE layer).
+    pub fn mtp_is_moe(&self) -> bool {
+        self.is_moe_layer(self.architecture.layers.saturating_sub(1))
+    }
+
+    /// Parameters of one MTP layer's projection `M ∈ R^{h×2h}` (DeepSeek-V3
+    /// report §2.2, Eq. 21; Megatron-LM `eh_proj`, no bias): `2·h²`.
+    pub fn mtp_projection_params(&self) -> f64 {
+        let h = self.architecture.hidden as f64;
+        2.0 * h * h
+    }
+
+    /// New parameters of one MTP layer: its transformer layer
+    /// ([`Model::mtp_is_moe`]), the projection
+    /// ([`Model::mtp_projection_params`]) and three norms (`enorm`,
+    /// `hnorm` and the final norm before the shared head, Megatron-LM
+    /// `MultiTokenPredictionLayer`); the embedding and output head are
+    /// shared with the main model (report §2.2), so not counted.
+    ///
+    /// DeepSeek-V3: MoE layer 11,507,286,016 + 2·7168² = 102,760,448 +
+    /// 3·7168 = 21,504, in all 11,610,067,968.
+    pub fn mtp_layer_params(&self) -> f64 {
+        let layer = if self.mtp_is_moe() {
+            self.moe_layer_params()
+        } else {
+            self.dense_layer_params()
+        };
+        layer + self.mtp_projection_params() + 3.0 * self.norm_params()
+    }
+
+    /// New parameters of all MTP layers, `D ·` [`Model::mtp_layer_params`];
+    /// 0 without MTP.
+    pub fn mtp_params(&self) -> f64 {
+        self.architecture.mtp_layers as f64 * self.mtp_layer_params()
     }
 
     /// Parameters a token passes through: dense model = total; MoE counts
