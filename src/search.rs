@@ -69,6 +69,16 @@ fn better_eval(a: &Evaluation, b: &Evaluation) -> Ordering {
         )
 }
 
+/// Share of the fastest valid layout's predicted tokens/s below which a
+/// search that keeps its valid layouts for the ranking ([`Space::keep_all`])
+/// drops them. A tie group takes plans whose band reaches its leader's
+/// lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`: with the widest bands the
+/// ranking uses (the extrapolated 90th percentile, about 20%) a plan below
+/// half the fastest never joins the first groups, and keeping every valid
+/// layout cost 0.5 GB and seconds on the largest searches (861,221 valid
+/// layouts of qwen3-30b-a3b on gb200-nvl72-576).
+pub const RANKED_FLOOR: f64 = 0.5;
+
 /// A total order on layouts, for a deterministic listing of plans the
 /// prices cannot tell apart: mesh, micro-batch, recompute, ZeRO stage, SP,
 /// CP exchange, rank order, split.
@@ -201,6 +211,10 @@ pub struct Stats {
     /// same split: listed once (the first order), counted here and in
     /// `valid`.
     pub twins: u64,
+    /// Distinct valid layouts the ranking orders ([`Space::keep_all`]):
+    /// those predicted at least [`RANKED_FLOOR`] of the fastest's tokens/s,
+    /// rank-order twins folded; 0 without `keep_all`.
+    pub ranked: u64,
     /// Stage-split programs solved (distinct split problems).
     pub splits_solved: u64,
     /// Layouts whose uneven split beat the uniform one or rescued a
@@ -218,9 +232,10 @@ pub struct Stats {
 pub struct SearchResult {
     /// The best valid layouts, best first.
     pub top: Vec<Candidate>,
-    /// Every valid layout when [`Space::keep_all`] is set, best first
-    /// ([`better`], then the layout's own order), rank-order twins listed
-    /// once ([`fold_twins`]).
+    /// With [`Space::keep_all`], every valid layout predicted at least
+    /// [`RANKED_FLOOR`] of the fastest's tokens/s, best first ([`better`],
+    /// then the layout's own order), rank-order twins listed once
+    /// ([`fold_twins`]).
     #[serde(skip)]
     pub all: Vec<Candidate>,
     /// Rejection counts and near-misses, by rule.
@@ -379,12 +394,23 @@ struct Acc {
     stats: Stats,
     /// Layouts an uneven split may rescue (see `refine`).
     pending: Vec<Pending>,
+    /// Fastest valid tokens/s seen by this worker (a lower bound on the
+    /// search's), for dropping kept layouts below [`RANKED_FLOOR`] of it.
+    fastest: f64,
+    /// `all`'s length at which it is next pruned.
+    prune_at: usize,
 }
 
 impl Acc {
     fn push_valid(&mut self, c: Candidate, k: usize, keep_all: bool) {
         if keep_all {
-            self.all.push(c.clone());
+            self.fastest = self.fastest.max(c.eval.tokens_per_s);
+            if c.eval.tokens_per_s >= RANKED_FLOOR * self.fastest {
+                self.all.push(c.clone());
+                if self.all.len() >= self.prune_at {
+                    self.prune_kept();
+                }
+            }
         }
         if self.top.len() < k {
             self.top.push(c);
@@ -400,6 +426,14 @@ impl Acc {
                 .partition_point(|x| better(x, &c) != Ordering::Greater);
             self.top.insert(pos, c);
         }
+    }
+
+    /// Drop kept layouts below [`RANKED_FLOOR`] of the fastest seen (they
+    /// are below that share of the search's fastest too).
+    fn prune_kept(&mut self) {
+        let floor = RANKED_FLOOR * self.fastest;
+        self.all.retain(|c| c.eval.tokens_per_s >= floor);
+        self.prune_at = (2 * self.all.len()).max(4096);
     }
 
     fn reject(&mut self, rule: Rule, near: Option<Candidate>) {
@@ -421,6 +455,7 @@ impl Acc {
             self.push_valid(c, k, false);
         }
         self.all.extend(o.all);
+        self.fastest = self.fastest.max(o.fastest);
         self.pending.extend(o.pending);
         for i in 0..self.counts.len() {
             self.counts[i] += o.counts[i];
@@ -1097,10 +1132,17 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let mut acc = acc;
     refine(pr, space, &mut acc, k);
     if space.keep_all {
-        // Every valid layout is kept: count the twins on that list, so the
-        // listing and the counters agree.
-        let folded = fold_twins(&mut acc.all);
-        acc.stats.twins = folded;
+        // The re-split and rescued layouts are in `all` too: drop what is
+        // below the floor of the search's fastest, then fold the twins.
+        let fastest = acc
+            .all
+            .iter()
+            .map(|c| c.eval.tokens_per_s)
+            .fold(acc.fastest, f64::max);
+        acc.all
+            .retain(|c| c.eval.tokens_per_s >= RANKED_FLOOR * fastest);
+        fold_twins(&mut acc.all);
+        acc.stats.ranked = acc.all.len() as u64;
     }
     let mut stats = acc.stats;
     stats.seconds = start.elapsed().as_secs_f64();

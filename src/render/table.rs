@@ -546,8 +546,18 @@ pub fn counters_line(st: &crate::search::Stats) -> String {
     } else {
         String::new()
     };
+    let distinct = st.valid - st.twins;
+    let ranked = if st.ranked > 0 && st.ranked < distinct {
+        format!(
+            "; the {} predicted at least {:.0}% of the fastest's tokens/s are ranked",
+            st.ranked,
+            100.0 * crate::search::RANKED_FLOOR
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}; {} valid{twins} ({:.0} ms).",
+        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}; {} valid{twins}{ranked} ({:.0} ms).",
         st.considered,
         st.evaluated,
         st.pruned,
