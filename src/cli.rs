@@ -1266,10 +1266,10 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
                 .map(|c| a.target.refusals(&s.model, &s.job, &c.layout))
                 .and_then(|r| r.into_iter().next());
             bail!(
-                "--target {}: {} of the search's {} distinct valid layout(s) for {} on {} GPUs can be written for {} (the search kept to what it runs: {}){}",
+                "--target {}: {} of the search's {} ranked layout(s) for {} on {} GPUs can be written for {} (the search kept to what it runs: {}){}",
                 a.target,
                 runnable.len(),
-                result.stats.valid - result.stats.twins,
+                result.stats.ranked,
                 s.model.name,
                 s.world,
                 a.target,
@@ -1281,12 +1281,13 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
             )
         }
         None => bail!(
-            "--rank {k}: the search ranks only {} distinct valid layout(s) for {} on {} GPUs ({} valid, {} of them rank-order twins listed once)",
-            result.stats.valid - result.stats.twins,
+            "--rank {k}: the search ranks {} layout(s) for {} on {} GPUs: the distinct valid ones ({} valid, {} of them rank-order twins listed once) predicted at least {:.0}% of the fastest's tokens/s",
+            result.stats.ranked,
             s.model.name,
             s.world,
             result.stats.valid,
-            result.stats.twins
+            result.stats.twins,
+            100.0 * search::RANKED_FLOOR
         ),
     }
 }

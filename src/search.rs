@@ -189,8 +189,9 @@ pub struct Rejections {
 }
 
 /// Counters of one search. They add up: `considered = pruned + evaluated
-/// + unpriced`, and `valid − twins` distinct valid layouts can be listed
-/// (all of them with a large enough `--top`).
+/// + unpriced`; `valid − twins` layouts are distinct, and the `ranked` of
+/// them predicted at least [`RANKED_FLOOR`] of the fastest's tokens/s can
+/// be listed (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// Layouts enumerated.
