@@ -393,7 +393,8 @@ pub enum GatherAlgorithm {
 
 /// The all-gather / reduce-scatter algorithm of `bytes` per rank over `g`:
 /// PAT where [`pat_eligible`] and its predicted time is below the ring's,
-/// else the ring (the ring on a tie). NCCL's tuner picks the algorithm of
+/// else the ring (the ring on a tie, and for an empty buffer, which costs
+/// nothing either way). NCCL's tuner picks the algorithm of
 /// least `latency + nBytes/bandwidth` ([nccl-tuning] `ncclTopoGetAlgoTime`,
 /// `enqueue.cc` `topoGetAlgoInfo`), Ring before PAT in its loop.
 ///
@@ -402,7 +403,7 @@ pub enum GatherAlgorithm {
 /// 15/16)/50e9 = S·7.917e-12` s of bandwidth, so it wins below
 /// `S = 18.9` MB: 1 MB → PAT, 64 MB → ring.
 pub fn gather_algorithm(bytes: f64, g: GroupSpan, links: &Links) -> GatherAlgorithm {
-    if !pat_eligible(g) {
+    if !pat_eligible(g) || bytes <= 0.0 {
         return GatherAlgorithm::Ring;
     }
     let ring = ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links);
@@ -722,6 +723,29 @@ mod tests {
         assert_eq!(gather_algorithm(1e8, big, &links), GatherAlgorithm::Pat);
         let t = all_gather(1e8, big, &links);
         assert!((t - 5581.867e-6).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn a_cp_exchange_on_the_100k_profile_takes_pat() {
+        // h100-100k: 400 Gb/s per GPU = 50 GB/s × collective.inter 0.9 =
+        // 45 GB/s, NCCL's latencies. The 405B winner's 4 MiB K/V
+        // all-gather over C = 16 on 16 nodes (T = 8 fills each node):
+        // PAT 4194304/(0.75·45e9) + 68.8 µs = 124.27 + 68.8 = 193.07 µs;
+        // ring 15/16·4194304/45e9 + 218.4 = 87.38 + 218.4 = 305.78 µs.
+        let c = crate::spec::Catalog::shipped()
+            .unwrap()
+            .cluster("h100-100k")
+            .unwrap()
+            .clone();
+        let links = Links::of(&c);
+        assert!((links.inter_bw - 45e9).abs() < 1.0, "{}", links.inter_bw);
+        let g = GroupSpan::of(16, 8, 8);
+        let s = 4.0 * 1024.0 * 1024.0;
+        assert_eq!(gather_algorithm(s, g, &links), GatherAlgorithm::Pat);
+        let t = all_gather(s, g, &links);
+        assert!((t - 193.07e-6).abs() < 1e-8, "{t}");
+        let ring = all_gather_with(GatherAlgorithm::Ring, s, g, &links);
+        assert!((ring - 305.78e-6).abs() < 1e-8, "{ring}");
     }
 
     #[test]
