@@ -432,7 +432,17 @@ pub fn reduce_scatter_with(algo: GatherAlgorithm, bytes: f64, g: GroupSpan, link
 /// ring's [`ring_bandwidth_time`] plus one pass's [`ring_latency`], or
 /// PAT's where one rank per domain makes it eligible and faster.
 pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
-    reduce_scatter_with(gather_algorithm(bytes, g, links), bytes, g, links)
+    if g.size <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    // The same choice as `gather_algorithm`, each time computed once (this
+    // runs millions of times per search).
+    let ring = ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links);
+    if !pat_eligible(g) {
+        return ring;
+    }
+    let pat = pat_bandwidth_time(bytes, g, links) + pat_latency(g, links);
+    if pat < ring { pat } else { ring }
 }
 
 /// All-gather producing `bytes` per rank over `g`, seconds (mirror of
