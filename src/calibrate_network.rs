@@ -118,14 +118,20 @@ pub fn group_of(run: &Run, cluster: &Cluster) -> GroupSpan {
 }
 
 /// Time of `run`'s collective on `links`, seconds; an all-reduce runs
-/// the algorithm [`comm::all_reduce_algorithm`] picks on `choose`.
+/// the algorithm [`comm::all_reduce_algorithm`] picks on `choose`, an
+/// all-gather or reduce-scatter the one [`comm::gather_algorithm`] picks
+/// there (ring or PAT) for that size.
 pub fn priced(c: Collective, bytes: f64, g: GroupSpan, links: &Links, choose: &Links) -> f64 {
     match c {
         Collective::AllReduce => {
             comm::all_reduce_with(comm::all_reduce_algorithm(g, choose), bytes, g, links)
         }
-        Collective::AllGather => comm::all_gather(bytes, g, links),
-        Collective::ReduceScatter => comm::reduce_scatter(bytes, g, links),
+        Collective::AllGather => {
+            comm::all_gather_with(comm::gather_algorithm(bytes, g, choose), bytes, g, links)
+        }
+        Collective::ReduceScatter => {
+            comm::reduce_scatter_with(comm::gather_algorithm(bytes, g, choose), bytes, g, links)
+        }
         Collective::AllToAll => comm::all_to_all(bytes, g, links),
         Collective::SendRecv => comm::p2p(bytes, g, links),
     }

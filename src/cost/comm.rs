@@ -19,7 +19,11 @@
 //! flat ring of `n` ranks, a base latency per collective, and one step
 //! latency per ring step, the steps that cross domains at the NIC's
 //! ([`ring_latency`]); an all-reduce takes the smaller of that and the
-//! tree's ([`tree_latency`]), as NCCL picks the faster algorithm.
+//! tree's ([`tree_latency`]), as NCCL picks the faster algorithm. A
+//! reduce-scatter or all-gather over one rank per domain may also run
+//! NCCL's PAT (Parallel Aggregated Trees, NCCL ≥ 2.23, [`pat_latency`],
+//! [`pat_bandwidth_time`]); it takes whichever of ring and PAT NCCL's
+//! model predicts faster for the bytes moved ([`gather_algorithm`]).
 //!
 //! `S` is the full buffer size per rank in bytes (for all-gather the
 //! gathered size); times are seconds.
@@ -299,19 +303,158 @@ pub fn all_reduce_algorithm(g: GroupSpan, links: &Links) -> AllReduceAlgorithm {
     }
 }
 
+/// NCCL's base latency of one PAT all-gather or reduce-scatter (Simple),
+/// µs: `baseLatencies` PAT/Simple = 8.0 in [nccl-tuning].
+pub const NCCL_PAT_BASE_LATENCY_US: f64 = 8.0;
+
+/// PAT's base latency over the ring's, dimensionless: `8.0 / 8.4 = 0.952`.
+/// [`pat_latency`] scales [`Links::base_lat`] by it, as [`tree_latency`]
+/// scales the ring's step latencies.
+pub const NCCL_PAT_OVER_RING_BASE: f64 = NCCL_PAT_BASE_LATENCY_US / NCCL_BASE_LATENCY_US;
+
+/// Divisor of PAT's per-level network latency, dimensionless: the
+/// `interLat / 3.5` of [nccl-tuning] (`ncclTopoTuneModel`, `a ==
+/// NCCL_ALGO_PAT`): each of PAT's `log2i(nNodes)` levels is charged 1/3.5
+/// of a (tree) network step.
+pub const NCCL_PAT_LEVEL_DIVISOR: f64 = 3.5;
+
+/// PAT's latency per rank, µs: the `nRanks * 2.8` of [nccl-tuning] (the
+/// linear part NCCL's source says it hopes to remove). A constant of
+/// NCCL's model, not of a link, so no profile moves it.
+pub const NCCL_PAT_PER_RANK_US: f64 = 2.8;
+
+/// Share of the bus bandwidth PAT reaches, dimensionless: `busBw *= .75`
+/// for `a == NCCL_ALGO_PAT` in [nccl-tuning].
+pub const NCCL_PAT_BUS_BW_FACTOR: f64 = 0.75;
+
+/// Whether NCCL may run PAT for an all-gather or reduce-scatter over `g`:
+/// one rank per domain and more than one domain, NCCL's `ncclPatEnable`
+/// [nccl-tuning] (`comm->nNodes != comm->nRanks` → off; on by default,
+/// `NCCL_PAT_ENABLE` = 2, Simple protocol only, SM 6.0 or newer, host
+/// network (no device offload)). A straddling group (`size` ranks on
+/// fewer than `size` domains, e.g. 3 ranks on 2 nodes) does not qualify.
+/// Not modelled: NCCL also skips PAT for a reduce-scatter with a
+/// pre-multiplied or post-divided sum (`ncclAvg`; `enqueue.cc`
+/// `updateCollCostTable`); Megatron's default (`average_in_collective`
+/// false) reduces with a plain sum.
+pub fn pat_eligible(g: GroupSpan) -> bool {
+    g.size > 1 && g.per_domain == 1 && g.domains == g.size
+}
+
+/// Latency of an NCCL PAT all-gather or reduce-scatter over `g`, seconds
+/// [nccl-tuning, `ncclTopoTuneModel`, `a == NCCL_ALGO_PAT`]: `base_PAT +
+/// log2i(nNodes)·α_inter,tree / 3.5 + nRanks·2.8 µs`, with `base_PAT` the
+/// ring's base scaled by [`NCCL_PAT_OVER_RING_BASE`], `α_inter,tree` the
+/// network step latency NCCL takes with one rank per node (the tree's,
+/// [`NCCL_TREE_OVER_RING_INTER`] times the ring's) at the outermost tier
+/// crossed ([`Links::inter_lat_of`] of [`ring_tier`]). Meaningful where
+/// [`pat_eligible`].
+///
+/// Example (base 8.4 → 8.0, α_inter 14 µs): 16 ranks on 16 nodes:
+/// `8.0 + 4·14/3.5 + 16·2.8 = 8.0 + 16.0 + 44.8 = 68.8` µs (the ring:
+/// `8.4 + 15·14 = 218.4` µs); 1,024 on 1,024: `8.0 + 10·4.0 + 2867.2 =
+/// 2915.2` µs (ring `8.4 + 1023·14 = 14330.4` µs).
+pub fn pat_latency(g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 {
+        return 0.0;
+    }
+    let levels = g.domains.max(1).ilog2() as f64;
+    let step = links.inter_lat_of(ring_tier(g)) * NCCL_TREE_OVER_RING_INTER;
+    links.base_lat * NCCL_PAT_OVER_RING_BASE
+        + levels * step / NCCL_PAT_LEVEL_DIVISOR
+        + g.size as f64 * NCCL_PAT_PER_RANK_US * 1e-6
+}
+
+/// Bandwidth term of a PAT all-gather or reduce-scatter of `bytes` per
+/// rank (the gathered size, NCCL's `nBytes = nRanks·count·size`) over `g`,
+/// seconds: `bytes / (0.75 · β_inter)` [nccl-tuning]: PAT's bus bandwidth
+/// is 0.75 of the NICs' ([`NCCL_PAT_BUS_BW_FACTOR`]), and NCCL does not
+/// convert it to an algorithm bandwidth (the `nRanks/nsteps` ratio applies
+/// to the ring only: `!(a != NCCL_ALGO_RING && (AllGather ||
+/// ReduceScatter))`), so there is no `(n−1)/n`. `β_inter` is the NIC rate
+/// at the outermost tier crossed ([`Links::inter_bw_of`]), the ring's:
+/// NCCL's PAT runs on its tree graph, taken here to reach the ring graph's
+/// bandwidth with one GPU per node (both end at that GPU's NIC).
+///
+/// Example: 16 ranks on 16 nodes, S = 16 MB, 50 GB/s: `16e6 / 37.5e9 =
+/// 426.7` µs (the ring's `15/16 · 16e6 / 50e9 = 300.0` µs).
+pub fn pat_bandwidth_time(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    bytes / (NCCL_PAT_BUS_BW_FACTOR * links.inter_bw_of(g))
+}
+
+/// The algorithm NCCL would run an all-gather or reduce-scatter with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatherAlgorithm {
+    /// Flat ring: [`ring_bandwidth_time`] + [`ring_latency`] of one pass.
+    Ring,
+    /// Parallel Aggregated Trees: [`pat_bandwidth_time`] + [`pat_latency`].
+    Pat,
+}
+
+/// The all-gather / reduce-scatter algorithm of `bytes` per rank over `g`:
+/// PAT where [`pat_eligible`] and its predicted time is below the ring's,
+/// else the ring (the ring on a tie, and for an empty buffer, which costs
+/// nothing either way). NCCL's tuner picks the algorithm of
+/// least `latency + nBytes/bandwidth` ([nccl-tuning] `ncclTopoGetAlgoTime`,
+/// `enqueue.cc` `topoGetAlgoInfo`), Ring before PAT in its loop.
+///
+/// Example (base 8.4, α_inter 14 µs, 50 GB/s NICs), 16 ranks on 16 nodes:
+/// PAT saves `218.4 − 68.8 = 149.6` µs of latency and costs `S·(1/0.75 −
+/// 15/16)/50e9 = S·7.917e-12` s of bandwidth, so it wins below
+/// `S = 18.9` MB: 1 MB → PAT, 64 MB → ring.
+pub fn gather_algorithm(bytes: f64, g: GroupSpan, links: &Links) -> GatherAlgorithm {
+    if !pat_eligible(g) || bytes <= 0.0 {
+        return GatherAlgorithm::Ring;
+    }
+    let ring = ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links);
+    let pat = pat_bandwidth_time(bytes, g, links) + pat_latency(g, links);
+    if pat < ring {
+        GatherAlgorithm::Pat
+    } else {
+        GatherAlgorithm::Ring
+    }
+}
+
+/// Reduce-scatter of `bytes` per rank over `g` with algorithm `algo`,
+/// seconds: that algorithm's bandwidth term plus its latency.
+pub fn reduce_scatter_with(algo: GatherAlgorithm, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    if g.size <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    match algo {
+        GatherAlgorithm::Ring => ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links),
+        GatherAlgorithm::Pat => pat_bandwidth_time(bytes, g, links) + pat_latency(g, links),
+    }
+}
+
 /// Reduce-scatter of `bytes` per rank over `g`, seconds:
-/// [`ring_bandwidth_time`] plus one ring pass's [`ring_latency`].
+/// [`reduce_scatter_with`] the algorithm of [`gather_algorithm`]: the
+/// ring's [`ring_bandwidth_time`] plus one pass's [`ring_latency`], or
+/// PAT's where one rank per domain makes it eligible and faster.
 pub fn reduce_scatter(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
     }
-    ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links)
+    // The same choice as `gather_algorithm`, each time computed once (this
+    // runs millions of times per search).
+    let ring = ring_bandwidth_time(bytes, g, links) + ring_latency(1, g, links);
+    if !pat_eligible(g) {
+        return ring;
+    }
+    let pat = pat_bandwidth_time(bytes, g, links) + pat_latency(g, links);
+    if pat < ring { pat } else { ring }
 }
 
 /// All-gather producing `bytes` per rank over `g`, seconds (mirror of
-/// [`reduce_scatter`]).
+/// [`reduce_scatter`]: NCCL's tuning model prices both alike).
 pub fn all_gather(bytes: f64, g: GroupSpan, links: &Links) -> f64 {
     reduce_scatter(bytes, g, links)
+}
+
+/// All-gather producing `bytes` per rank over `g` with algorithm `algo`,
+/// seconds (mirror of [`reduce_scatter_with`]).
+pub fn all_gather_with(algo: GatherAlgorithm, bytes: f64, g: GroupSpan, links: &Links) -> f64 {
+    reduce_scatter_with(algo, bytes, g, links)
 }
 
 /// All-reduce of `bytes` per rank over `g` with algorithm `algo`, seconds:
@@ -512,6 +655,137 @@ mod tests {
         assert!((tree_latency(g, &links) - 128.4e-6).abs() < 1e-12);
         // A reduce-scatter's ring: 8.4 + 28·3.4 + 3·16 = 151.6 µs.
         assert!((ring_latency(1, g, &links) - 151.6e-6).abs() < 1e-12);
+    }
+
+    /// One GPU per node on 400 Gb/s NICs (50 GB/s per GPU), NCCL's
+    /// Simple latencies: the shape of a CP or DP group at 10⁴–10⁵ GPUs.
+    fn h100_nccl() -> Links {
+        Links {
+            inter_bw: 50e9,
+            ..dgx_a100_nccl()
+        }
+    }
+
+    #[test]
+    fn pat_latency_by_hand_on_16_and_1024_nodes() {
+        let links = h100_nccl();
+        // 16 ranks on 16 nodes: log2i(16) = 4 levels of 14/3.5 = 4.0 µs:
+        // 8.0 + 16.0 + 16·2.8 = 68.8 µs; the flat ring 8.4 + 15·14 = 218.4.
+        let g = GroupSpan::of(16, 8, 8);
+        assert_eq!((g.size, g.per_domain, g.domains), (16, 1, 16));
+        assert!(pat_eligible(g));
+        assert!((pat_latency(g, &links) - 68.8e-6).abs() < 1e-12);
+        assert!((ring_latency(1, g, &links) - 218.4e-6).abs() < 1e-12);
+        // 1,024 on 1,024: 8.0 + 10·4.0 + 1024·2.8 = 8 + 40 + 2867.2 =
+        // 2915.2 µs; the ring 8.4 + 1023·14 = 14330.4 µs.
+        let big = GroupSpan::of(1024, 8, 8);
+        assert_eq!((big.per_domain, big.domains), (1, 1024));
+        assert!((pat_latency(big, &links) - 2915.2e-6).abs() < 1e-9);
+        assert!((ring_latency(1, big, &links) - 14330.4e-6).abs() < 1e-9);
+        // Across a pod (tier 1, 2 µs more per network step): 8.0 +
+        // 4·16/3.5 + 44.8 = 71.086 µs.
+        let mut pods = links;
+        pods.tier_lat = [0.0, 2e-6, 2e-6, 2e-6];
+        let across = GroupSpan { tier: 1, ..g };
+        let lat = pat_latency(across, &pods);
+        assert!((lat - (52.8e-6 + 64e-6 / 3.5)).abs() < 1e-12, "{lat}");
+        assert!((lat - 71.0857e-6).abs() < 1e-10, "{lat}");
+    }
+
+    #[test]
+    fn pat_bandwidth_has_no_n_minus_one_over_n_and_three_quarters_of_the_nic() {
+        let links = h100_nccl();
+        let g = GroupSpan::of(16, 8, 8);
+        // 16 MB gathered: 16e6 / (0.75·50e9) = 426.667 µs; the ring's
+        // 15/16·16e6/50e9 = 300.0 µs.
+        let pat = pat_bandwidth_time(16e6, g, &links);
+        assert!((pat - 426.6667e-6).abs() < 1e-10, "{pat}");
+        assert!((ring_bandwidth_time(16e6, g, &links) - 300e-6).abs() < 1e-12);
+        // At 1,024 ranks the same: 16e6/37.5e9, independent of n.
+        let big = GroupSpan::of(1024, 8, 8);
+        assert!((pat_bandwidth_time(16e6, big, &links) - pat).abs() < 1e-15);
+    }
+
+    #[test]
+    fn pat_wins_small_gathers_and_the_ring_large_ones() {
+        let links = h100_nccl();
+        let g = GroupSpan::of(16, 8, 8);
+        // 1 MB: PAT 1e6/37.5e9 + 68.8 µs = 26.667 + 68.8 = 95.467 µs,
+        // ring 15/16·1e6/50e9 + 218.4 = 18.75 + 218.4 = 237.15 µs.
+        assert_eq!(gather_algorithm(1e6, g, &links), GatherAlgorithm::Pat);
+        let t = all_gather(1e6, g, &links);
+        assert!((t - 95.4667e-6).abs() < 1e-10, "{t}");
+        assert!((reduce_scatter(1e6, g, &links) - t).abs() < 1e-15);
+        let ring = all_gather_with(GatherAlgorithm::Ring, 1e6, g, &links);
+        assert!((ring - 237.15e-6).abs() < 1e-12, "{ring}");
+        // Crossover: 149.6 µs of latency saved against S·(1/0.75 −
+        // 15/16)/50e9 = S·7.9167e-12 s: S* = 18.897 MB.
+        assert_eq!(gather_algorithm(18.8e6, g, &links), GatherAlgorithm::Pat);
+        assert_eq!(gather_algorithm(19.0e6, g, &links), GatherAlgorithm::Ring);
+        // 64 MB: ring 1.2 ms + 218.4 µs = 1418.4 µs, PAT 1706.67 + 68.8 =
+        // 1775.47 µs: the ring.
+        assert_eq!(gather_algorithm(64e6, g, &links), GatherAlgorithm::Ring);
+        assert!((all_gather(64e6, g, &links) - 1418.4e-6).abs() < 1e-12);
+        // 1,024 nodes, 100 MB: ring 1023/1024·1e8/50e9 + 14330.4 µs =
+        // 1998.05 + 14330.4 = 16328.45 µs; PAT 2666.67 + 2915.2 =
+        // 5581.87 µs: PAT, three times faster.
+        let big = GroupSpan::of(1024, 8, 8);
+        assert_eq!(gather_algorithm(1e8, big, &links), GatherAlgorithm::Pat);
+        let t = all_gather(1e8, big, &links);
+        assert!((t - 5581.867e-6).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn a_cp_exchange_on_the_100k_profile_takes_pat() {
+        // h100-100k: 400 Gb/s per GPU = 50 GB/s × collective.inter 0.9 =
+        // 45 GB/s, NCCL's latencies. The 405B winner's 4 MiB K/V
+        // all-gather over C = 16 on 16 nodes (T = 8 fills each node):
+        // PAT 4194304/(0.75·45e9) + 68.8 µs = 124.27 + 68.8 = 193.07 µs;
+        // ring 15/16·4194304/45e9 + 218.4 = 87.38 + 218.4 = 305.78 µs.
+        let c = crate::spec::Catalog::shipped()
+            .unwrap()
+            .cluster("h100-100k")
+            .unwrap()
+            .clone();
+        let links = Links::of(&c);
+        assert!((links.inter_bw - 45e9).abs() < 1.0, "{}", links.inter_bw);
+        let g = GroupSpan::of(16, 8, 8);
+        let s = 4.0 * 1024.0 * 1024.0;
+        assert_eq!(gather_algorithm(s, g, &links), GatherAlgorithm::Pat);
+        let t = all_gather(s, g, &links);
+        assert!((t - 193.07e-6).abs() < 1e-8, "{t}");
+        let ring = all_gather_with(GatherAlgorithm::Ring, s, g, &links);
+        assert!((ring - 305.78e-6).abs() < 1e-8, "{ring}");
+    }
+
+    #[test]
+    fn groups_with_more_than_one_rank_per_node_never_take_pat() {
+        let links = h100_nccl();
+        // 16 on 2 nodes of 8, 1,024 at 2 per node, 8 inside one node, and a
+        // straddling 3 ranks on 2 nodes (per_domain 1 but 3 ≠ 2 domains):
+        // the ring at every size, as NCCL's `nNodes != nRanks` rule says.
+        let straddle = GroupSpan {
+            size: 3,
+            per_domain: 1,
+            domains: 2,
+            ..GroupSpan::SINGLE
+        };
+        for g in [
+            GroupSpan::of(16, 1, 8),
+            GroupSpan::of(1024, 4, 8),
+            GroupSpan::of(8, 1, 8),
+            straddle,
+        ] {
+            assert!(!pat_eligible(g), "{g:?}");
+            for s in [1e3, 1e6, 1e9] {
+                assert_eq!(gather_algorithm(s, g, &links), GatherAlgorithm::Ring);
+                let ring = ring_bandwidth_time(s, g, &links) + ring_latency(1, g, &links);
+                assert!((all_gather(s, g, &links) - ring).abs() < 1e-15);
+            }
+        }
+        assert_eq!(GroupSpan::of(1024, 4, 8).per_domain, 2);
+        // A single rank is no group at all.
+        assert!(!pat_eligible(GroupSpan::SINGLE));
     }
 
     #[test]
