@@ -249,15 +249,10 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
             let i = order.iter().position(|&(j, _)| j == f)?;
             (i > 0).then(|| row(i, f, order[i].1))
         });
-    let within_winner_band = rows.first().and_then(|first| {
-        let band = first
-            .trust
-            .as_ref()
-            .filter(|t| t.extrapolated.is_none())?
-            .median_abs?;
-        let floor = first.tokens_per_s * (1.0 - band);
-        Some(pool.iter().filter(|c| c.eval.tokens_per_s >= floor).count())
-    });
+    let within_winner_band = rows
+        .first()
+        .and_then(band_floor)
+        .map(|floor| pool.iter().filter(|c| c.eval.tokens_per_s >= floor).count());
     Ranking {
         rows,
         within_winner_band,
@@ -269,14 +264,19 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
 /// error band: predicted at least `(1 − b)` of its tokens/s with `b` its
 /// regime's median |error|. `None` when the first row has no band.
 pub fn within_band(rows: &[Row]) -> Option<usize> {
-    let first = rows.first()?;
+    let floor = band_floor(rows.first()?)?;
+    Some(rows.iter().filter(|r| r.tokens_per_s >= floor).count())
+}
+
+/// The lower edge of `first`'s error band, `t·(1 − b)`, when its regime is
+/// validated (`None` when extrapolated).
+fn band_floor(first: &Row) -> Option<f64> {
     let band = first
         .trust
         .as_ref()
         .filter(|t| t.extrapolated.is_none())?
         .median_abs?;
-    let floor = first.tokens_per_s * (1.0 - band);
-    Some(rows.iter().filter(|r| r.tokens_per_s >= floor).count())
+    Some(first.tokens_per_s * (1.0 - band))
 }
 
 /// The trust record of layout `l`, priced as `e`, on problem `pr`: its
