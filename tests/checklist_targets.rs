@@ -411,3 +411,30 @@ fn megatron_checklist_names_megatron_flags() {
         .unwrap();
     assert!(item(&check, "Daly").contains(&format!("`--save-interval {interval}`")));
 }
+
+#[test]
+fn megatron_tiny_run_drops_the_uneven_split() {
+    // 80 layers on p = 2 split 41/39 (the script's
+    // `--decoder-first/last-pipeline-num-layers`); the tiny run has p·v = 2
+    // layers, one per stage, which those flags would contradict, so step 1
+    // says to drop them, with the values the script holds.
+    let dir = generate_main_job(
+        "megatron",
+        &[
+            "--dp", "8", "--tp", "4", "--pp", "2", "--sp", "--recompute", "full", "--split",
+            "41,39",
+        ],
+    );
+    let script = read(&dir, generate::MEGATRON_SCRIPT);
+    assert!(script.contains("--decoder-first-pipeline-num-layers 41"));
+    assert!(script.contains("--decoder-last-pipeline-num-layers 39"));
+    let check = read(&dir, generate::CHECKLIST);
+    let tiny = item(&check, "Cut the model to");
+    assert!(
+        tiny.contains(
+            "`--num-layers 2`, and drop `--decoder-first-pipeline-num-layers 41` and \
+             `--decoder-last-pipeline-num-layers 39` from the script"
+        ),
+        "{tiny}"
+    );
+}
