@@ -687,3 +687,66 @@ fn top_only_cuts_one_ranking() {
         }
     }
 }
+
+/// A tiny card on one GPU: the checkpoint's total and its one rank's share
+/// hold the same parameters, the embedding and output layer at Megatron's
+/// padded vocabulary (issue 19.4: the total used V, the rank V').
+/// V = 1000 pads to V' = 1024 (a multiple of 128·T, T = 1). Parameters:
+/// 2 layers × (attention 4·64² = 16,384 + MLP 2·64·256 = 32,768 + two
+/// LayerNorms 2·2·64 = 256) = 98,816; embedding and untied output
+/// 2·1024·64 = 131,072; final LayerNorm 128: 230,016 (V = 1000 would give
+/// 226,944). Bytes: 14·230,016 + 16 KiB = 3,236,608.
+#[test]
+fn checkpoint_total_and_rank_use_the_padded_vocabulary() {
+    let d = temp_dir("tiny-ckpt");
+    std::fs::write(
+        d.join("tiny.toml"),
+        r#"name = "tiny"
+source = "test"
+known_params = 2.3e5
+[architecture]
+layers = 2
+hidden = 64
+heads = 4
+kv_heads = 4
+ffn = 256
+gated_mlp = false
+vocab = 1000
+tied_embeddings = false
+norm = "layernorm"
+position_embedding = "rope"
+max_seq = 512
+linear_bias = false
+dropout = false
+[defaults]
+seq_len = 256
+global_batch = 8
+"#,
+    )
+    .unwrap();
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "tiny",
+        "--models-dir",
+        d.to_str().unwrap(),
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--dp",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v["checkpoint"];
+    assert_eq!(c["params"].as_f64(), Some(230_016.0));
+    assert_eq!(c["total_bytes"].as_f64(), Some(3_236_608.0));
+    assert_eq!(c["per_rank_bytes"].as_f64(), Some(3_236_608.0));
+}
