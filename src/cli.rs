@@ -635,6 +635,14 @@ struct ListArgs {
     /// What to list.
     #[arg(value_enum)]
     what: ListWhat,
+    /// Extra model cards (`*.toml`), listed with the shipped ones (a card of
+    /// a shipped name replaces it).
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`), listed
+    /// with the shipped ones (a profile of a shipped name replaces it).
+    #[arg(long)]
+    hardware_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -711,7 +719,9 @@ impl PlanRequest {
 fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Result<Catalog> {
     let mut c = Catalog::shipped()?;
     if let Some(d) = models_dir {
-        c.add_models_dir(d)?;
+        for n in c.add_models_dir(d)? {
+            eprintln!("{n}");
+        }
     }
     if let Some(d) = hardware_dir {
         c.add_hardware_dir(d)?;
@@ -1168,7 +1178,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
-    let cat = Catalog::shipped()?;
+    let cat = catalog(&a.models_dir, &a.hardware_dir)?;
     match a.what {
         ListWhat::Models => {
             for m in &cat.models {

@@ -750,3 +750,67 @@ global_batch = 8
     assert_eq!(c["total_bytes"].as_f64(), Some(3_236_608.0));
     assert_eq!(c["per_rank_bytes"].as_f64(), Some(3_236_608.0));
 }
+
+/// The tiny card of [`checkpoint_total_and_rank_use_the_padded_vocabulary`]
+/// under `name`, with `aliases`, as TOML.
+fn tiny_card(name: &str, aliases: &str) -> String {
+    format!(
+        "name = \"{name}\"\naliases = [{aliases}]\nsource = \"test\"\nknown_params = 2.3e5\n\
+         [architecture]\nlayers = 2\nhidden = 64\nheads = 4\nkv_heads = 4\nffn = 256\n\
+         gated_mlp = false\nvocab = 1000\ntied_embeddings = false\nnorm = \"layernorm\"\n\
+         position_embedding = \"rope\"\nmax_seq = 512\nlinear_bias = false\ndropout = false\n\
+         [defaults]\nseq_len = 256\nglobal_batch = 8\n"
+    )
+}
+
+/// Two cards named `tiny` in one `--models-dir`: an error naming both files
+/// (was: the last one read won silently).
+#[test]
+fn duplicate_card_names_in_a_models_dir_are_an_error() {
+    let d = temp_dir("dup-cards");
+    std::fs::write(d.join("a.toml"), tiny_card("tiny", "")).unwrap();
+    std::fs::write(d.join("b.toml"), tiny_card("tiny", "")).unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", d.to_str().unwrap()]);
+    assert_clean_error(&o, &["b.toml", "field `name`", "`tiny`", "a.toml"]);
+}
+
+/// A user card with the shipped llama3-70b's alias `70b` takes it, with a
+/// note on stderr (was: silently ignored, `70b` still the shipped card);
+/// the shipped card keeps its name and its other alias. An alias equal to
+/// a shipped card's name is refused. `list` takes `--models-dir` (was:
+/// "unexpected argument").
+#[test]
+fn a_user_cards_alias_takes_the_shipped_alias() {
+    let d = temp_dir("alias-70b");
+    std::fs::write(d.join("tiny.toml"), tiny_card("tiny", "\"70b\"")).unwrap();
+    let dir = d.to_str().unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", dir]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .to_string()
+    };
+    assert!(line("tiny").ends_with("(alias 70b)"), "{out}");
+    assert!(line("llama3-70b").ends_with("(alias llama-3-70b)"), "{out}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("alias `70b` now selects this card `tiny`, not llama3-70b"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // `--model 70b` is now the tiny card (its 230,016 parameters, worked
+    // out in the test above).
+    let o = meshplan(&[
+        "explain", "--model", "70b", "--models-dir", dir, "--cluster", "dgx64", "--gpus", "1",
+        "--tp", "1", "--pp", "1", "--dp", "1", "--format", "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(json(&o)["checkpoint"]["params"].as_f64(), Some(230_016.0));
+    let d = temp_dir("alias-name");
+    std::fs::write(d.join("tiny.toml"), tiny_card("tiny", "\"llama3-8b\"")).unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", d.to_str().unwrap()]);
+    assert_clean_error(&o, &["tiny.toml", "field `aliases`", "llama3-8b"]);
+}
