@@ -904,6 +904,45 @@ fn space(a: &SearchArgs) -> Result<Space> {
     })
 }
 
+/// Why `--fix` asks for a ZeRO stage or recompute mode that `target`'s
+/// search limits ([`Target::limit_search`]) leave out, in the target's own
+/// refusal sentence (as `generate --target` gives it), else `None`.
+fn fixed_beyond_target(target: Target, s: &Setup, space: &Space) -> Option<String> {
+    let f = &space.filter;
+    let zero = f.zero.filter(|z| !space.zero_stages.contains(z));
+    let recompute = f.recompute.filter(|r| !space.recompute_modes.contains(r));
+    if zero.is_none() && recompute.is_none() {
+        return None;
+    }
+    let mut l = Layout::dense(s.world as u32, 1, 1, 1);
+    l.zero = zero.unwrap_or(l.zero);
+    l.recompute = recompute.unwrap_or(l.recompute);
+    let model_level = target.model_refusals(&s.model, &s.job);
+    let why: Vec<String> = target
+        .refusals(&s.model, &s.job, &l)
+        .into_iter()
+        .filter(|r| !model_level.contains(r))
+        .filter(|r| {
+            (zero.is_some() && (r.code.ends_with("-zero") || r.code.ends_with("-recipe")))
+                || (recompute.is_some() && r.code.ends_with("-recompute"))
+        })
+        .map(|r| format!("{}; {}", r.message, r.remedy))
+        .collect();
+    let asked = [
+        zero.map(|z| format!("zero={z}")),
+        recompute.map(|r| format!("recompute={r}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    Some(if why.is_empty() {
+        format!("--fix {asked}: --target {target} runs no such layout")
+    } else {
+        format!("--fix {asked}: --target {target}: {}", why.join("; "))
+    })
+}
+
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let mut s = setup(&a.job)?;
     a.target.engine_job(&mut s.job);
@@ -911,6 +950,9 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let pr = s.problem();
     let mut space = space(a)?;
     a.target.limit_search(&mut space, s.job.recipe_name);
+    if let Some(why) = fixed_beyond_target(a.target, &s, &space) {
+        bail!("{why}");
+    }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");

@@ -814,3 +814,32 @@ fn a_user_cards_alias_takes_the_shipped_alias() {
     let o = meshplan(&["list", "models", "--models-dir", d.to_str().unwrap()]);
     assert_clean_error(&o, &["tiny.toml", "field `aliases`", "llama3-8b"]);
 }
+
+/// `--fix zero=1` with `--target torchtitan`: the target's own reason, as
+/// `generate --target torchtitan` gives it (was: "no D·T·p·C … matches the
+/// fixed values and bounds together"); likewise DeepSpeed's selective
+/// recompute.
+#[test]
+fn fix_outside_the_target_names_the_target_reason() {
+    let o = meshplan(&[
+        "search", "--model", "70b", "--cluster", "dgx64", "--target", "torchtitan", "--fix",
+        "zero=1",
+    ]);
+    assert_clean_error(
+        &o,
+        &[
+            "--fix zero=1: --target torchtitan: ZeRO-1",
+            "has no torchtitan form",
+            "plan with --zero 0, 2 or 3",
+        ],
+    );
+    assert!(!stderr(&o).contains("D·T·p·C"), "{}", stderr(&o));
+    let o = meshplan(&[
+        "search", "--model", "70b", "--cluster", "dgx64", "--target", "deepspeed", "--fix",
+        "recompute=selective",
+    ]);
+    assert_clean_error(
+        &o,
+        &["--fix recompute=selective: --target deepspeed: selective recompute"],
+    );
+}
