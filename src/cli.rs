@@ -1538,11 +1538,19 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
 
 /// Writes `overlay` to `path` with a header naming the `command` that
 /// fitted it and how to apply it.
-fn write_overlay(path: &std::path::Path, overlay: &Overlay, command: &str) -> Result<()> {
+fn write_overlay(
+    path: &std::path::Path,
+    overlay: &Overlay,
+    command: &str,
+    warnings: &[String],
+) -> Result<()> {
     let text = toml::to_string_pretty(overlay)?;
-    let header = format!(
+    let mut header = format!(
         "# meshplan profile overlay (written by `meshplan {command}`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n"
     );
+    for w in warnings {
+        header.push_str(&format!("# warning: {w}\n"));
+    }
     std::fs::write(path, format!("{header}{text}")).map_err(|source| InputError::Write {
         file: path.to_path_buf(),
         source,
@@ -1606,7 +1614,10 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
             .join(", ");
         anyhow::anyhow!("{from}: {e}")
     })?;
-    write_overlay(&a.out, &fit.overlay, "calibrate")?;
+    write_overlay(&a.out, &fit.overlay, "calibrate", &fit.warnings)?;
+    for w in &fit.warnings {
+        eprintln!("warning: {w}");
+    }
     writeln!(
         out,
         "{:<32} {:>10} {:>10}",
@@ -1647,7 +1658,7 @@ fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Resul
         .map(|f| Ok(crate::nccl_tests::parse(&read_text(f)?, f)?))
         .collect::<Result<Vec<_>>>()?;
     let fit = crate::calibrate_network::fit(&runs, cluster).map_err(|e| anyhow::anyhow!("{e}"))?;
-    write_overlay(&a.out, &fit.overlay, "calibrate-network")?;
+    write_overlay(&a.out, &fit.overlay, "calibrate-network", &[])?;
     writeln!(
         out,
         "{:<6} {:>5} {:>8} {:>12} {:>22} {:>20}",
