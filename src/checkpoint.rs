@@ -176,11 +176,22 @@ pub fn saved_params(model: &Model, tp: u32) -> f64 {
 /// ([`saved_params`]; for Llama 3 the padding adds under 0.02%). The
 /// per-rank figure uses the pipeline rank with the most parameters from
 /// [`cost::rank_costs`].
+///
+/// An engine whose model is built in fp32 (`fp32_shards_only`: torchtitan,
+/// FSDP2 casting to bf16 only at the gather) has no separate bf16 weights
+/// to save: its checkpoint holds the fp32 parameters, which are the
+/// optimizer's master copy, and the Adam moments, 12 B/param rather than
+/// 14 (torchtitan's DCP checkpointer saves `ModelWrapper(model_parts)` and
+/// the optimizers' state, `torchtitan/components/checkpointer/dcp.py`).
 pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     let recipe = &pr.job.recipe;
     let params = saved_params(pr.model, l.tp);
-    let (weights, master, moments) =
-        state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
+    let weight_bytes = if pr.job.engine_memory.fp32_shards_only {
+        0.0
+    } else {
+        recipe.weight_bytes
+    };
+    let (weights, master, moments) = state_bytes(params, weight_bytes, recipe.optimizer_bytes);
     let n = pr.world as f64;
     let small = n * SMALL_STATE_BYTES_PER_RANK;
     // The low-precision recipe's scaling state is saved with the model
@@ -199,9 +210,9 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     for rc in cost::rank_costs(pr, l) {
         let owned = |p: f64, d: f64| -> f64 {
             let w = if l.zero >= 3 {
-                p * recipe.weight_bytes / d
+                p * weight_bytes / d
             } else {
-                p * recipe.weight_bytes
+                p * weight_bytes
             };
             let o = if l.zero >= 1 {
                 p * recipe.optimizer_bytes / d
