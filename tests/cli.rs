@@ -900,3 +900,34 @@ fn torchtitan_checkpoint_holds_no_bf16_copy() {
     let c = ckpt("megatron");
     assert_eq!(c["weights_bytes"].as_f64(), Some(2.0 * p));
 }
+
+/// torchtitan at the API meshplan writes (quantization converters on the
+/// model config, pytorch/torchtitan#3127) declares `recipe_name:
+/// Literal["rowwise", "rowwise_with_gw_hp"]`; the tensorwise recipe the
+/// review asked for was removed by that change, so current scaling stays
+/// refused, with the declaration quoted, and row-wise is written.
+#[test]
+fn torchtitan_fp8_takes_the_rowwise_recipes() {
+    let d = temp_dir("tt-fp8");
+    let out = d.to_str().unwrap();
+    let args = |recipe: &'static str| {
+        vec![
+            "generate", "--model", "70b", "--cluster", "dgx-h100-64", "--target", "torchtitan",
+            "--precision", "fp8", "--fp8-recipe", recipe, "--fp8-kernels", "torchao", "--out",
+            out,
+        ]
+    };
+    let o = meshplan(&args("current"));
+    assert_clean_error(
+        &o,
+        &[
+            "[torchtitan-precision] FP8 with current scaling",
+            r#"`recipe_name: Literal["rowwise", "rowwise_with_gw_hp"]`"#,
+            "pytorch/torchtitan#3127",
+        ],
+    );
+    let o = meshplan(&args("rowwise"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let py = std::fs::read_to_string(d.join("torchtitan_plan.py")).unwrap();
+    assert!(py.contains(r#"Float8LinearConverter.Config(recipe_name="rowwise""#), "{py}");
+}
