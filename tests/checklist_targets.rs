@@ -421,7 +421,16 @@ fn megatron_tiny_run_drops_the_uneven_split() {
     let dir = generate_main_job(
         "megatron",
         &[
-            "--dp", "8", "--tp", "4", "--pp", "2", "--sp", "--recompute", "full", "--split",
+            "--dp",
+            "8",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--sp",
+            "--recompute",
+            "full",
+            "--split",
             "41,39",
         ],
     );

@@ -804,8 +804,23 @@ fn a_user_cards_alias_takes_the_shipped_alias() {
     // `--model 70b` is now the tiny card (its 230,016 parameters, worked
     // out in the test above).
     let o = meshplan(&[
-        "explain", "--model", "70b", "--models-dir", dir, "--cluster", "dgx64", "--gpus", "1",
-        "--tp", "1", "--pp", "1", "--dp", "1", "--format", "json",
+        "explain",
+        "--model",
+        "70b",
+        "--models-dir",
+        dir,
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--dp",
+        "1",
+        "--format",
+        "json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(json(&o)["checkpoint"]["params"].as_f64(), Some(230_016.0));
@@ -822,7 +837,14 @@ fn a_user_cards_alias_takes_the_shipped_alias() {
 #[test]
 fn fix_outside_the_target_names_the_target_reason() {
     let o = meshplan(&[
-        "search", "--model", "70b", "--cluster", "dgx64", "--target", "torchtitan", "--fix",
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "torchtitan",
+        "--fix",
         "zero=1",
     ]);
     assert_clean_error(
@@ -835,7 +857,14 @@ fn fix_outside_the_target_names_the_target_reason() {
     );
     assert!(!stderr(&o).contains("D·T·p·C"), "{}", stderr(&o));
     let o = meshplan(&[
-        "search", "--model", "70b", "--cluster", "dgx64", "--target", "deepspeed", "--fix",
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "deepspeed",
+        "--fix",
         "recompute=selective",
     ]);
     assert_clean_error(
@@ -868,7 +897,10 @@ fn calibrate_warns_about_a_degenerate_fit() {
         "warning: row NAR21-T1-03: error +5.3% before the fit, +28.4% after",
     ] {
         assert!(err.contains(needle), "{needle} not in {err}");
-        assert!(file.contains(&format!("# {needle}")), "{needle} not in {file}");
+        assert!(
+            file.contains(&format!("# {needle}")),
+            "{needle} not in {file}"
+        );
     }
     // The overlay still parses with its comments.
     meshplan::calibrate::Overlay::from_toml(&file, &out).unwrap();
@@ -884,7 +916,14 @@ fn calibrate_warns_about_a_degenerate_fit() {
 fn torchtitan_checkpoint_holds_no_bf16_copy() {
     let ckpt = |target: &str| {
         let o = meshplan(&[
-            "search", "--model", "70b", "--cluster", "dgx64", "--target", target, "--format",
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--target",
+            target,
+            "--format",
             "json",
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
@@ -912,8 +951,20 @@ fn torchtitan_fp8_takes_the_rowwise_recipes() {
     let out = d.to_str().unwrap();
     let args = |recipe: &'static str| {
         vec![
-            "generate", "--model", "70b", "--cluster", "dgx-h100-64", "--target", "torchtitan",
-            "--precision", "fp8", "--fp8-recipe", recipe, "--fp8-kernels", "torchao", "--out",
+            "generate",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx-h100-64",
+            "--target",
+            "torchtitan",
+            "--precision",
+            "fp8",
+            "--fp8-recipe",
+            recipe,
+            "--fp8-kernels",
+            "torchao",
+            "--out",
             out,
         ]
     };
@@ -929,5 +980,8 @@ fn torchtitan_fp8_takes_the_rowwise_recipes() {
     let o = meshplan(&args("rowwise"));
     assert!(o.status.success(), "{}", stderr(&o));
     let py = std::fs::read_to_string(d.join("torchtitan_plan.py")).unwrap();
-    assert!(py.contains(r#"Float8LinearConverter.Config(recipe_name="rowwise""#), "{py}");
+    assert!(
+        py.contains(r#"Float8LinearConverter.Config(recipe_name="rowwise""#),
+        "{py}"
+    );
 }

@@ -87,7 +87,11 @@ fn checkpoint_llama3_70b_megatron_by_hand() {
         "per rank {}",
         c.per_rank_bytes
     );
-    assert!(rel(c.write_s, 9.879_291_002_88) < 1e-12, "C = {}", c.write_s);
+    assert!(
+        rel(c.write_s, 9.879_291_002_88) < 1e-12,
+        "C = {}",
+        c.write_s
+    );
     assert_eq!(c.nodes, 8);
     assert!(rel(c.job_mtbf_s, 2_850_750.0) < 1e-12);
     assert!(

@@ -905,7 +905,11 @@ fn impossible_rows_are_skipped_with_the_rule() {
         why.contains("field measured_tflops_per_gpu") && why.contains("989 TFLOP/s"),
         "{why}"
     );
-    let peak = Catalog::shipped().unwrap().gpu("h100-sxm").unwrap().peak_tflops_bf16;
+    let peak = Catalog::shipped()
+        .unwrap()
+        .gpu("h100-sxm")
+        .unwrap()
+        .peak_tflops_bf16;
     assert_eq!(peak, 989.0);
     let r = run(&row_with("MEG24-01", &[("measured_tflops_per_gpu", "989")]));
     assert_eq!((r.rows.len(), r.skipped.len()), (1, 0));

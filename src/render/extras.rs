@@ -259,7 +259,12 @@ pub fn checkpoint(
         ]);
     }
     t.add_row(vec![
-        if fp32_model { "fp32 parameters" } else { "fp32 master weights" }.to_string(),
+        if fp32_model {
+            "fp32 parameters"
+        } else {
+            "fp32 master weights"
+        }
+        .to_string(),
         format!("{:.0}", c.master_bytes / c.params),
         bytes(c.master_bytes),
     ]);

@@ -114,8 +114,8 @@ impl Catalog {
         let mut cards = Vec::new();
         for (path, text) in read_dir_toml(dir)? {
             let m = Model::from_toml(&text, &path)?;
-            let words = std::iter::once(("name", &m.name))
-                .chain(m.aliases.iter().map(|a| ("aliases", a)));
+            let words =
+                std::iter::once(("name", &m.name)).chain(m.aliases.iter().map(|a| ("aliases", a)));
             for (field, w) in words {
                 let key = w.to_ascii_lowercase();
                 if let Some((_, other)) = claimed.iter().find(|(k, _)| *k == key) {
