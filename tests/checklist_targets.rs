@@ -291,7 +291,28 @@ fn bridge_overrides(script: &str) -> Vec<(String, String)> {
 
 #[test]
 fn bridge_checklist_matches_its_files() {
-    let dir = generate_main_job("megatron-bridge", &[]);
+    // The layout is named (the search's best moved to D8 T2 p4 v5 since
+    // this test was written); the checks below are worked out for it.
+    let dir = generate_main_job(
+        "megatron-bridge",
+        &[
+            "--dp",
+            "8",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--sp",
+            "--recompute",
+            "none",
+            "--zero",
+            "2",
+            "--mbs",
+            "1",
+            "--split",
+            "41,39",
+        ],
+    );
     let check = read(&dir, generate::CHECKLIST);
     let file = bridge_overrides(&read(&dir, generate::BRIDGE_SCRIPT));
     let rows: Vec<(String, String)> = settings_table(&check)
