@@ -322,6 +322,86 @@ pub struct Fit {
     pub parameters: Vec<(String, f64, f64)>,
     /// Rows not used, with reasons.
     pub skipped: Vec<validate::Skipped>,
+    /// Why the fit may be degenerate ([`fit_warnings`]): a parameter moved
+    /// more than a factor of [`MOVE_WARN`] or onto a bound, or a row's error
+    /// grew by more than [`WORSE_WARN`]; printed on stderr and written into
+    /// the overlay's comments.
+    pub warnings: Vec<String>,
+}
+
+/// A fitted parameter this many times above or below its shipped value is
+/// warned about: the rows then say something the profile's sources do not,
+/// or the fit traded one parameter against another it cannot tell apart.
+pub const MOVE_WARN: f64 = 2.0;
+
+/// A row whose |error| grows by more than this (absolute, 0.10 = 10
+/// percentage points) through the fit is warned about.
+pub const WORSE_WARN: f64 = 0.10;
+
+/// The warnings of a fit (see [`Fit::warnings`]). `shipped`, `fitted`: the
+/// parameters ([`NAMES`] order); `rows`, `before`, `after`: the rows and
+/// their errors `pred/meas − 1`; `pull[j]`: per row, how hard it pulled
+/// parameter j the way it moved at the start (−∂r/∂φ_j · r, the row's share
+/// of the first descent step on ln θ_j), to name the rows that drive a move.
+fn fit_warnings(
+    shipped: &[f64; 6],
+    fitted: &[f64; 6],
+    rows: &[String],
+    before: &[f64],
+    after: &[f64],
+    pull: &[Vec<f64>],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for j in 0..6 {
+        let (a, b) = (shipped[j], fitted[j]);
+        let ratio = b / a;
+        let (lo, hi) = bounds(j);
+        let at_bound = (b.ln() - lo.ln()).abs() < 1e-6 || (b.ln() - hi.ln()).abs() < 1e-6;
+        let far = !(1.0 / MOVE_WARN..=MOVE_WARN).contains(&ratio);
+        if !(far || at_bound) {
+            continue;
+        }
+        let what = match (far, at_bound) {
+            (true, true) => format!("moved {ratio:.2}× to a bound of its range [{lo}, {hi}]"),
+            (true, false) => format!("moved {ratio:.2}× (more than {MOVE_WARN}× from shipped)"),
+            _ => format!("sits on a bound of its range [{lo}, {hi}]"),
+        };
+        // The rows pulling it the way it moved, strongest first.
+        let sign = (b / a).ln().signum();
+        let mut drivers: Vec<(f64, &String)> = pull[j]
+            .iter()
+            .zip(rows)
+            .map(|(p, id)| (p * sign, id))
+            .filter(|(p, _)| *p > 0.0)
+            .collect();
+        drivers.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal));
+        let total: f64 = drivers.iter().map(|d| d.0).sum();
+        let named: Vec<String> = drivers
+            .iter()
+            .take(3)
+            .map(|(p, id)| format!("{id} ({:.0}%)", 100.0 * p / total))
+            .collect();
+        let by = if named.is_empty() {
+            String::new()
+        } else {
+            format!("; driven by {}", named.join(", "))
+        };
+        out.push(format!(
+            "{} {what}: {a:.4} → {b:.4}{by}; check the rows, or fix it with --rows",
+            NAMES[j]
+        ));
+    }
+    for ((id, b), a) in rows.iter().zip(before).zip(after) {
+        if a.abs() > b.abs() + WORSE_WARN {
+            out.push(format!(
+                "row {id}: error {:+.1}% before the fit, {:+.1}% after (worse by more than {:.0} points)",
+                100.0 * b,
+                100.0 * a,
+                100.0 * WORSE_WARN
+            ));
+        }
+    }
+    out
 }
 
 /// Solve `a·x = b` (n×n, Gaussian elimination with partial pivoting).
@@ -430,6 +510,8 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
     let before: Vec<f64> = r[..cases.len()].iter().map(|x| x.exp() - 1.0).collect();
     let mut mu = 1e-2;
     let mut it = 0;
+    // Per parameter, per row: −∂r_i/∂φ_j · r_i at the start.
+    let mut pull: Vec<Vec<f64>> = vec![vec![0.0; cases.len()]; 6];
     while it < 100 {
         it += 1;
         let n = phi.len();
@@ -441,6 +523,13 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
             let rj = residuals(&p);
             for i in 0..r.len() {
                 jac[i][j] = (rj[i] - r[i]) / h;
+            }
+        }
+        if it == 1 {
+            for (j, p) in pull.iter_mut().enumerate() {
+                for (i, x) in p.iter_mut().enumerate() {
+                    *x = -jac[i][j] * r[i];
+                }
             }
         }
         let mut jtj = vec![vec![0.0; n]; n];
@@ -499,6 +588,8 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
         error_after: after.iter().map(|x| (x * 1e4).round() / 1e4).collect(),
         iterations: it,
     });
+    let ids: Vec<String> = cases.iter().map(|(c, _)| c.row.id.clone()).collect();
+    let warnings = fit_warnings(&th0, &th, &ids, &before, &after, &pull);
     let parameters = NAMES
         .iter()
         .zip(th0.iter().zip(th.iter()))
@@ -508,5 +599,43 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
         overlay,
         parameters,
         skipped,
+        warnings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand case: gemm 0.685 → 0.70 (×1.02, quiet); collective.inter 0.82
+    /// → 0.10 (×0.122, warned), pulled down by row B (pull −3 against the
+    /// move's sign −1: +3) more than by A (+1; C pulls up and is not named):
+    /// B 3/4 = 75 %, A 25 %; attention 0.61 → 1.0, its upper bound (×1.64,
+    /// warned as on a bound). Row A goes from +5 % to +28 % (23 points worse,
+    /// warned); B from −10 % to −15 % (5 points, quiet).
+    #[test]
+    fn warnings_name_far_moves_bounds_and_worse_rows() {
+        let shipped = [0.685, 0.61, 0.87, 4.0, 0.82, 0.82];
+        let fitted = [0.70, 1.0, 0.87, 4.0, 0.82, 0.10];
+        let rows = ["A", "B", "C"].map(String::from);
+        let mut pull = vec![vec![0.0; 3]; 6];
+        pull[5] = vec![-1.0, -3.0, 2.0];
+        pull[1] = vec![0.5, 0.0, 0.0];
+        let w = fit_warnings(
+            &shipped,
+            &fitted,
+            &rows,
+            &[0.05, -0.10, 0.0],
+            &[0.28, -0.15, 0.0],
+            &pull,
+        );
+        assert_eq!(
+            w,
+            [
+                "efficiency.attention sits on a bound of its range [0.02, 1]: 0.6100 → 1.0000; driven by A (100%); check the rows, or fix it with --rows",
+                "collective.inter moved 0.12× (more than 2× from shipped): 0.8200 → 0.1000; driven by B (75%), A (25%); check the rows, or fix it with --rows",
+                "row A: error +5.0% before the fit, +28.0% after (worse by more than 10 points)",
+            ]
+        );
+    }
 }

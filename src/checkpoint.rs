@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::cost::{self, Evaluation, Problem};
 use crate::layout::Layout;
+use crate::spec::Model;
 
 /// Bytes of fp32 master weights per parameter in the optimizer state.
 pub const MASTER_BYTES: f64 = 4.0;
@@ -151,20 +152,48 @@ pub fn waste_fraction(c: f64, tau: f64, m: f64) -> f64 {
     }
 }
 
+/// Parameters the checkpoint holds, count: the model's, with the input
+/// embedding (and the untied output layer) at Megatron's padded vocabulary
+/// V' = ⌈V / 128·T⌉·128·T ([`cost::layer::padded_vocab`]). The embedding
+/// tensors are allocated, trained and saved at V' rows (Megatron-LM
+/// `_vocab_size_with_padding`, `megatron/training/tokenizer`), and the
+/// per-rank figure ([`cost::rank_costs`]) counts them so; the total must
+/// hold the same rows or the ranks would sum to more than the whole.
+///
+/// Example: V = 1000, h = 64, T = 2, untied: V' = 1024, so the count adds
+/// 2·24·64 = 3,072 parameters to the unpadded model's.
+pub fn saved_params(model: &Model, tp: u32) -> f64 {
+    let a = &model.architecture;
+    let extra_rows = (cost::layer::padded_vocab(a.vocab, tp) - a.vocab) as f64;
+    let tables = if a.tied_embeddings { 1.0 } else { 2.0 };
+    model.total_params() + tables * extra_rows * a.hidden as f64
+}
+
 /// Checkpoint plan of layout `l` (priced as `eval`) for `pr`.
 ///
 /// Total bytes are `(b_w + b_o)·P + N·16 KiB` (plus the low-precision
-/// scaling state) with P the model's parameter
-/// count (unpadded vocabulary: Megatron's padding to a multiple of 128·T
-/// adds under 0.02% for Llama 3) plus its multi-token-prediction layers'
-/// ([`crate::spec::Model::mtp_params`]; Megatron saves them with the
-/// model, DeepSeek-V3: +11.6e9, +1.7%). The per-rank figure uses the pipeline
-/// rank with the most parameters from [`cost::rank_costs`].
+/// scaling state) with P the parameters saved at the padded vocabulary
+/// ([`saved_params`]; for Llama 3 the padding adds under 0.02%) plus the
+/// multi-token-prediction layers' ([`crate::spec::Model::mtp_params`];
+/// Megatron saves them with the model, DeepSeek-V3: +11.6e9, +1.7%). The
+/// per-rank figure uses the pipeline rank with the most parameters from
+/// [`cost::rank_costs`].
+///
+/// An engine whose model is built in fp32 (`fp32_shards_only`: torchtitan,
+/// FSDP2 casting to bf16 only at the gather) has no separate bf16 weights
+/// to save: its checkpoint holds the fp32 parameters, which are the
+/// optimizer's master copy, and the Adam moments, 12 B/param rather than
+/// 14 (torchtitan's DCP checkpointer saves `ModelWrapper(model_parts)` and
+/// the optimizers' state, `torchtitan/components/checkpointer/dcp.py`).
 pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     let recipe = &pr.job.recipe;
-    let params = pr.model.total_params() + pr.model.mtp_params();
-    let (weights, master, moments) =
-        state_bytes(params, recipe.weight_bytes, recipe.optimizer_bytes);
+    let params = saved_params(pr.model, l.tp) + pr.model.mtp_params();
+    let weight_bytes = if pr.job.engine_memory.fp32_shards_only {
+        0.0
+    } else {
+        recipe.weight_bytes
+    };
+    let (weights, master, moments) = state_bytes(params, weight_bytes, recipe.optimizer_bytes);
     let n = pr.world as f64;
     let small = n * SMALL_STATE_BYTES_PER_RANK;
     // The low-precision recipe's scaling state is saved with the model
@@ -183,9 +212,9 @@ pub fn plan(pr: &Problem, l: &Layout, eval: &Evaluation) -> CheckpointPlan {
     for rc in cost::rank_costs(pr, l) {
         let owned = |p: f64, d: f64| -> f64 {
             let w = if l.zero >= 3 {
-                p * recipe.weight_bytes / d
+                p * weight_bytes / d
             } else {
-                p * recipe.weight_bytes
+                p * weight_bytes
             };
             let o = if l.zero >= 1 {
                 p * recipe.optimizer_bytes / d

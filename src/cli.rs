@@ -635,6 +635,14 @@ struct ListArgs {
     /// What to list.
     #[arg(value_enum)]
     what: ListWhat,
+    /// Extra model cards (`*.toml`), listed with the shipped ones (a card of
+    /// a shipped name replaces it).
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Extra hardware profiles (`gpus/*.toml`, `clusters/*.toml`), listed
+    /// with the shipped ones (a profile of a shipped name replaces it).
+    #[arg(long)]
+    hardware_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -711,7 +719,9 @@ impl PlanRequest {
 fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Result<Catalog> {
     let mut c = Catalog::shipped()?;
     if let Some(d) = models_dir {
-        c.add_models_dir(d)?;
+        for n in c.add_models_dir(d)? {
+            eprintln!("{n}");
+        }
     }
     if let Some(d) = hardware_dir {
         c.add_hardware_dir(d)?;
@@ -894,6 +904,45 @@ fn space(a: &SearchArgs) -> Result<Space> {
     })
 }
 
+/// Why `--fix` asks for a ZeRO stage or recompute mode that `target`'s
+/// search limits ([`Target::limit_search`]) leave out, in the target's own
+/// refusal sentence (as `generate --target` gives it), else `None`.
+fn fixed_beyond_target(target: Target, s: &Setup, space: &Space) -> Option<String> {
+    let f = &space.filter;
+    let zero = f.zero.filter(|z| !space.zero_stages.contains(z));
+    let recompute = f.recompute.filter(|r| !space.recompute_modes.contains(r));
+    if zero.is_none() && recompute.is_none() {
+        return None;
+    }
+    let mut l = Layout::dense(s.world as u32, 1, 1, 1);
+    l.zero = zero.unwrap_or(l.zero);
+    l.recompute = recompute.unwrap_or(l.recompute);
+    let model_level = target.model_refusals(&s.model, &s.job);
+    let why: Vec<String> = target
+        .refusals(&s.model, &s.job, &l)
+        .into_iter()
+        .filter(|r| !model_level.contains(r))
+        .filter(|r| {
+            (zero.is_some() && (r.code.ends_with("-zero") || r.code.ends_with("-recipe")))
+                || (recompute.is_some() && r.code.ends_with("-recompute"))
+        })
+        .map(|r| format!("{}; {}", r.message, r.remedy))
+        .collect();
+    let asked = [
+        zero.map(|z| format!("zero={z}")),
+        recompute.map(|r| format!("recompute={r}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    Some(if why.is_empty() {
+        format!("--fix {asked}: --target {target} runs no such layout")
+    } else {
+        format!("--fix {asked}: --target {target}: {}", why.join("; "))
+    })
+}
+
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let mut s = setup(&a.job)?;
     a.target.engine_job(&mut s.job);
@@ -901,6 +950,9 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let pr = s.problem();
     let mut space = space(a)?;
     a.target.limit_search(&mut space, s.job.recipe_name);
+    if let Some(why) = fixed_beyond_target(a.target, &s, &space) {
+        bail!("{why}");
+    }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
@@ -1168,7 +1220,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn run_list(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
-    let cat = Catalog::shipped()?;
+    let cat = catalog(&a.models_dir, &a.hardware_dir)?;
     match a.what {
         ListWhat::Models => {
             for m in &cat.models {
@@ -1487,11 +1539,19 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
 
 /// Writes `overlay` to `path` with a header naming the `command` that
 /// fitted it and how to apply it.
-fn write_overlay(path: &std::path::Path, overlay: &Overlay, command: &str) -> Result<()> {
+fn write_overlay(
+    path: &std::path::Path,
+    overlay: &Overlay,
+    command: &str,
+    warnings: &[String],
+) -> Result<()> {
     let text = toml::to_string_pretty(overlay)?;
-    let header = format!(
+    let mut header = format!(
         "# meshplan profile overlay (written by `meshplan {command}`).\n# Apply with `meshplan search --profile FILE` (also explain, validate).\n"
     );
+    for w in warnings {
+        header.push_str(&format!("# warning: {w}\n"));
+    }
     std::fs::write(path, format!("{header}{text}")).map_err(|source| InputError::Write {
         file: path.to_path_buf(),
         source,
@@ -1555,7 +1615,10 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
             .join(", ");
         anyhow::anyhow!("{from}: {e}")
     })?;
-    write_overlay(&a.out, &fit.overlay, "calibrate")?;
+    write_overlay(&a.out, &fit.overlay, "calibrate", &fit.warnings)?;
+    for w in &fit.warnings {
+        eprintln!("warning: {w}");
+    }
     writeln!(
         out,
         "{:<32} {:>10} {:>10}",
@@ -1596,7 +1659,7 @@ fn run_calibrate_network(a: &CalibrateNetworkArgs, out: &mut dyn Write) -> Resul
         .map(|f| Ok(crate::nccl_tests::parse(&read_text(f)?, f)?))
         .collect::<Result<Vec<_>>>()?;
     let fit = crate::calibrate_network::fit(&runs, cluster).map_err(|e| anyhow::anyhow!("{e}"))?;
-    write_overlay(&a.out, &fit.overlay, "calibrate-network")?;
+    write_overlay(&a.out, &fit.overlay, "calibrate-network", &[])?;
     writeln!(
         out,
         "{:<6} {:>5} {:>8} {:>12} {:>22} {:>20}",

@@ -20,8 +20,9 @@ use crate::layout::{Layout, RankOrder};
 use crate::spec::model::{Architecture, PositionEmbedding};
 use crate::spec::{Job, Model};
 
-/// A rule that can reject a layout. The `code()` strings are stable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// A rule that can reject a layout. The `code()` strings are stable, and
+/// JSON writes a rule as its code (`"memory"`, `"mesh-size"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Rule {
     /// D·T·p·C ≠ N [W1].
@@ -110,6 +111,42 @@ impl Rule {
     /// Bit of this rule in a [`RuleSet`].
     pub fn bit(self) -> u32 {
         1 << (self as u8)
+    }
+}
+
+/// The memory rule's peak, usable memory and gap (bytes) in words, with
+/// enough digits that the peak and the usable figure differ: GiB to two
+/// decimals, or MiB (to whole MiB, or three decimals for a gap under
+/// one MiB) when those would read the same. The gap is in MiB under 0.1
+/// GiB.
+///
+/// Example: 77.5 GiB + 1 MiB against 77.5 GiB both read 77.50 GiB; in MiB
+/// they are 79,361 and 79,360, gap 1 MiB.
+pub fn memory_gap_words(peak: f64, usable: f64) -> (String, String, String) {
+    const GIB: f64 = crate::spec::GIB;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let gap = peak - usable;
+    let (p, u) = (format!("{:.2}", peak / GIB), format!("{:.2}", usable / GIB));
+    if p != u {
+        let g = if gap < 0.1 * GIB {
+            format!("{:.0} MiB", gap / MIB)
+        } else {
+            format!("{:.2} GiB", gap / GIB)
+        };
+        return (format!("{p} GiB"), format!("{u} GiB"), g);
+    }
+    let digits = if format!("{:.0}", peak / MIB) != format!("{:.0}", usable / MIB) {
+        0
+    } else {
+        3
+    };
+    let mib = |x: f64| format!("{:.*} MiB", digits, x / MIB);
+    (mib(peak), mib(usable), mib(gap))
+}
+
+impl Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
     }
 }
 
@@ -832,15 +869,9 @@ const RULES: [RuleDef; 18] = [
             message: |x| {
                 const GIB: f64 = crate::spec::GIB;
                 let (peak, usable, comp, bytes) = x.memory.unwrap_or_default();
+                let (peak_text, usable_text, gap_text) = memory_gap_words(peak, usable);
                 format!(
-                    "peak {:.2} GiB exceeds usable {:.2} GiB by {}; largest part: {} {:.1} GiB{}",
-                    peak / GIB,
-                    usable / GIB,
-                    if peak - usable < 0.1 * GIB {
-                        format!("{:.0} MiB", (peak - usable) / (1024.0 * 1024.0))
-                    } else {
-                        format!("{:.2} GiB", (peak - usable) / GIB)
-                    },
+                    "peak {peak_text} exceeds usable {usable_text} by {gap_text}; largest part: {} {:.1} GiB{}",
                     comp,
                     bytes / GIB,
                     if bytes > usable {
@@ -865,3 +896,50 @@ const _: () = {
         i += 1;
     }
 };
+
+#[cfg(test)]
+mod memory_words_tests {
+    use super::*;
+
+    const GIB: f64 = crate::spec::GIB;
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    fn words(a: &str, b: &str, c: &str) -> (String, String, String) {
+        (a.into(), b.into(), c.into())
+    }
+
+    /// The reviewer's near-miss (77.5 GiB + 1 MiB against 77.5 GiB read
+    /// "77.50 … 77.50 … by 1 MiB"): MiB, 79,360 + 1; a 0.3 MiB gap to three
+    /// decimals; gaps that GiB shows stay in GiB (50 MiB = 0.049 GiB still
+    /// named in MiB, 0.5 GiB in GiB).
+    #[test]
+    fn near_misses_print_figures_that_differ() {
+        let u = 77.5 * GIB;
+        assert_eq!(
+            memory_gap_words(u + MIB, u),
+            words("79361 MiB", "79360 MiB", "1 MiB")
+        );
+        assert_eq!(
+            memory_gap_words(u + 0.3 * MIB, u),
+            words("79360.300 MiB", "79360.000 MiB", "0.300 MiB")
+        );
+        assert_eq!(
+            memory_gap_words(u + 50.0 * MIB, u),
+            words("77.55 GiB", "77.50 GiB", "50 MiB")
+        );
+        assert_eq!(
+            memory_gap_words(78.0 * GIB, u),
+            words("78.00 GiB", "77.50 GiB", "0.50 GiB")
+        );
+    }
+
+    /// JSON writes a rule as its code, as the tables print it.
+    #[test]
+    fn rules_serialize_as_their_codes() {
+        assert_eq!(serde_json::to_string(&Rule::Memory).unwrap(), "\"memory\"");
+        assert_eq!(
+            serde_json::to_string(&Rule::MeshSize).unwrap(),
+            "\"mesh-size\""
+        );
+    }
+}

@@ -369,6 +369,9 @@ pub struct Table {
     pub rows: Vec<MeasuredRow>,
     /// Rows that did not, with the reason.
     pub skipped: Vec<Skipped>,
+    /// The file the rows came from (empty when they did not come from one),
+    /// for the reasons of rows skipped after parsing.
+    pub file: std::path::PathBuf,
 }
 
 /// Parse a measurement CSV (v1 or v2 columns), every row on its own: a row
@@ -383,6 +386,7 @@ pub fn read_table(text: &str, file: &Path) -> Result<Table, InputError> {
     Ok(Table {
         rows,
         skipped: bad.into_iter().map(|(s, _)| s).collect(),
+        file: file.to_path_buf(),
     })
 }
 
@@ -2645,6 +2649,7 @@ pub fn validate(rows: &[MeasuredRow], cat: &Catalog, overlay: OverlayRef) -> Val
         &Table {
             rows: rows.to_vec(),
             skipped: Vec::new(),
+            file: std::path::PathBuf::new(),
         },
         cat,
         overlay,
@@ -2659,6 +2664,10 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
     for row in &table.rows {
         match build_case(row, cat, overlay) {
             Ok(case) => {
+                if let Some(s) = refused(&case, &table.file) {
+                    skipped.push(s);
+                    continue;
+                }
                 let (r, _) = compare(&case);
                 if r.tflops.is_none()
                     && r.step_s.is_none()
@@ -2715,6 +2724,72 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
             "derived (*): the measured figure is computed from another measured one through the FLOP convention".into(),
             "regimes: speed error = predicted / measured throughput − 1; optimistic = predicted faster than measured".into(),
         ],
+    }
+}
+
+/// A parsed row that cannot be compared, as a [`Skipped`] entry naming
+/// the file, line and field:
+/// - its stated layout breaks a rule under which the cost model's price
+///   means nothing ([`Rule::price_holds`]: the batch rule B % (D·b), the
+///   interleave rule, a mesh that is not the row's GPU count): such a run
+///   cannot have happened as stated, and its error would enter the medians;
+///   the rule's own sentences give the reason;
+/// - its `measured_tflops_per_gpu` is above the GPU's dense peak of the
+///   row's precision ([`cost::precision::dense_peak_tflops`]): a typo or a
+///   unit slip (sparse peak, per node), not a measurement. (MFU above 1 is
+///   refused when the row is read.)
+///
+/// [`Rule::price_holds`]: crate::rules::Rule::price_holds
+fn refused(case: &Case, file: &Path) -> Option<Skipped> {
+    let row = &case.row;
+    let at = if file.as_os_str().is_empty() {
+        format!("line {}", row.line)
+    } else {
+        format!("{}, line {}", file.display(), row.line)
+    };
+    let broken: Vec<crate::rules::Violation> = crate::rules::explain(
+        &case.problem(),
+        &crate::rules::Policy::default(),
+        &case.layout,
+        None,
+    )
+    .into_iter()
+    .filter(|v| !v.rule.price_holds())
+    .collect();
+    if let Some(first) = broken.first() {
+        let l = &case.layout;
+        return Some(Skipped {
+            id: row.id.clone(),
+            kind: format!("{}: layout cannot run", first.code),
+            reason: format!(
+                "{at}: the stated layout (num_gpus {}, dp {}, tp {}, pp {}, cp {}, vpp {}, mbs {}, gbs {}) cannot run: {}",
+                row.num_gpus,
+                l.dp,
+                l.tp,
+                l.pp,
+                l.cp,
+                l.vpp,
+                l.micro_batch,
+                row.gbs,
+                broken
+                    .iter()
+                    .map(|v| format!("[{}] {}", v.code, v.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
+    }
+    let peak = cost::precision::dense_peak_tflops(&case.gpu, case.job.precision);
+    match row.measured_tflops_per_gpu {
+        Some(tf) if tf > peak => Some(Skipped {
+            id: row.id.clone(),
+            kind: "measured_tflops_per_gpu: above peak".into(),
+            reason: format!(
+                "{at}: field measured_tflops_per_gpu: {tf} is above the {} dense {} peak, {peak} TFLOP/s (hardware/gpus/{}.toml); a measured rate cannot exceed it",
+                case.gpu.name, case.job.precision, case.gpu.name
+            ),
+        }),
+        _ => None,
     }
 }
 

@@ -291,12 +291,26 @@ fn bridge_overrides(script: &str) -> Vec<(String, String)> {
 
 #[test]
 fn bridge_checklist_matches_its_files() {
-    // The layout the main job's search ranked first for Bridge when these
-    // values were worked out, given explicitly so the ranking may move.
+    // The layout is named (the search's best moved to D8 T2 p4 v5 since
+    // this test was written); the checks below are worked out for it.
     let dir = generate_main_job(
         "megatron-bridge",
         &[
-            "--dp", "8", "--tp", "4", "--pp", "2", "--sp", "--zero", "2", "--split", "41,39",
+            "--dp",
+            "8",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--sp",
+            "--recompute",
+            "none",
+            "--zero",
+            "2",
+            "--mbs",
+            "1",
+            "--split",
+            "41,39",
         ],
     );
     let check = read(&dir, generate::CHECKLIST);
@@ -417,4 +431,40 @@ fn megatron_checklist_names_megatron_flags() {
         .map(|v| v.split_whitespace().next().unwrap().to_string())
         .unwrap();
     assert!(item(&check, "Daly").contains(&format!("`--save-interval {interval}`")));
+}
+
+#[test]
+fn megatron_tiny_run_drops_the_uneven_split() {
+    // 80 layers on p = 2 split 41/39 (the script's
+    // `--decoder-first/last-pipeline-num-layers`); the tiny run has p·v = 2
+    // layers, one per stage, which those flags would contradict, so step 1
+    // says to drop them, with the values the script holds.
+    let dir = generate_main_job(
+        "megatron",
+        &[
+            "--dp",
+            "8",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--sp",
+            "--recompute",
+            "full",
+            "--split",
+            "41,39",
+        ],
+    );
+    let script = read(&dir, generate::MEGATRON_SCRIPT);
+    assert!(script.contains("--decoder-first-pipeline-num-layers 41"));
+    assert!(script.contains("--decoder-last-pipeline-num-layers 39"));
+    let check = read(&dir, generate::CHECKLIST);
+    let tiny = item(&check, "Cut the model to");
+    assert!(
+        tiny.contains(
+            "`--num-layers 2`, and drop `--decoder-first-pipeline-num-layers 41` and \
+             `--decoder-last-pipeline-num-layers 39` from the script"
+        ),
+        "{tiny}"
+    );
 }

@@ -687,3 +687,301 @@ fn top_only_cuts_one_ranking() {
         }
     }
 }
+
+/// A tiny card on one GPU: the checkpoint's total and its one rank's share
+/// hold the same parameters, the embedding and output layer at Megatron's
+/// padded vocabulary (issue 19.4: the total used V, the rank V').
+/// V = 1000 pads to V' = 1024 (a multiple of 128·T, T = 1). Parameters:
+/// 2 layers × (attention 4·64² = 16,384 + MLP 2·64·256 = 32,768 + two
+/// LayerNorms 2·2·64 = 256) = 98,816; embedding and untied output
+/// 2·1024·64 = 131,072; final LayerNorm 128: 230,016 (V = 1000 would give
+/// 226,944). Bytes: 14·230,016 + 16 KiB = 3,236,608.
+#[test]
+fn checkpoint_total_and_rank_use_the_padded_vocabulary() {
+    let d = temp_dir("tiny-ckpt");
+    std::fs::write(
+        d.join("tiny.toml"),
+        r#"name = "tiny"
+source = "test"
+known_params = 2.3e5
+[architecture]
+layers = 2
+hidden = 64
+heads = 4
+kv_heads = 4
+ffn = 256
+gated_mlp = false
+vocab = 1000
+tied_embeddings = false
+norm = "layernorm"
+position_embedding = "rope"
+max_seq = 512
+linear_bias = false
+dropout = false
+[defaults]
+seq_len = 256
+global_batch = 8
+"#,
+    )
+    .unwrap();
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "tiny",
+        "--models-dir",
+        d.to_str().unwrap(),
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--dp",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v["checkpoint"];
+    assert_eq!(c["params"].as_f64(), Some(230_016.0));
+    assert_eq!(c["total_bytes"].as_f64(), Some(3_236_608.0));
+    assert_eq!(c["per_rank_bytes"].as_f64(), Some(3_236_608.0));
+}
+
+/// The tiny card of [`checkpoint_total_and_rank_use_the_padded_vocabulary`]
+/// under `name`, with `aliases`, as TOML.
+fn tiny_card(name: &str, aliases: &str) -> String {
+    format!(
+        "name = \"{name}\"\naliases = [{aliases}]\nsource = \"test\"\nknown_params = 2.3e5\n\
+         [architecture]\nlayers = 2\nhidden = 64\nheads = 4\nkv_heads = 4\nffn = 256\n\
+         gated_mlp = false\nvocab = 1000\ntied_embeddings = false\nnorm = \"layernorm\"\n\
+         position_embedding = \"rope\"\nmax_seq = 512\nlinear_bias = false\ndropout = false\n\
+         [defaults]\nseq_len = 256\nglobal_batch = 8\n"
+    )
+}
+
+/// Two cards named `tiny` in one `--models-dir`: an error naming both files
+/// (was: the last one read won silently).
+#[test]
+fn duplicate_card_names_in_a_models_dir_are_an_error() {
+    let d = temp_dir("dup-cards");
+    std::fs::write(d.join("a.toml"), tiny_card("tiny", "")).unwrap();
+    std::fs::write(d.join("b.toml"), tiny_card("tiny", "")).unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", d.to_str().unwrap()]);
+    assert_clean_error(&o, &["b.toml", "field `name`", "`tiny`", "a.toml"]);
+}
+
+/// A user card with the shipped llama3-70b's alias `70b` takes it, with a
+/// note on stderr (was: silently ignored, `70b` still the shipped card);
+/// the shipped card keeps its name and its other alias. An alias equal to
+/// a shipped card's name is refused. `list` takes `--models-dir` (was:
+/// "unexpected argument").
+#[test]
+fn a_user_cards_alias_takes_the_shipped_alias() {
+    let d = temp_dir("alias-70b");
+    std::fs::write(d.join("tiny.toml"), tiny_card("tiny", "\"70b\"")).unwrap();
+    let dir = d.to_str().unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", dir]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .to_string()
+    };
+    assert!(line("tiny").ends_with("(alias 70b)"), "{out}");
+    assert!(line("llama3-70b").ends_with("(alias llama-3-70b)"), "{out}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("alias `70b` now selects this card `tiny`, not llama3-70b"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // `--model 70b` is now the tiny card (its 230,016 parameters, worked
+    // out in the test above).
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "70b",
+        "--models-dir",
+        dir,
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--dp",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(json(&o)["checkpoint"]["params"].as_f64(), Some(230_016.0));
+    let d = temp_dir("alias-name");
+    std::fs::write(d.join("tiny.toml"), tiny_card("tiny", "\"llama3-8b\"")).unwrap();
+    let o = meshplan(&["list", "models", "--models-dir", d.to_str().unwrap()]);
+    assert_clean_error(&o, &["tiny.toml", "field `aliases`", "llama3-8b"]);
+}
+
+/// `--fix zero=1` with `--target torchtitan`: the target's own reason, as
+/// `generate --target torchtitan` gives it (was: "no D·T·p·C … matches the
+/// fixed values and bounds together"); likewise DeepSpeed's selective
+/// recompute.
+#[test]
+fn fix_outside_the_target_names_the_target_reason() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "torchtitan",
+        "--fix",
+        "zero=1",
+    ]);
+    assert_clean_error(
+        &o,
+        &[
+            "--fix zero=1: --target torchtitan: ZeRO-1",
+            "has no torchtitan form",
+            "plan with --zero 0, 2 or 3",
+        ],
+    );
+    assert!(!stderr(&o).contains("D·T·p·C"), "{}", stderr(&o));
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "deepspeed",
+        "--fix",
+        "recompute=selective",
+    ]);
+    assert_clean_error(
+        &o,
+        &["--fix recompute=selective: --target deepspeed: selective recompute"],
+    );
+}
+
+/// `calibrate` on published-dev.csv for the A100 fits collective.inter far
+/// below the shipped 0.82 (0.11) and makes NAR21-T1-03 much worse (+5.3 %
+/// → +28.4 %): both are warned about on stderr and in the overlay's
+/// comments (was: silent).
+#[test]
+fn calibrate_warns_about_a_degenerate_fit() {
+    let d = temp_dir("cal-warn");
+    let out = d.join("cal.toml");
+    let o = meshplan(&[
+        "calibrate",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/published-dev.csv"),
+        "--gpu",
+        "a100-80g",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let file = std::fs::read_to_string(&out).unwrap();
+    for needle in [
+        "warning: collective.inter moved 0.13× (more than 2× from shipped): 0.8200 → 0.1086",
+        "warning: row NAR21-T1-03: error +5.3% before the fit, +28.4% after",
+    ] {
+        assert!(err.contains(needle), "{needle} not in {err}");
+        assert!(
+            file.contains(&format!("# {needle}")),
+            "{needle} not in {file}"
+        );
+    }
+    // The overlay still parses with its comments.
+    meshplan::calibrate::Overlay::from_toml(&file, &out).unwrap();
+}
+
+/// torchtitan's checkpoint is its fp32 model and the Adam moments (DCP saves
+/// `ModelWrapper(model_parts)` and the optimizer, no bf16 copy): 12 B/param
+/// for `search --target torchtitan`, 14 for Megatron-LM (was 14 for both).
+/// Llama-3 70B, P = 70,553,706,496 (the best layouts have T ≤ 2, where
+/// V = 128,256 = 1002·128 needs no padding); 64 ranks × 16 KiB small state
+/// = 1,048,576: 12·P + 1,048,576 = 846,645,526,528 bytes.
+#[test]
+fn torchtitan_checkpoint_holds_no_bf16_copy() {
+    let ckpt = |target: &str| {
+        let o = meshplan(&[
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--target",
+            target,
+            "--format",
+            "json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["checkpoint"].clone()
+    };
+    let p = 70_553_706_496.0;
+    let c = ckpt("torchtitan");
+    assert_eq!(c["params"].as_f64(), Some(p));
+    assert_eq!(c["weights_bytes"].as_f64(), Some(0.0));
+    assert_eq!(c["master_bytes"].as_f64(), Some(4.0 * p));
+    assert_eq!(c["moments_bytes"].as_f64(), Some(8.0 * p));
+    assert_eq!(c["total_bytes"].as_f64(), Some(846_645_526_528.0));
+    let c = ckpt("megatron");
+    assert_eq!(c["weights_bytes"].as_f64(), Some(2.0 * p));
+}
+
+/// torchtitan at the API meshplan writes (quantization converters on the
+/// model config, pytorch/torchtitan#3127) declares `recipe_name:
+/// Literal["rowwise", "rowwise_with_gw_hp"]`; the tensorwise recipe the
+/// review asked for was removed by that change, so current scaling stays
+/// refused, with the declaration quoted, and row-wise is written.
+#[test]
+fn torchtitan_fp8_takes_the_rowwise_recipes() {
+    let d = temp_dir("tt-fp8");
+    let out = d.to_str().unwrap();
+    let args = |recipe: &'static str| {
+        vec![
+            "generate",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx-h100-64",
+            "--target",
+            "torchtitan",
+            "--precision",
+            "fp8",
+            "--fp8-recipe",
+            recipe,
+            "--fp8-kernels",
+            "torchao",
+            "--out",
+            out,
+        ]
+    };
+    let o = meshplan(&args("current"));
+    assert_clean_error(
+        &o,
+        &[
+            "[torchtitan-precision] FP8 with current scaling",
+            r#"`recipe_name: Literal["rowwise", "rowwise_with_gw_hp"]`"#,
+            "pytorch/torchtitan#3127",
+        ],
+    );
+    let o = meshplan(&args("rowwise"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let py = std::fs::read_to_string(d.join("torchtitan_plan.py")).unwrap();
+    assert!(
+        py.contains(r#"Float8LinearConverter.Config(recipe_name="rowwise""#),
+        "{py}"
+    );
+}

@@ -39,12 +39,14 @@ fn rel(a: f64, b: f64) -> f64 {
 /// Llama-3 70B with the Megatron recipe, D = 8, T = 8, p = 1, ZeRO-1
 /// (distributed optimizer), on 64 GPUs in 8 nodes:
 ///
-/// whole checkpoint   P = 70,553,706,496 (tests/catalog.rs)
-///   bf16 weights     2·P = 141,107,412,992
-///   fp32 master      4·P = 282,214,825,984
-///   Adam m and v     8·P = 564,429,651,968
+/// whole checkpoint   P = 70,553,706,496 (tests/catalog.rs) + the padded
+///                    vocabulary's 2·(129,024 − 128,256)·8192 = 12,582,912
+///                    = 70,566,289,408 (the rows the ranks save)
+///   bf16 weights     2·P = 141,132,578,816
+///   fp32 master      4·P = 282,265,157,632
+///   Adam m and v     8·P = 564,530,315,264
 ///   scaler/step/RNG  64 ranks · 16,384 = 1,048,576
-///   total            14·P + 1,048,576 = 987,752,939,520 bytes (919.9 GiB)
+///   total            14·P + 1,048,576 = 987,929,100,288 bytes (920.1 GiB)
 /// Gradients are not saved: Megatron checkpoints at an optimizer-step
 /// boundary, after the update consumed them and before the next step
 /// zeroes and refills the buffers.
@@ -57,12 +59,12 @@ fn rel(a: f64, b: f64) -> f64 {
 ///   P_r = 8,821,940,224
 ///   bytes = 2·P_r + 12·P_r/8 + 16,384 = 3.5·P_r + 16,384 = 30,876,807,168
 ///
-/// write time C = 987,752,939,520 B / 100 GB/s = 9.8775293952 s
+/// write time C = 987,929,100,288 B / 100 GB/s = 9.87929100288 s
 /// M = 6,335 h · 3600 / 8 nodes = 2,850,750 s
-/// τ* = √(2·9.8775293952·2,850,750) = 7,504.4476 s (2.08 h)
-/// W(τ*) = 1 − τ*/(M·(e^{(τ*+C)/M} − 1)) with (τ*+C)/M = 0.0026359116,
-/// e^x − 1 = 0.0026393887, so W = 1 − 7,504.4476/7,524.2383 = 0.0026301
-/// (0.263%; the first-order 2C/τ* = 0.0026324)
+/// τ* = √(2·9.87929100288·2,850,750) = 7,505.1168 s (2.08 h)
+/// W(τ*) = 1 − τ*/(M·(e^{(τ*+C)/M} − 1)) with (τ*+C)/M = 0.0026361470,
+/// e^x − 1 = 0.0026396247, so W = 1 − 7,505.1168/7,524.9101 = 0.0026304
+/// (0.263%; the first-order 2C/τ* = 0.0026327)
 #[test]
 fn checkpoint_llama3_70b_megatron_by_hand() {
     let f = fixture();
@@ -70,27 +72,35 @@ fn checkpoint_llama3_70b_megatron_by_hand() {
     let l = layout(8, 8, 1, Recompute::Selective, 1, true);
     let e = cost::evaluate(&pr, &l);
     let c = checkpoint::plan(&pr, &l, &e);
-    assert_eq!(c.params, 70_553_706_496.0);
-    assert_eq!(c.weights_bytes, 141_107_412_992.0);
-    assert_eq!(c.master_bytes, 282_214_825_984.0);
-    assert_eq!(c.moments_bytes, 564_429_651_968.0);
+    // P at the padded vocabulary (as the per-rank figure and the saved
+    // embedding tensors): V = 128,256 pads to 129,024 (a multiple of
+    // 128·T = 1024), 768 rows more in the embedding and the untied output
+    // layer, 2·768·8192 = 12,582,912: P = 70,553,706,496 + 12,582,912.
+    assert_eq!(c.params, 70_566_289_408.0);
+    assert_eq!(c.weights_bytes, 141_132_578_816.0);
+    assert_eq!(c.master_bytes, 282_265_157_632.0);
+    assert_eq!(c.moments_bytes, 564_530_315_264.0);
     assert_eq!(c.small_state_bytes, 1_048_576.0);
-    assert_eq!(c.total_bytes, 987_752_939_520.0);
+    assert_eq!(c.total_bytes, 987_929_100_288.0);
     assert!(
         rel(c.per_rank_bytes, 30_876_807_168.0) < 1e-12,
         "per rank {}",
         c.per_rank_bytes
     );
-    assert!(rel(c.write_s, 9.877_529_395_2) < 1e-12, "C = {}", c.write_s);
+    assert!(
+        rel(c.write_s, 9.879_291_002_88) < 1e-12,
+        "C = {}",
+        c.write_s
+    );
     assert_eq!(c.nodes, 8);
     assert!(rel(c.job_mtbf_s, 2_850_750.0) < 1e-12);
     assert!(
-        (c.interval_s - 7504.4476).abs() < 1e-3,
+        (c.interval_s - 7505.1168).abs() < 1e-3,
         "τ* = {}",
         c.interval_s
     );
     assert!(
-        rel(c.waste_fraction, 0.002_630_138_353) < 1e-8,
+        rel(c.waste_fraction, 0.002_630_372_673) < 1e-8,
         "W = {}",
         c.waste_fraction
     );

@@ -914,3 +914,46 @@ fn megatron_bridge_moe_rows_fit_as_they_ran() {
         ds.assumptions
     );
 }
+
+/// Rows that cannot have run as stated are skipped with the rule's
+/// sentence, not priced into the medians (issue 19.3): MEG24-01 (48 GPUs,
+/// D = 48, b = 1) with gbs = 1 breaks the batch rule (1 % 48 ≠ 0; the
+/// reviewer saw −97.6 % / +4086.7 %), with vpp = 2 on p = 1 the interleave
+/// rule, with num_gpus = 40 the mesh rule (D·T·p·C = 48 ≠ 40); a measured 1e30 TFLOP/s is above the H100's dense
+/// bf16 peak and refused naming the field, while the peak itself is
+/// accepted (the bound is the peak, not below it).
+#[test]
+fn impossible_rows_are_skipped_with_the_rule() {
+    let err = |changes: &[(&str, &str)]| {
+        let r = run(&row_with("MEG24-01", changes));
+        assert!(r.rows.is_empty(), "{changes:?} was priced");
+        (r.skipped[0].kind.clone(), r.skipped[0].reason.clone())
+    };
+    let (kind, why) = err(&[("gbs", "1")]);
+    assert_eq!(kind, "batch: layout cannot run");
+    assert!(why.starts_with(&format!("{FILE}, line 2: ")), "{why}");
+    assert!(why.contains("dp 48") && why.contains("gbs 1"), "{why}");
+    // (The mesh was refused when the case was built already.)
+    let (kind, _) = err(&[("num_gpus", "40")]);
+    assert_eq!(kind, "dp·tp·pp·cp = N differs from num_gpus N");
+    // Interleaving without a pipeline (p = 1, v = 2).
+    let (kind, why) = err(&[("vpp", "2")]);
+    assert_eq!(kind, "interleave: layout cannot run", "{why}");
+    let (kind, why) = err(&[("measured_tflops_per_gpu", "1e30")]);
+    assert_eq!(kind, "measured_tflops_per_gpu: above peak");
+    assert!(
+        why.contains("field measured_tflops_per_gpu") && why.contains("989 TFLOP/s"),
+        "{why}"
+    );
+    let peak = Catalog::shipped()
+        .unwrap()
+        .gpu("h100-sxm")
+        .unwrap()
+        .peak_tflops_bf16;
+    assert_eq!(peak, 989.0);
+    let r = run(&row_with("MEG24-01", &[("measured_tflops_per_gpu", "989")]));
+    assert_eq!((r.rows.len(), r.skipped.len()), (1, 0));
+    // MFU above 1 was already refused when the row is read.
+    let r = run(&row_with("MEG24-01", &[("measured_mfu", "1.5")]));
+    assert_eq!(r.skipped[0].kind, "measured_mfu: malformed");
+}

@@ -16,6 +16,7 @@
 use serde::Serialize;
 
 use super::plan_file::Plan;
+use crate::cost::{TimeBreakdown, TimePart};
 use crate::layout::{RankOrder, Recompute};
 use crate::spec::RecipeName;
 use crate::spec::model::{Norm, PositionEmbedding};
@@ -763,10 +764,14 @@ pub fn megatron(plan: &Plan) -> Megatron {
             "distributed checkpoint: reshardable to another layout"
         }),
         val("--eval-interval", ck.interval_steps),
-        val("--eval-iters", 1).note(format!(
-            "one eval batch costs about one step ({:.0} s)",
-            plan.predicted.step_s
-        )),
+        val("--eval-iters", 1).note({
+            let e = eval_batch_s(&plan.predicted.time_s, plan.sharding.zero);
+            format!(
+                "one eval batch is forward only: about {:.0} s, {:.2} of a step",
+                e,
+                e / plan.predicted.step_s
+            )
+        }),
         val("--log-interval", 1),
         flag("--log-throughput")
             .note("prints TFLOP/s/GPU with the FLOP convention meshplan predicts"),
@@ -832,6 +837,43 @@ pub fn vocab_divisor(tokenizer: u64, padded: u64, tp: u32) -> Option<u64> {
         .or_else(|| (1..128).rev().find(|&x| pads(x)))
 }
 
+/// Predicted time of one evaluation batch (`--eval-iters 1`), seconds,
+/// from the training step's own parts. Megatron-LM's `evaluate` runs the
+/// schedule with `forward_only=True` over one global batch
+/// (`megatron/training/training.py`): no backward, no recompute, no
+/// gradient reduction, no optimizer step. A backward costs about twice its
+/// forward (two GEMMs per forward GEMM, Narayanan et al. 2021 §3.5's
+/// 3 × forward count), so compute, casts, bubble and offload keep a third;
+/// TP, CP, EP and PP communication is half forward, half backward; ZeRO-3
+/// gathers the parameters for the forward and again for the backward (half
+/// stays), while the distributed optimizer's gather follows the optimizer
+/// step (none in evaluation).
+///
+/// Example: compute 600 s, bubble 30 s, TP 20 s, DP 10 s, optimizer 2 s,
+/// ZeRO-1: 600/3 + 30/3 + 20/2 = 220 s, against a 662 s step.
+pub fn eval_batch_s(t: &TimeBreakdown, zero: u8) -> f64 {
+    let third = [
+        TimePart::Compute,
+        TimePart::LowPrecisionCast,
+        TimePart::Bubble,
+        TimePart::ActivationOffload,
+    ];
+    let half = [
+        TimePart::TpComm,
+        TimePart::CpComm,
+        TimePart::EpComm,
+        TimePart::PpComm,
+    ];
+    let gather = if zero >= 3 {
+        0.5 * t.exposed(TimePart::ParamGather)
+    } else {
+        0.0
+    };
+    third.iter().map(|&p| t.exposed(p)).sum::<f64>() / 3.0
+        + half.iter().map(|&p| t.exposed(p)).sum::<f64>() / 2.0
+        + gather
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,5 +884,24 @@ mod tests {
         assert_eq!(sh_quote("949,50,1"), "949,50,1");
         assert_eq!(sh_quote("([0]*3+[1]*58)"), "'([0]*3+[1]*58)'");
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+
+    /// The doc example: compute 600 s, bubble 30 s, TP 20 s, DP 10 s,
+    /// optimizer 2 s: 600/3 + 30/3 + 20/2 = 220 s under ZeRO-1; a ZeRO-3
+    /// gather of 12 s exposed adds half, 226 s; the DP reduction and the
+    /// optimizer step never count.
+    #[test]
+    fn eval_batch_is_the_forward_share_of_the_step() {
+        let mut t = TimeBreakdown::default();
+        t[TimePart::Compute] = crate::cost::Term::serial(600.0);
+        t[TimePart::Bubble] = crate::cost::Term::serial(30.0);
+        t[TimePart::TpComm] = crate::cost::Term::serial(20.0);
+        t[TimePart::DpGrad] = crate::cost::Term::serial(10.0);
+        t[TimePart::Optimizer] = crate::cost::Term::serial(2.0);
+        t.step = 662.0;
+        assert_eq!(eval_batch_s(&t, 1), 220.0);
+        t[TimePart::ParamGather] = crate::cost::Term::overlapped(12.0, 40.0);
+        assert_eq!(eval_batch_s(&t, 1), 220.0);
+        assert_eq!(eval_batch_s(&t, 3), 226.0);
     }
 }

@@ -395,7 +395,7 @@ impl Target {
                         job.precision == Precision::Fp8 && job.fp8_recipe != Fp8Recipe::Rowwise,
                         "torchtitan-precision",
                         format!(
-                            "FP8 with {} scaling: torchtitan's Float8LinearConverter takes only the row-wise recipes (torchtitan/components/quantization/float8.py)",
+                            "FP8 with {} scaling: torchtitan's Float8LinearConverter takes only the row-wise recipes (`recipe_name: Literal[\"rowwise\", \"rowwise_with_gw_hp\"]`, torchtitan/components/quantization/float8.py; tensorwise scaling and its float8 FSDP all-gather were removed in pytorch/torchtitan#3127, the converter-on-config API meshplan writes)",
                             job.fp8_recipe
                         ),
                         "plan with --fp8-recipe rowwise",

@@ -298,6 +298,31 @@ fn tiny(plan: &Plan) -> (u32, u64, u64) {
     )
 }
 
+/// The tiny run's layer count in Megatron-LM's flags. An uneven split's
+/// flags (`--decoder-first/last-pipeline-num-layers`, or an explicit
+/// `--pipeline-model-parallel-layout`) name the full model's layers and
+/// would contradict `--num-layers {p·v}`, so they are dropped: without them
+/// Megatron splits the p·v layers one per chunk.
+fn megatron_tiny_layers(m: &Megatron, layers: u32) -> String {
+    let drop: Vec<String> = [
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--pipeline-model-parallel-layout",
+    ]
+    .iter()
+    .filter_map(|f| megatron_value(m, f).ok().map(|v| format!("`{f} {v}`")))
+    .collect();
+    let cut = code(&format!("--num-layers {layers}"));
+    if drop.is_empty() {
+        cut
+    } else {
+        format!(
+            "{cut}, and drop {} from the script: they split the full model's layers",
+            drop.join(" and ")
+        )
+    }
+}
+
 fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
     let (layers, g, _) = tiny(plan);
     let pr = &plan.predicted;
@@ -307,7 +332,7 @@ fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
         settings: Vec::new(),
         settings_shown: String::new(),
         script_duties: Vec::new(),
-        tiny_layers: code(&format!("--num-layers {layers}")),
+        tiny_layers: megatron_tiny_layers(m, layers),
         tiny_batch: code(&format!("--global-batch-size {g}")),
         tiny_repro: "`--seed`, `--deterministic-mode`, `--train-iters 2`".into(),
         reference: String::new(),

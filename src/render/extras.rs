@@ -209,12 +209,20 @@ pub fn checkpoint(
     who: &str,
 ) -> std::io::Result<()> {
     let per_param = (c.weights_bytes + c.master_bytes + c.moments_bytes) / c.params;
+    // No working-precision copy: the engine saves its fp32 model
+    // (torchtitan), which is the master copy.
+    let fp32_model = c.weights_bytes == 0.0;
     if brief {
         writeln!(
             w,
-            "Checkpoint of {who}: {} ({:.0} B/param: weights, fp32 master, Adam moments; + scaler/RNG), {} per rank at most, written in {} at {} GB/s.",
+            "Checkpoint of {who}: {} ({:.0} B/param: {}; + scaler/RNG), {} per rank at most, written in {} at {} GB/s.",
             bytes(c.total_bytes),
             per_param,
+            if fp32_model {
+                "fp32 parameters, Adam moments"
+            } else {
+                "weights, fp32 master, Adam moments"
+            },
             bytes(c.per_rank_bytes),
             duration(c.write_s),
             gbs(c.storage_bandwidth_gbs)
@@ -234,17 +242,29 @@ pub fn checkpoint(
     }
     writeln!(
         w,
-        "Checkpoint (Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
+        "{}",
+        if fp32_model {
+            "Checkpoint (the fp32 model, which is the optimizer's master copy, and the Adam moments; no bf16 copy, no gradients):"
+        } else {
+            "Checkpoint (Megatron saves bf16 weights and the optimizer's fp32 master and Adam moments, not gradients):"
+        }
     )?;
     let mut t = table();
     t.set_header(vec!["part", "bytes per parameter", "size"]);
+    if !fp32_model {
+        t.add_row(vec![
+            "bf16 weights".to_string(),
+            format!("{:.0}", c.weights_bytes / c.params),
+            bytes(c.weights_bytes),
+        ]);
+    }
     t.add_row(vec![
-        "bf16 weights".to_string(),
-        format!("{:.0}", c.weights_bytes / c.params),
-        bytes(c.weights_bytes),
-    ]);
-    t.add_row(vec![
-        "fp32 master weights".to_string(),
+        if fp32_model {
+            "fp32 parameters"
+        } else {
+            "fp32 master weights"
+        }
+        .to_string(),
         format!("{:.0}", c.master_bytes / c.params),
         bytes(c.master_bytes),
     ]);

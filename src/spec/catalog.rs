@@ -94,18 +94,80 @@ impl Catalog {
         Ok(c)
     }
 
-    /// Add the model cards of a directory (`*.toml`), replacing same-named ones.
+    /// Add the model cards of a directory (`*.toml`), replacing same-named
+    /// ones, and return the notes to print (on stderr).
+    ///
+    /// A user card's alias that a shipped card also has moves to the user's
+    /// card (the shipped card keeps its name and other aliases), with a
+    /// note: the user asked for their card by that word.
     ///
     /// # Errors
     /// [`InputError::Io`] if the directory or a file cannot be read; the
-    /// parse errors of [`Model::from_toml`].
-    pub fn add_models_dir(&mut self, dir: &Path) -> Result<(), InputError> {
+    /// parse errors of [`Model::from_toml`]; [`InputError::Field`] for two
+    /// cards of the directory with the same name or alias (naming both
+    /// files), or an alias that is another card's name (a name wins over
+    /// an alias, so the alias would never reach the user's card).
+    pub fn add_models_dir(&mut self, dir: &Path) -> Result<Vec<String>, InputError> {
+        let mut notes = Vec::new();
+        // Name or alias (lower case) → the directory's file that claims it.
+        let mut claimed: Vec<(String, PathBuf)> = Vec::new();
+        let mut cards = Vec::new();
         for (path, text) in read_dir_toml(dir)? {
-            upsert(&mut self.models, Model::from_toml(&text, &path)?, |m| {
-                &m.name
-            });
+            let m = Model::from_toml(&text, &path)?;
+            let words =
+                std::iter::once(("name", &m.name)).chain(m.aliases.iter().map(|a| ("aliases", a)));
+            for (field, w) in words {
+                let key = w.to_ascii_lowercase();
+                if let Some((_, other)) = claimed.iter().find(|(k, _)| *k == key) {
+                    return Err(InputError::field(
+                        &path,
+                        field,
+                        format!(
+                            "`{}` is also a name or alias of {}; each card of a models directory needs its own name and aliases",
+                            crate::limits::echo(w),
+                            other.display()
+                        ),
+                    ));
+                }
+                claimed.push((key, path.clone()));
+            }
+            cards.push((path, m));
         }
-        Ok(())
+        for (path, m) in cards {
+            for a in &m.aliases {
+                let clash = self
+                    .models
+                    .iter_mut()
+                    .filter(|s| s.name != m.name)
+                    .find(|s| {
+                        s.name.eq_ignore_ascii_case(a)
+                            || s.aliases.iter().any(|x| x.eq_ignore_ascii_case(a))
+                    });
+                let Some(shipped) = clash else { continue };
+                if shipped.name.eq_ignore_ascii_case(a) {
+                    return Err(InputError::field(
+                        &path,
+                        "aliases",
+                        format!(
+                            "`{}` is the name of the card {}; a name wins over an alias, so this alias would never select this card (rename the alias, or name this card `{}` to replace that one)",
+                            crate::limits::echo(a),
+                            shipped.name,
+                            shipped.name
+                        ),
+                    ));
+                }
+                shipped.aliases.retain(|x| !x.eq_ignore_ascii_case(a));
+                notes.push(format!(
+                    "note: {}: alias `{}` now selects this card `{}`, not {}",
+                    path.display(),
+                    crate::limits::echo(a),
+                    m.name,
+                    shipped.name
+                ));
+            }
+            upsert(&mut self.models, m, |m| &m.name);
+        }
+        Ok(notes)
     }
 
     /// Add the profiles of a hardware directory (`gpus/*.toml`,
