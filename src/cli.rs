@@ -959,8 +959,9 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     }
     let result = search::search(&pr, &space);
     let top = a.top.max(1).min(usize::MAX as u64) as usize;
-    // Another target filters the ranked rows, so rank them all first.
-    let limit = if a.target == Target::Megatron {
+    // Another target filters the ranked rows, and `--why-not` places a
+    // layout among all of them, so rank them all first.
+    let limit = if a.target == Target::Megatron && a.why_not.is_none() {
         top
     } else {
         usize::MAX
@@ -973,8 +974,14 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             .retain(|r| a.target.refusals(&s.model, &s.job, &r.layout).is_empty());
         // Ranks among what the target runs, as `generate --target --rank K`
         // counts them.
+        // Tie groups renumbered 1, 2, … over the rows kept.
+        let mut last = (0, 0);
         for (i, r) in report.rows.iter_mut().enumerate() {
             r.rank = i + 1;
+            if r.group != last.0 {
+                last = (r.group, last.1 + 1);
+            }
+            r.group = last.1;
         }
         report.fastest_predicted = report
             .rows
@@ -993,6 +1000,12 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             a.target
         );
     }
+    // The whole ranking as the table lists it, for `--why-not`.
+    let ranked = if a.why_not.is_some() {
+        report.rows.clone()
+    } else {
+        Vec::new()
+    };
     report.rows.truncate(top);
     report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
     search_extras(
@@ -1001,7 +1014,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         &result,
         &mut report,
         a.why_not.as_deref(),
-        a.rank_by,
+        &ranked,
         tokens,
         a.extras.plot.as_deref(),
     )?;
@@ -1048,7 +1061,7 @@ fn search_extras(
     result: &search::SearchResult,
     report: &mut SearchReport,
     why_not: Option<&str>,
-    by: RankBy,
+    ranked: &[crate::report::Row],
     tokens: Option<f64>,
     plot: Option<&std::path::Path>,
 ) -> Result<()> {
@@ -1060,7 +1073,7 @@ fn search_extras(
     }) else {
         if let Some(q) = why_not {
             report.why_not = Some(
-                explain::why_not(pr, space, &result.all, &[], q)
+                explain::why_not(pr, space, &result.all, &[], result.stats.valid, q)
                     .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?,
             );
         }
@@ -1078,9 +1091,7 @@ fn search_extras(
         tokens_per_s: win.eval.tokens_per_s,
     }];
     if let Some(q) = why_not {
-        // The whole ranking, as the table lists it.
-        let ranked = crate::report::ranked_rows(pr, result.pool(), by, usize::MAX);
-        let mut w = explain::why_not(pr, space, &result.all, &ranked, q)
+        let mut w = explain::why_not(pr, space, &result.all, ranked, result.stats.valid, q)
             .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?;
         if let Some(first) = report.rows.first() {
             w.gap = w
@@ -1142,6 +1153,15 @@ fn checkpoint_and_time(
     (ck, ttt)
 }
 
+/// The uniform split of `l` (the first `L mod p·v` chunks take one more
+/// layer), as `--split` would write it.
+fn uniform_split(l: &Layout, layers: u32) -> Vec<u32> {
+    let chunks = l.pp.saturating_mul(l.vpp).max(1);
+    (0..chunks)
+        .map(|c| layers / chunks + u32::from(c < layers % chunks))
+        .collect()
+}
+
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
     let pr = req.problem();
@@ -1169,19 +1189,25 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let ranked = crate::report::ranked_rows(&pr, result.pool(), RankBy::default(), usize::MAX);
     if let Some(best) = ranked.first() {
         if report.is_valid() {
+            // The same plan: equal predictions and the same layout up to a
+            // uniform split written out and the rank order of a twin.
+            let layers = pr.model.architecture.layers;
+            let canon = |l: &Layout| Layout {
+                order: layout.order,
+                split: l.split.clone().filter(|s| *s != uniform_split(l, layers)),
+                ..l.clone()
+            };
+            let mine = canon(&layout);
             let row = ranked.iter().find(|r| {
                 r.eval.tokens_per_s == report.eval.tokens_per_s
-                    && crate::layout::Layout {
-                        order: layout.order,
-                        ..r.layout.clone()
-                    } == layout
-                    && (r.layout.order == layout.order
-                        || r.eval.peak_bytes == report.eval.peak_bytes)
+                    && r.eval.peak_bytes == report.eval.peak_bytes
+                    && canon(&r.layout) == mine
             });
             report.rank_among_valid = Some(match row {
                 Some(r) => r.rank,
                 None => search::rank_among(&result.all, &report.eval),
             });
+            report.rank_is_row = row.is_some();
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
         report.best = Some(best.clone());
@@ -1306,8 +1332,9 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
     match runnable.get(k - 1) {
         Some(c) => Ok(c.layout.clone()),
         None if a.target != Target::Megatron && !runnable.is_empty() => bail!(
-            "--rank {k}: {} distinct layout(s) of {} on {} GPUs can be written for {}",
+            "--rank {k}: {} of the search's {} ranked layout(s) of {} on {} GPUs can be written for {}",
             runnable.len(),
+            result.stats.ranked,
             s.model.name,
             s.world,
             a.target

@@ -459,15 +459,21 @@ pub struct WhyNot {
     pub query: String,
     /// Valid layouts in the whole search.
     pub valid_total: usize,
+    /// Layouts the search ranks (the rows `search` can list).
+    pub ranked_total: usize,
     /// Layouts matching the question that were enumerated.
     pub matching_considered: u64,
     /// Valid layouts matching the question.
     pub matching_valid: usize,
     /// The winner of the whole search.
     pub winner: Option<Row>,
-    /// The best valid layout matching the question; `rank` is its rank
-    /// among all valid layouts (1 + those strictly better).
+    /// The best-ranked valid layout matching the question; `rank` is its
+    /// row in the search's ranking.
     pub best: Option<Row>,
+    /// When no matching layout is ranked but one is valid (predicted below
+    /// the ranked share of the fastest's tokens/s): the fastest of them;
+    /// `rank` is 1 + the ranked layouts predicted faster.
+    pub unranked: Option<Row>,
     /// Its gap to the winner.
     pub gap: Option<Gap>,
     /// Why matching layouts were rejected (first broken rule), with the best
@@ -511,13 +517,13 @@ pub fn why_not(
     space: &Space,
     all: &[Candidate],
     ranked: &[Row],
+    valid_total: u64,
     query: &str,
 ) -> Result<WhyNot, String> {
     let asked = Filter::parse(query)?;
     let filter = space.filter.merged(&asked, "--fix", "--why-not")?;
     let winner = ranked.first();
     let best = ranked.iter().find(|r| filter.matches(&r.layout));
-    let matching_valid = ranked.iter().filter(|r| filter.matches(&r.layout)).count();
     let sub_space = Space {
         filter: filter.clone(),
         keep_all: false,
@@ -526,13 +532,24 @@ pub fn why_not(
     };
     let sub = search::search(pr, &sub_space);
     let rejections = SearchReport::new(pr, &space.policy, &sub).rejections;
+    // Valid but not ranked: predicted below the ranked share of the
+    // fastest's tokens/s.
+    let unranked = if best.is_none() {
+        sub.top
+            .first()
+            .map(|c| Row::of(search::rank_among(all, &c.eval), c))
+    } else {
+        None
+    };
     let mut out = WhyNot {
         query: query.to_string(),
-        valid_total: ranked.len(),
+        valid_total: valid_total as usize,
+        ranked_total: ranked.len(),
         matching_considered: sub.stats.considered,
-        matching_valid,
+        matching_valid: sub.stats.valid as usize,
         winner: winner.cloned(),
         best: best.cloned(),
+        unranked,
         gap: match (winner, best) {
             (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
             _ => None,
@@ -541,7 +558,7 @@ pub fn why_not(
         near_miss: None,
         note: None,
     };
-    if best.is_some() {
+    if out.best.is_some() || out.unranked.is_some() {
         return Ok(out);
     }
     // Nothing matching is valid: find the best near-miss.

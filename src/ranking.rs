@@ -12,8 +12,11 @@
 //! - `--rank-by predicted` orders by `t`; `--rank-by robust` by the lower
 //!   edge `t·(1 − b)`.
 //! - Walking that order, a plan joins the tie group of the group's first
-//!   plan `L` when the two bands overlap, `t·(1 + b) ≥ t_L·(1 − b_L)`;
-//!   otherwise it starts the next group.
+//!   plan `L` when the two bands overlap, `t·(1 + b) ≥ t_L·(1 − b_L)`; the
+//!   first plan whose band does not reach starts the next group, so a
+//!   group is a run of consecutive plans and a slower plan never sits in an
+//!   earlier group than a faster one (a wide-band plan cannot jump a
+//!   faster, narrower one).
 //! - Inside a group the better-validated plan comes first: plausible before
 //!   implausible, validated before extrapolated, the narrower band first,
 //!   then the order above.
@@ -145,23 +148,25 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
             .then(plans[b].predicted.total_cmp(&plans[a].predicted))
             .then(a.cmp(&b))
     });
-    // A group is the first plan left and every later plan whose band
-    // reaches its lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`, whether or not
-    // the plans between them do.
+    // A group is the first plan left and the plans after it, in key order,
+    // whose band reaches its lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`, up to
+    // the first that does not.
     let mut out = Vec::with_capacity(plans.len().min(limit));
     let mut group = 0;
-    let mut left = idx;
-    while out.len() < limit
-        && let Some(&first) = left.first()
-    {
+    let mut start = 0;
+    while out.len() < limit && start < idx.len() {
         group += 1;
-        let floor = plans[first].lower();
-        let (mut members, rest): (Vec<usize>, Vec<usize>) = left
-            .iter()
-            .partition(|&&j| j == first || plans[j].upper() >= floor);
+        let floor = plans[idx[start]].lower();
+        let end = start
+            + 1
+            + idx[start + 1..]
+                .iter()
+                .take_while(|&&j| plans[j].upper() >= floor)
+                .count();
+        let mut members = idx[start..end].to_vec();
         members.sort_by(|&a, &b| better_validated(&plans[a], &plans[b]));
         out.extend(members.into_iter().map(|m| (m, group)));
-        left = rest;
+        start = end;
     }
     out.truncate(limit);
     out
@@ -203,10 +208,31 @@ mod tests {
         let o = order(&plans, RankBy::Predicted, usize::MAX);
         assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
         // Robust: lower edges A 90, C 76, B 66.5 → A, C, B. C's upper 84
-        // is below A's 90, but B's 123.5 reaches it: group 1 is {A, B}
-        // although C comes between them, then C alone.
+        // is below A's 90, so group 1 is A alone (B's 123.5 would reach
+        // it, but a group is a run of consecutive plans); group 2 starts at
+        // C (floor 76) and takes B (123.5 ≥ 76): C validated first.
         let o = order(&plans, RankBy::Robust, usize::MAX);
-        assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
+        assert_eq!(o, vec![(1, 1), (2, 2), (0, 2)]);
+    }
+
+    #[test]
+    fn a_wide_band_does_not_jump_a_faster_validated_plan() {
+        // The reviewer's mixtral-8x7b case, in thousands of tokens/s:
+        // leader L 400 ± 11.25% (lower 355), F 340.703 ± 3.6% validated
+        // (upper 352.97 < 355: not tied with L), W 294.708 ± 21.6%
+        // extrapolated (upper 358.36 ≥ 355). Group 1 is L alone; group 2
+        // starts at F (floor 328.44) and takes W (358.36 ≥ 328.44): F before
+        // W. (When a group took every plan reaching its floor, W sat in
+        // group 1, ahead of the faster, validated F.)
+        let plans = [
+            plan(294.708, 0.216, false),
+            plan(400.0, 0.1125, true),
+            plan(340.703, 0.036, true),
+        ];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (2, 2), (0, 2)]
+        );
     }
 
     #[test]

@@ -539,9 +539,14 @@ pub struct ExplainReport {
     pub groups: Vec<cost::levels::GroupTraffic>,
     /// Every rule it breaks.
     pub violations: Vec<Violation>,
-    /// Where it would rank among all valid layouts (1-based), if valid and
-    /// a search was run.
+    /// Where it ranks among the valid layouts (1-based), if valid and a
+    /// search was run: its row in the search's ranking when
+    /// `rank_is_row`, else 1 + the ranked layouts predicted faster (a plan
+    /// the search did not price as given, or below the ranked share of the
+    /// fastest's tokens/s).
     pub rank_among_valid: Option<usize>,
+    /// Whether `rank_among_valid` is a row of the search's ranking.
+    pub rank_is_row: bool,
     /// The best layout of the search, if one was run.
     pub best: Option<Row>,
     /// For a valid layout: its gap to the best, part by part.
@@ -574,6 +579,7 @@ impl ExplainReport {
             groups: cost::levels::group_traffic(pr, l),
             violations,
             rank_among_valid: None,
+            rank_is_row: false,
             best: None,
             gap_to_best: None,
             fixes: None,

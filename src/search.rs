@@ -74,7 +74,7 @@ fn better_eval(a: &Evaluation, b: &Evaluation) -> Ordering {
 /// drops them. A tie group takes plans whose band reaches its leader's
 /// lower edge, `t·(1 + b) ≥ t_L·(1 − b_L)`: with the widest bands the
 /// ranking uses (the extrapolated 90th percentile, about 20%) a plan below
-/// half the fastest never joins the first groups, and keeping every valid
+/// half the fastest never joins the first group, and keeping every valid
 /// layout cost 0.5 GB and seconds on the largest searches (861,221 valid
 /// layouts of qwen3-30b-a3b on gb200-nvl72-576).
 pub const RANKED_FLOOR: f64 = 0.5;

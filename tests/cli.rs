@@ -985,3 +985,90 @@ fn torchtitan_fp8_takes_the_rowwise_recipes() {
         "{py}"
     );
 }
+
+/// A reviewer's cases for the ranking, each a row number the three
+/// commands must agree on: `explain` of #1 with its uniform split written
+/// out (`--auto-split`) is row 1; a valid layout predicted below half the
+/// fastest's tokens/s is named valid by `--why-not`, without a row; after
+/// `--target` filters the rows, the tie groups count from 1 again.
+#[test]
+fn ranking_rows_agree_across_commands() {
+    let top = json(&on_70b("search", &["--top", "1", "--format", "json"]));
+    let l = &top["rows"][0]["layout"];
+    let s = |k: &str| match &l[k] {
+        serde_json::Value::String(x) => x.clone(),
+        v => v.to_string(),
+    };
+    let sp = if l["sp"] == true { "on" } else { "off" };
+    let e = json(&on_70b(
+        "explain",
+        &[
+            "--dp",
+            &s("dp"),
+            "--tp",
+            &s("tp"),
+            "--pp",
+            &s("pp"),
+            "--cp",
+            &s("cp"),
+            "--vpp",
+            &s("vpp"),
+            "--mbs",
+            &s("micro_batch"),
+            "--recompute",
+            &s("recompute"),
+            "--zero",
+            &s("zero"),
+            "--sp",
+            sp,
+            "--order",
+            &s("order"),
+            "--auto-split",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(e["rank_among_valid"], 1, "{}", e["layout"]);
+    assert_eq!(e["rank_is_row"], true);
+    // 6,241 tokens/s against the fastest's 26,744: valid, below the cut.
+    let w = json(&on_70b(
+        "search",
+        &[
+            "--why-not",
+            "dp=1,tp=8,pp=2,cp=4,zero=3,recompute=full,mbs=1,cp-comm=all-gather,vpp=1",
+            "--format",
+            "json",
+        ],
+    ));
+    let w = &w["why_not"];
+    assert!(w["best"].is_null(), "{w}");
+    assert_eq!(w["matching_valid"], 2);
+    let u = &w["unranked"];
+    assert_eq!(u["layout"]["cp"], 4);
+    assert!(u["tokens_per_s"].as_f64().unwrap() < 0.5 * 26_744.0);
+    // torchtitan's rows: groups 1, 2, … with no gap.
+    let t = json(&meshplan(&[
+        "search",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-16k",
+        "--target",
+        "torchtitan",
+        "--top",
+        "1000",
+        "--format",
+        "json",
+    ]));
+    let groups: Vec<u64> = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["group"].as_u64().unwrap())
+        .collect();
+    assert_eq!(groups[0], 1);
+    assert!(
+        groups.windows(2).all(|g| g[1] == g[0] || g[1] == g[0] + 1),
+        "{groups:?}"
+    );
+}

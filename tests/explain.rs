@@ -250,7 +250,8 @@ fn why_not_tp8_pp1_rank_and_gap() {
     let pr = f.problem();
     let (r, space) = full_search(&pr);
     let ranked = meshplan::report::ranked_rows(&pr, r.pool(), Default::default(), usize::MAX);
-    let w = explain::why_not(&pr, &space, &r.all, &ranked, "tp=8,pp=1").expect("query parses");
+    let w = explain::why_not(&pr, &space, &r.all, &ranked, r.stats.valid, "tp=8,pp=1")
+        .expect("query parses");
     let best = w.best.as_ref().expect("a valid T = 8, p = 1 layout exists");
     assert_eq!((best.layout.tp, best.layout.pp), (8, 1));
     // Its row: the first T = 8, p = 1 row of the ranking, numbered 1, 2, …
@@ -267,7 +268,8 @@ fn why_not_tp8_pp1_rank_and_gap() {
     );
     // Every ranked layout once (rank-order twins folded; those below half
     // the fastest's tokens/s are not ranked).
-    assert_eq!(w.valid_total, r.stats.ranked as usize);
+    assert_eq!(w.valid_total, r.stats.valid as usize);
+    assert_eq!(w.ranked_total, r.stats.ranked as usize);
     assert!(r.stats.ranked <= r.stats.valid - r.stats.twins);
     let winner = w.winner.as_ref().unwrap();
     assert_eq!(winner.tokens_per_s, ranked[0].tokens_per_s);
@@ -289,7 +291,7 @@ fn why_not_tp16_explains_the_domain_rule() {
     let f = fixture();
     let pr = f.problem();
     let (r, space) = full_search(&pr);
-    let w = explain::why_not(&pr, &space, &r.all, &[], "tp=16,pp=2").unwrap();
+    let w = explain::why_not(&pr, &space, &r.all, &[], r.stats.valid, "tp=16,pp=2").unwrap();
     assert!(w.best.is_none());
     assert!(
         w.note.as_deref().unwrap_or("").contains("NVLink domain"),
@@ -311,14 +313,14 @@ fn why_not_impossible_query_says_why() {
     let f = fixture();
     let pr = f.problem();
     let (r, space) = full_search(&pr);
-    let w = explain::why_not(&pr, &space, &r.all, &[], "tp=3").unwrap();
+    let w = explain::why_not(&pr, &space, &r.all, &[], r.stats.valid, "tp=3").unwrap();
     assert_eq!(w.matching_considered, 0);
     let note = w.note.unwrap();
     assert!(
         note.contains("heads-tp") && note.contains("mesh-size"),
         "{note}"
     );
-    assert!(explain::why_not(&pr, &space, &r.all, &[], "tq=3").is_err());
+    assert!(explain::why_not(&pr, &space, &r.all, &[], r.stats.valid, "tq=3").is_err());
 }
 
 fn meshplan() -> Command {
@@ -353,8 +355,8 @@ fn cli_why_not_prints_rank_and_gap() {
         .find(|l| l.starts_with("Best matching layout:"))
         .expect(&text);
     assert!(line.contains("tp=8 pp=1"), "{line}");
-    // "… — rank R of N, …"
-    let after = line.split(" rank ").nth(1).unwrap();
+    // "… — row R of the ranking (N ranked), …"
+    let after = line.split(" row ").nth(1).unwrap();
     let rank: usize = after.split_whitespace().next().unwrap().parse().unwrap();
     assert!(rank > 1, "{line}");
     assert!(text.contains("Gap to the winner"), "{text}");

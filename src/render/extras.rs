@@ -151,15 +151,16 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         (Some(b), Some(win)) => {
             writeln!(
                 w,
-                "Best matching layout: {} — rank {} of {} by predicted tokens/s, {:.0} tokens/s, peak {:.1} GiB",
+                "Best matching layout: {} — row {} of the ranking ({} ranked), tie group {}, {:.0} tokens/s, peak {:.1} GiB",
                 b.layout.short(),
                 b.rank,
-                q.valid_total,
+                q.ranked_total,
+                b.group,
                 b.tokens_per_s,
                 b.peak_gib
             )?;
-            if win.layout == b.layout || (win.tokens_per_s - b.tokens_per_s).abs() < 1e-9 {
-                writeln!(w, "It is (tied with) the winner.")?;
+            if win.layout == b.layout {
+                writeln!(w, "It is the winner.")?;
             } else {
                 writeln!(
                     w,
@@ -167,10 +168,41 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                     win.layout.short(),
                     win.tokens_per_s
                 )?;
+                if b.tokens_per_s > win.tokens_per_s {
+                    let short = |r: &crate::report::Row| {
+                        r.trust.as_ref().map(|t| t.short()).unwrap_or_default()
+                    };
+                    writeln!(
+                        w,
+                        "It is predicted {:.1}% faster than the winner but ranked behind it: {} (trust {}) against the winner's {} — inside a tie group the better-validated plan comes first (src/ranking.rs).",
+                        100.0 * (b.tokens_per_s / win.tokens_per_s - 1.0),
+                        if b.group == win.group {
+                            "in the same tie group"
+                        } else {
+                            "in a later tie group"
+                        },
+                        short(b),
+                        short(win)
+                    )?;
+                }
                 if let Some(g) = &q.gap {
                     gap(w, g)?;
                 }
             }
+        }
+        (None, Some(win)) if q.unranked.is_some() => {
+            let u = q.unranked.as_ref().expect("checked");
+            writeln!(
+                w,
+                "Best matching layout: {} — valid, {:.0} tokens/s ({:.0}% of the winner's {:.0}), peak {:.1} GiB; it has no row: the ranking takes the layouts predicted at least {:.0}% of the fastest's tokens/s ({} of the ranked ones are predicted faster).",
+                u.layout.short(),
+                u.tokens_per_s,
+                100.0 * u.tokens_per_s / win.tokens_per_s,
+                win.tokens_per_s,
+                u.peak_gib,
+                100.0 * crate::search::RANKED_FLOOR,
+                u.rank.saturating_sub(1)
+            )?;
         }
         _ => {
             rejection_lines(
@@ -182,11 +214,11 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             if let Some(n) = &q.near_miss {
                 writeln!(
                     w,
-                    "Best near-miss: {} — {:.0} tokens/s, peak {:.1} GiB; would rank {} if it were valid",
+                    "Best near-miss: {} — {:.0} tokens/s, peak {:.1} GiB; if it were valid, {} of the ranked layouts would be predicted faster",
                     n.layout.short(),
                     n.eval.tokens_per_s,
                     n.eval.peak_bytes / GIB,
-                    n.rank_if_allowed
+                    n.rank_if_allowed.saturating_sub(1)
                 )?;
                 for v in &n.violations {
                     writeln!(w, "  [{}] {}", v.code, v.message)?;

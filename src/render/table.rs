@@ -281,7 +281,16 @@ impl Exporter for Table {
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
             let ratio = best.tokens_per_s / e.tokens_per_s - 1.0;
-            if rank == 1 {
+            if !r.rank_is_row {
+                writeln!(
+                    w,
+                    "Rank among valid layouts: not a row of the default search's ranking as given (priced with another split or ZeRO stage there, or predicted below {:.0}% of the fastest's tokens/s); {} of its ranked layouts are predicted faster (#1: {} at {:.0} tokens/s)",
+                    100.0 * crate::search::RANKED_FLOOR,
+                    rank - 1,
+                    best.layout.short(),
+                    best.tokens_per_s
+                )?;
+            } else if rank == 1 {
                 writeln!(
                     w,
                     "Rank among valid layouts: 1 — row 1 of the default search's ranking."
