@@ -746,7 +746,8 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
 
 /// HBM bytes the loss moves per logit, `(forward, backward)`, by the
 /// engine's loss implementation (bf16 logits in, bf16 gradient out; the
-/// per-token vectors — targets, max, sum, loss — are ignored):
+/// per-token vectors — targets, max, sum, loss — are ignored;
+/// [ref:cross-entropy-kernels]):
 ///
 /// - [`LossBuffers::MegatronVocabParallel`] — Megatron-LM's unfused
 ///   `_VocabParallelCrossEntropy` (`megatron/core/tensor_parallel/
