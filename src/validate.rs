@@ -3092,6 +3092,10 @@ pub struct PlanCheck {
     pub published_tokens_per_s: f64,
     /// The layout ranked first and its tokens/s.
     pub best: Option<(String, f64)>,
+    /// The first row of the search's ranking (tie groups, better-validated
+    /// first: what `search` lists first), its short form and predicted
+    /// tokens/s; `best` is the fastest predicted.
+    pub ranked_first: Option<(String, f64)>,
     /// The stage split the ILP chose when the uniform one was rejected
     /// (layers per stage), as the search would.
     pub split: Option<Vec<u32>>,
@@ -3107,12 +3111,29 @@ impl PlanCheck {
         let (_, best) = self.best.as_ref()?;
         (self.published_tokens_per_s > 0.0).then(|| best / self.published_tokens_per_s)
     }
+
+    /// [`PlanCheck::ranked_first`]'s predicted tokens/s over the published
+    /// layout's, for rows whose published layout is valid.
+    pub fn ranked_ratio(&self) -> Option<f64> {
+        self.rank?;
+        let (_, first) = self.ranked_first.as_ref()?;
+        (self.published_tokens_per_s > 0.0).then(|| first / self.published_tokens_per_s)
+    }
 }
 
 /// The distribution of [`PlanCheck::ratio`] over `plans`: `(rows, median,
 /// 90th percentile, max)`, nearest rank; `None` without a ratio.
 pub fn plan_ratios(plans: &[PlanCheck]) -> Option<(usize, f64, f64, f64)> {
-    let mut r: Vec<f64> = plans.iter().filter_map(PlanCheck::ratio).collect();
+    ratio_stats(plans.iter().filter_map(PlanCheck::ratio).collect())
+}
+
+/// The same for [`PlanCheck::ranked_ratio`]: `(rows, median, 90th
+/// percentile, max)`.
+pub fn ranked_plan_ratios(plans: &[PlanCheck]) -> Option<(usize, f64, f64, f64)> {
+    ratio_stats(plans.iter().filter_map(PlanCheck::ranked_ratio).collect())
+}
+
+fn ratio_stats(mut r: Vec<f64>) -> Option<(usize, f64, f64, f64)> {
     if r.is_empty() {
         return None;
     }
@@ -3287,6 +3308,9 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             )),
             _ => None,
         },
+        ranked_first: crate::report::ranked_rows(&pr, result.pool(), Default::default(), 1)
+            .first()
+            .map(|r| (r.layout.short(), r.tokens_per_s)),
         split,
         software: can.what,
     }
@@ -3304,9 +3328,27 @@ mod plan_ratio_tests {
             valid: 1,
             published_tokens_per_s: published,
             best: Some(("b".into(), best)),
+            ranked_first: None,
             split: None,
             software: "",
         }
+    }
+
+    #[test]
+    fn ranked_first_ratio_is_its_own_distribution() {
+        // Published 100 tokens/s; fastest predicted 120, ranked first 105
+        // (a better-validated plan in the fastest's tie group): 1.20 and
+        // 1.05. A rejected published layout (no rank) has neither.
+        let mut p = plan(100.0, 120.0);
+        p.ranked_first = Some(("r".into(), 105.0));
+        assert_eq!(p.ratio(), Some(1.2));
+        assert_eq!(p.ranked_ratio(), Some(1.05));
+        assert_eq!(
+            ranked_plan_ratios(&[p.clone()]),
+            Some((1, 1.05, 1.05, 1.05))
+        );
+        p.rank = None;
+        assert_eq!((p.ratio(), p.ranked_ratio()), (None, None));
     }
 
     #[test]
