@@ -24,7 +24,7 @@ enum Cell {
 
 /// The columns of one line, `(name, value)` in order: its rank among the
 /// valid layouts (empty when unknown or rejected), whether it is valid, the layout, the
-/// summary, then every time part (`{key}_s` exposed, `{key}_total_s`), every
+/// summary with the tie group and trust, then every time part (`{key}_s` exposed, `{key}_total_s`), every
 /// memory part and every memory share (`{key}_gib`), from the cost model's
 /// part lists.
 fn columns(r: &Row, rank: Option<usize>, valid: bool) -> Vec<(String, Cell)> {
@@ -72,6 +72,20 @@ fn columns(r: &Row, rank: Option<usize>, valid: bool) -> Vec<(String, Cell)> {
         number("hfu", r.hfu),
         number("mfu_own_peak", e.mfu_own_peak),
         number("bubble", r.bubble),
+        // The ranking's tie group (empty outside a search's ranking) and the
+        // trust column's short form, as the table prints them.
+        (
+            "group".to_string(),
+            if r.group > 0 {
+                Cell::Count(r.group as u64)
+            } else {
+                Cell::Text(String::new())
+            },
+        ),
+        text(
+            "trust",
+            &r.trust.as_ref().map(|t| t.short()).unwrap_or_default(),
+        ),
     ];
     for (p, t) in e.time.iter() {
         out.push(number(&format!("{}_s", p.key()), t.exposed));
