@@ -75,8 +75,22 @@ fn json_and_csv_formats_parse() {
     let col = |name: &str| h.iter().position(|x| x == name).unwrap();
     for (rec, row) in recs.iter().zip(v["rows"].as_array().unwrap()) {
         assert_eq!(rec[col("group")], row["group"].to_string());
-        let trust = &rec[col("trust")];
-        assert!(trust.starts_with('±') || trust == "extrap." || trust == "implausible");
+        // The short form worked out from the JSON trust record: `±m% (n)`
+        // for a validated regime, `extrap.` without one, `implausible`
+        // above the envelope.
+        let t = &row["trust"];
+        let want = if t["envelope"]["implausible"] == true {
+            "implausible".to_string()
+        } else if t["extrapolated"].is_null() {
+            format!(
+                "±{:.0}% ({})",
+                100.0 * t["median_abs"].as_f64().unwrap(),
+                t["runs"].as_u64().unwrap()
+            )
+        } else {
+            "extrap.".to_string()
+        };
+        assert_eq!(&rec[col("trust")], want.as_str());
     }
 }
 
