@@ -179,12 +179,42 @@ fn bridge_precision_refusals(job: &crate::spec::Job) -> Vec<Refusal> {
 
 /// Push a refusal for every check whose condition holds: (broken, code,
 /// message, remedy).
-fn push_broken<const N: usize>(out: &mut Vec<Refusal>, checks: [(bool, &str, String, &str); N]) {
+fn push_broken<const N: usize>(out: &mut Vec<Refusal>, checks: [Check; N]) {
     for (broken, code, message, remedy) in checks {
         if broken {
             out.push(refusal(code, message, remedy));
         }
     }
+}
+
+/// A check for [`push_broken`]: (broken, code, message, remedy).
+type Check = (bool, &'static str, String, &'static str);
+
+/// The check that refuses a card with multi-token-prediction layers, which
+/// the plan prices, for a target whose files cannot add them (`why_not`
+/// says why).
+fn mtp_check(model: &Model, code: &'static str, why_not: &str) -> Check {
+    let d = model.architecture.mtp_layers;
+    (
+        d > 0,
+        code,
+        format!(
+            "{} trains {d} multi-token-prediction layer(s), which the plan prices; {why_not}",
+            model.name
+        ),
+        "use --target megatron or megatron-bridge",
+    )
+}
+
+/// The check that refuses selective recompute (the attention core only,
+/// as priced here) for a target that has no such policy (`message`).
+fn selective_check(l: &Layout, code: &'static str, message: &str) -> Check {
+    (
+        l.recompute == Recompute::Selective,
+        code,
+        message.to_string(),
+        "plan with --recompute full or none",
+    )
 }
 
 /// Why the card differs from the upstream model's shape, if it does.
@@ -335,14 +365,10 @@ impl Target {
                         ),
                         "use --target megatron or torchtitan",
                     ),
-                    (
-                        model.architecture.mtp_layers > 0,
+                    mtp_check(
+                        model,
                         "deepspeed-mtp",
-                        format!(
-                            "{} trains {} multi-token-prediction layer(s), which the plan prices; DeepSpeed's configuration cannot add them (they are model code, which these files do not write)",
-                            model.name, model.architecture.mtp_layers
-                        ),
-                        "use --target megatron or megatron-bridge",
+                        "DeepSpeed's configuration cannot add them (they are model code, which these files do not write)",
                     ),
                     (
                         job.precision.is_low(),
@@ -412,14 +438,10 @@ impl Target {
                         "--fp8-param-gather: torchtitan's row-wise float8 gathers FSDP parameters in bf16".to_string(),
                         "plan without --fp8-param-gather",
                     ),
-                    (
-                        model.architecture.mtp_layers > 0,
+                    mtp_check(
+                        model,
                         "torchtitan-mtp",
-                        format!(
-                            "{} trains {} multi-token-prediction layer(s), which the plan prices; torchtitan's configuration for it (deepseek_v3_671b at b5bcd76) builds no MTP module: its MTP is a model_registry argument left at 0 there, and it rejects pipeline and context parallelism (torchtitan/models/deepseek_v3/MTP.md)",
-                            model.name, model.architecture.mtp_layers
-                        ),
-                        "use --target megatron or megatron-bridge",
+                        "torchtitan's configuration for it (deepseek_v3_671b at b5bcd76) builds no MTP module: its MTP is a model_registry argument left at 0 there, and it rejects pipeline and context parallelism (torchtitan/models/deepseek_v3/MTP.md)",
                     ),
                     (
                         job.recipe_name != crate::spec::RecipeName::Megatron,
@@ -485,11 +507,10 @@ impl Target {
                         format!("ZeRO-0 with C = {}: torchtitan shards parameters over dp_shard·cp, so DDP with context parallelism still shards over the CP ranks", l.cp),
                         "plan with --zero 3, or C = 1",
                     ),
-                    (
-                        l.recompute == Recompute::Selective,
+                    selective_check(
+                        l,
                         "torchtitan-recompute",
-                        "selective recompute as priced here recomputes the attention core only; torchtitan's SelectiveAC is a per-op policy that saves other tensors (torchtitan/distributed/activation_checkpoint.py)".to_string(),
-                        "plan with --recompute full or none",
+                        "selective recompute as priced here recomputes the attention core only; torchtitan's SelectiveAC is a per-op policy that saves other tensors (torchtitan/distributed/activation_checkpoint.py)",
                     ),
                 ];
                 push_broken(&mut out, checks);
@@ -513,20 +534,25 @@ impl Target {
                     (
                         l.zero == 0 && job.recipe_name != crate::spec::RecipeName::Adam16b,
                         "deepspeed-recipe",
-                        format!("ZeRO-0 with the {} recipe: without ZeRO DeepSpeed accumulates gradients only in the model's dtype (engine.py `_do_optimizer_sanity_check` rejects bf16 weights with fp32 accumulation)", job.recipe_name),
+                        format!(
+                            "ZeRO-0 with the {} recipe: without ZeRO DeepSpeed accumulates gradients only in the model's dtype (engine.py `_do_optimizer_sanity_check` rejects bf16 weights with fp32 accumulation)",
+                            job.recipe_name
+                        ),
                         "plan with --recipe adam-16b, or ZeRO 1 or more",
                     ),
                     (
                         l.zero >= 2 && job.recipe_name != crate::spec::RecipeName::Deepspeed,
                         "deepspeed-recipe",
-                        format!("ZeRO-{} with the {} recipe: DeepSpeed's ZeRO-2/3 keeps the gradients in the model's dtype (2 bytes) and copies its shard to an fp32 partition for the step, which is the deepspeed recipe (2/(2+4)/12 bytes)", l.zero, job.recipe_name),
+                        format!(
+                            "ZeRO-{} with the {} recipe: DeepSpeed's ZeRO-2/3 keeps the gradients in the model's dtype (2 bytes) and copies its shard to an fp32 partition for the step, which is the deepspeed recipe (2/(2+4)/12 bytes)",
+                            l.zero, job.recipe_name
+                        ),
                         "plan with --recipe deepspeed",
                     ),
-                    (
-                        l.recompute == Recompute::Selective,
+                    selective_check(
+                        l,
                         "deepspeed-recompute",
-                        "selective recompute (the attention core only) is model code; DeepSpeed's activation checkpointing recomputes whole checkpointed functions".to_string(),
-                        "plan with --recompute full or none",
+                        "selective recompute (the attention core only) is model code; DeepSpeed's activation checkpointing recomputes whole checkpointed functions",
                     ),
                 ];
                 push_broken(&mut out, checks);

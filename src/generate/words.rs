@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use super::megatron::Megatron;
 use super::megatron_bridge::{FLAG_KEYS, Override, Translate};
-use super::plan_file::Plan;
+use super::plan_file::{Plan, Predicted};
 use super::target::Target;
 use super::torchtitan::{Assignment, Torchtitan};
 use crate::layout::Recompute;
@@ -348,13 +348,25 @@ fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
             megatron_value(m, "--save-interval")?
         )),
         reshard: "`--ckpt-format` is reshardable".into(),
-        throughput: format!(
-            "{:.0} ms per step (\"elapsed time per iteration\"), {:.0} tokens/s, {:.1} TFLOP/s/GPU in `--log-throughput`",
-            pr.step_s * 1e3,
-            pr.tokens_per_s,
-            pr.tflops_per_gpu
+        throughput: megatron_throughput(
+            pr,
+            "\"elapsed time per iteration\"",
+            "in `--log-throughput`",
         ),
     })
+}
+
+/// What Megatron-Core's log line shows for the plan's predictions (step
+/// time in ms, labelled `step_label`, tokens/s and TFLOP/s per GPU), the
+/// place of the FLOP rate said by `flops_where`: Megatron-LM and
+/// Megatron-Bridge print the same line.
+fn megatron_throughput(pr: &Predicted, step_label: &str, flops_where: &str) -> String {
+    format!(
+        "{:.0} ms per step ({step_label}), {:.0} tokens/s, {:.1} TFLOP/s/GPU {flops_where}",
+        pr.step_s * 1e3,
+        pr.tokens_per_s,
+        pr.tflops_per_gpu
+    )
 }
 
 fn torchtitan_words(plan: &Plan, t: &Torchtitan) -> Result<Words, String> {
@@ -536,11 +548,10 @@ fn bridge_words(plan: &Plan, o: &[Override]) -> Result<Words, String> {
         numerics_log: "Log `logger.log_params_norm=true logger.log_num_zeros_in_grad=true`".into(),
         save_interval: format!("`checkpoint.save_interval={interval}`"),
         reshard: format!("`checkpoint.ckpt_format={format}` is a distributed checkpoint, reshardable on load"),
-        throughput: format!(
-            "{:.0} ms per step (\"elapsed time per iteration (ms)\"), {:.0} tokens/s, {:.1} TFLOP/s/GPU (\"throughput per GPU (TFLOP/s/GPU)\" with `logger.log_throughput=true`)",
-            pr.step_s * 1e3,
-            pr.tokens_per_s,
-            pr.tflops_per_gpu
+        throughput: megatron_throughput(
+            pr,
+            "\"elapsed time per iteration (ms)\"",
+            "(\"throughput per GPU (TFLOP/s/GPU)\" with `logger.log_throughput=true`)",
         ),
     })
 }
