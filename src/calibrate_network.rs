@@ -108,13 +108,11 @@ pub fn group_of(run: &Run, cluster: &Cluster) -> GroupSpan {
     let per_host = run.ranks_per_host().max(1);
     let hosts_per_domain = (cluster.scale_up_domain / cluster.gpus_per_node.max(1)).max(1);
     let hosts_together = run.hosts.min(hosts_per_domain);
-    GroupSpan {
-        size: run.ranks,
-        per_domain: per_host * hosts_together,
-        domains: run.hosts.div_ceil(hosts_per_domain),
-        tier: 0,
-        ..GroupSpan::SINGLE
-    }
+    GroupSpan::spread(
+        run.ranks,
+        per_host * hosts_together,
+        run.hosts.div_ceil(hosts_per_domain),
+    )
 }
 
 /// Time of `run`'s collective on `links`, seconds; an all-reduce runs

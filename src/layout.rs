@@ -241,6 +241,19 @@ impl GroupSpan {
         rail_aligned: false,
     };
 
+    /// A group of `size` ranks over `domains` fast domains, `per_domain`
+    /// of them in the domain holding the fewest; under one switch group of
+    /// every scale-out tier (tier 0), not on rails. E.g. DP = 16 after
+    /// T = 2 on 8-GPU nodes: `spread(16, 4, 4)`.
+    pub const fn spread(size: u32, per_domain: u32, domains: u32) -> GroupSpan {
+        GroupSpan {
+            size,
+            per_domain,
+            domains,
+            ..GroupSpan::SINGLE
+        }
+    }
+
     /// The span of the group of `size` ranks `0, stride, 2·stride, …` on
     /// domains of `domain` GPUs aligned to multiples of `domain` ranks: the
     /// first group of an axis. Other groups of the same axis can sit
@@ -252,13 +265,7 @@ impl GroupSpan {
             return GroupSpan::worst(size, stride, 1, domain);
         }
         let (k, d) = progression_shape(0, s, size as u64, g);
-        GroupSpan {
-            size,
-            per_domain: k as u32,
-            domains: d as u32,
-            tier: 0,
-            ..GroupSpan::SINGLE
-        }
+        GroupSpan::spread(size, k as u32, d as u32)
     }
 
     /// The worst group of one axis of a mixed-radix rank grid
@@ -292,56 +299,30 @@ impl GroupSpan {
         let n = size as u64;
         if s >= g {
             // Consecutive members at least a domain apart: one per domain.
-            return GroupSpan {
-                size,
-                per_domain: 1,
-                domains: size,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            };
+            return GroupSpan::spread(size, 1, size);
         }
         // s < g from here. Powers of two (the common case) without
         // divisions: the two uniform cases below.
         if s.is_power_of_two() && g.is_power_of_two() && n.is_power_of_two() {
             let sn = s * n;
             return if sn >= g {
-                GroupSpan {
+                GroupSpan::spread(
                     size,
-                    per_domain: (g >> s.trailing_zeros()) as u32,
-                    domains: (sn >> g.trailing_zeros()) as u32,
-                    tier: 0,
-                    ..GroupSpan::SINGLE
-                }
+                    (g >> s.trailing_zeros()) as u32,
+                    (sn >> g.trailing_zeros()) as u32,
+                )
             } else {
-                GroupSpan {
-                    size,
-                    per_domain: size,
-                    domains: 1,
-                    tier: 0,
-                    ..GroupSpan::SINGLE
-                }
+                GroupSpan::spread(size, size, 1)
             };
         }
         if g % s == 0 && (s * n) % g == 0 {
             // Every base has o < s: each group fills s·n/g whole domains
             // with g/s members each.
-            return GroupSpan {
-                size,
-                per_domain: (g / s) as u32,
-                domains: ((s * n) / g) as u32,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            };
+            return GroupSpan::spread(size, (g / s) as u32, ((s * n) / g) as u32);
         }
         if g % (s * n) == 0 {
             // o + (n−1)·s ≤ g − s·n + s − 1 + (n−1)·s < g: one domain.
-            return GroupSpan {
-                size,
-                per_domain: size,
-                domains: 1,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            };
+            return GroupSpan::spread(size, size, 1);
         }
         // General case: the residues o of the bases, `(a + h·q) mod g` for
         // a < s and h < min(outer, cycle of h·q mod g), q = s·n mod g.
@@ -349,13 +330,7 @@ impl GroupSpan {
         let cycle = if q == 0 { 1 } else { g / gcd(q, g) };
         let hs = outer.max(1).min(cycle);
         let mut seen = vec![false; g as usize];
-        let mut worst = GroupSpan {
-            size,
-            per_domain: size,
-            domains: 1,
-            tier: 0,
-            ..GroupSpan::SINGLE
-        };
+        let mut worst = GroupSpan::spread(size, size, 1);
         for h in 0..hs {
             let r = (h * q) % g;
             for a in 0..s {
@@ -566,44 +541,17 @@ impl Placement {
         };
         let (s_tp, s_cp, s_dp, s_pp) = dense_strides(l);
         let (e_tp, e_ep, e_dp, _) = expert_strides(l);
-        set(
-            &mut pl.tp,
-            tier_of(l.tp, s_tp),
-            rail_aligned(l.tp, s_tp, domain),
-        );
-        set(
-            &mut pl.cp,
-            tier_of(l.cp, s_cp),
-            rail_aligned(l.cp, s_cp, domain),
-        );
-        set(
-            &mut pl.dp,
-            tier_of(l.dp, s_dp),
-            rail_aligned(l.dp, s_dp, domain),
-        );
-        set(
-            &mut pl.pp,
-            tier_of(l.pp, s_pp),
-            rail_aligned(l.pp, s_pp, domain),
-        );
-        let ep = l.ep.max(1);
-        set(
-            &mut pl.ep,
-            tier_of(ep, e_ep),
-            rail_aligned(ep, e_ep, domain),
-        );
-        let etp = l.etp.max(1);
-        set(
-            &mut pl.etp,
-            tier_of(etp, e_tp),
-            rail_aligned(etp, e_tp, domain),
-        );
-        let edp = l.edp().max(1);
-        set(
-            &mut pl.edp,
-            tier_of(edp, e_dp),
-            rail_aligned(edp, e_dp, domain),
-        );
+        for (g, size, stride) in [
+            (&mut pl.tp, l.tp, s_tp),
+            (&mut pl.cp, l.cp, s_cp),
+            (&mut pl.dp, l.dp, s_dp),
+            (&mut pl.pp, l.pp, s_pp),
+            (&mut pl.ep, l.ep.max(1), e_ep),
+            (&mut pl.etp, l.etp.max(1), e_tp),
+            (&mut pl.edp, l.edp().max(1), e_dp),
+        ] {
+            set(g, tier_of(size, stride), rail_aligned(size, stride, domain));
+        }
         // DP·CP: one progression of stride s_cp under tp-cp-ep-dp-pp; a CP
         // block repeated every s_dp otherwise, which spans what its DP and
         // its CP members span, and sits alike in every domain when the
@@ -709,21 +657,9 @@ fn blocks_worst(c: u32, s_c: u64, d: u32, s_d: u64, p: u32, domain: u32) -> Grou
     if s_d % g == 0 {
         // Base offsets o ≤ T−1 + (p−1)·T·C, so a block's last rank
         // o + (C−1)·T ≤ T·C·p − 1 < s_d: blocks never share a domain.
-        return GroupSpan {
-            size,
-            per_domain: cp.per_domain,
-            domains: cp.domains * d,
-            tier: 0,
-            ..GroupSpan::SINGLE
-        };
+        return GroupSpan::spread(size, cp.per_domain, cp.domains * d);
     }
-    let mut worst = GroupSpan {
-        size,
-        per_domain: size,
-        domains: 1,
-        tier: 0,
-        ..GroupSpan::SINGLE
-    };
+    let mut worst = GroupSpan::spread(size, size, 1);
     let mut seen = vec![false; g as usize];
     for k in 0..p as u64 {
         for a in 0..t {
@@ -913,13 +849,11 @@ mod tests {
         for r in group {
             *per.entry(r / domain).or_default() += 1;
         }
-        GroupSpan {
-            size: group.len() as u32,
-            per_domain: *per.values().max().unwrap_or(&1),
-            domains: per.len() as u32,
-            tier: 0,
-            ..GroupSpan::SINGLE
-        }
+        GroupSpan::spread(
+            group.len() as u32,
+            *per.values().max().unwrap_or(&1),
+            per.len() as u32,
+        )
     }
 
     /// The expert grid's sizes in order-string order, with the expert grid's
@@ -960,47 +894,11 @@ mod tests {
         // On 8-GPU nodes the EP group stays inside a node; on 2-GPU domains
         // it spans two.
         let pl = Placement::new(&l, 8);
-        assert_eq!(
-            pl.ep,
-            GroupSpan {
-                size: 4,
-                per_domain: 4,
-                domains: 1,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
-        assert_eq!(
-            pl.edp,
-            GroupSpan {
-                size: 2,
-                per_domain: 2,
-                domains: 1,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.ep, GroupSpan::spread(4, 4, 1));
+        assert_eq!(pl.edp, GroupSpan::spread(2, 2, 1));
         let pl = Placement::new(&l, 2);
-        assert_eq!(
-            pl.ep,
-            GroupSpan {
-                size: 4,
-                per_domain: 2,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
-        assert_eq!(
-            pl.edp,
-            GroupSpan {
-                size: 2,
-                per_domain: 1,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.ep, GroupSpan::spread(4, 2, 2));
+        assert_eq!(pl.edp, GroupSpan::spread(2, 1, 2));
     }
 
     /// Every layout of the `(dp, tp, pp, cp)` grids with each `etp`/`ep`
@@ -1058,13 +956,7 @@ mod tests {
     /// ranks a group keeps in one of its domains (what
     /// [`GroupSpan::worst`] promises), by counting ranks.
     fn worst_of(groups: &[Vec<u64>], domain: u64) -> GroupSpan {
-        let mut w = GroupSpan {
-            size: groups[0].len() as u32,
-            per_domain: u32::MAX,
-            domains: 0,
-            tier: 0,
-            ..GroupSpan::SINGLE
-        };
+        let mut w = GroupSpan::spread(groups[0].len() as u32, u32::MAX, 0);
         for g in groups {
             let mut per: std::collections::BTreeMap<u64, u32> = Default::default();
             for r in g {
@@ -1164,70 +1056,25 @@ mod tests {
         // fits one node, so the old first-group rule priced every TP group
         // on NVLink; the worst group spans 2 nodes and keeps 1 rank on one.
         let l = layout(8, 3, 1, 1, RankOrder::TpCpEpDpPp);
-        assert_eq!(
-            GroupSpan::of(3, 1, 8),
-            GroupSpan {
-                size: 3,
-                per_domain: 3,
-                domains: 1,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(GroupSpan::of(3, 1, 8), GroupSpan::spread(3, 3, 1));
         let pl = Placement::new(&l, 8);
-        assert_eq!(
-            pl.tp,
-            GroupSpan {
-                size: 3,
-                per_domain: 1,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.tp, GroupSpan::spread(3, 1, 2));
         // CP = 3 after T = 2 (stride 2), D = 4, 24 GPUs, 8-GPU nodes: CP
         // groups {a + 2i + 6h}: base 6 → {6, 8, 10} straddles nodes 0/1
         // (1 rank on node 0); base 7 → {7, 9, 11}, same.
         let l = layout(4, 2, 1, 3, RankOrder::TpCpEpDpPp);
         let pl = Placement::new(&l, 8);
-        assert_eq!(
-            pl.cp,
-            GroupSpan {
-                size: 3,
-                per_domain: 1,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.cp, GroupSpan::spread(3, 1, 2));
         // EP = 3 (ETP 1) on a dense T = 1, D = 12 grid: EP groups {0,1,2},
         // {3,4,5}, {6,7,8}, … like the TP case: {6,7,8} straddles.
         let mut l = layout(12, 1, 1, 1, RankOrder::TpCpEpDpPp);
         l.ep = 3;
         let pl = Placement::new(&l, 8);
-        assert_eq!(
-            pl.ep,
-            GroupSpan {
-                size: 3,
-                per_domain: 1,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.ep, GroupSpan::spread(3, 1, 2));
         // EDP = 4 after E = 3 (stride 3): {0,3,6,9} spans nodes 0 and 1
         // (3 + 1); {2,5,8,11} spans 0 and 1 (2 + 2); worst: 2 domains,
         // 1 rank on one of them.
-        assert_eq!(
-            pl.edp,
-            GroupSpan {
-                size: 4,
-                per_domain: 1,
-                domains: 2,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(pl.edp, GroupSpan::spread(4, 1, 2));
     }
 
     #[test]
@@ -1247,38 +1094,11 @@ mod tests {
     #[test]
     fn group_span_by_stride() {
         // 8 GPUs per node. TP8 stride 1: one node.
-        assert_eq!(
-            GroupSpan::of(8, 1, 8),
-            GroupSpan {
-                size: 8,
-                per_domain: 8,
-                domains: 1,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(GroupSpan::of(8, 1, 8), GroupSpan::spread(8, 8, 1));
         // DP8 with stride 8 (after TP8): one rank per node, 8 nodes.
-        assert_eq!(
-            GroupSpan::of(8, 8, 8),
-            GroupSpan {
-                size: 8,
-                per_domain: 1,
-                domains: 8,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(GroupSpan::of(8, 8, 8), GroupSpan::spread(8, 1, 8));
         // DP16 with stride 2 (after TP2): 4 per node over 4 nodes.
-        assert_eq!(
-            GroupSpan::of(16, 2, 8),
-            GroupSpan {
-                size: 16,
-                per_domain: 4,
-                domains: 4,
-                tier: 0,
-                ..GroupSpan::SINGLE
-            }
-        );
+        assert_eq!(GroupSpan::of(16, 2, 8), GroupSpan::spread(16, 4, 4));
     }
 
     #[test]
