@@ -129,4 +129,22 @@ impl InputError {
             problem: problem.into(),
         }
     }
+
+    /// `Ok` when `ok`; otherwise [`InputError::field`] with the problem
+    /// `problem` words (called only then).
+    ///
+    /// # Errors
+    /// That field error when `ok` is false.
+    pub fn unless(
+        ok: bool,
+        file: &std::path::Path,
+        field: &str,
+        problem: impl FnOnce() -> String,
+    ) -> Result<(), InputError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(InputError::field(file, field, problem()))
+        }
+    }
 }

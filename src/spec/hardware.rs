@@ -268,65 +268,56 @@ pub struct Cluster {
 }
 
 pub(crate) fn check_fraction(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
-    if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-        return Err(InputError::field(
-            file,
-            field,
-            format!("must be a fraction in (0, 1], found {v}"),
-        ));
-    }
-    Ok(())
+    InputError::unless(v.is_finite() && v > 0.0 && v <= 1.0, file, field, || {
+        format!("must be a fraction in (0, 1], found {v}")
+    })
 }
 
 fn check_share(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
-    if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-        return Err(InputError::field(
-            file,
-            field,
-            format!("must be a share in [0, 1), found {v}"),
-        ));
-    }
-    Ok(())
+    InputError::unless(
+        v.is_finite() && (0.0..1.0).contains(&v),
+        file,
+        field,
+        || format!("must be a share in [0, 1), found {v}"),
+    )
 }
 
 /// `v` beyond [`crate::limits::MAX_PROFILE_VALUE`] is refused naming the
 /// field and the limit.
 fn check_bounded(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
-    if v > crate::limits::MAX_PROFILE_VALUE {
-        return Err(InputError::field(
-            file,
-            field,
-            format!(
-                "{v:e} exceeds meshplan's limit of {:e} (see src/limits.rs)",
-                crate::limits::MAX_PROFILE_VALUE
-            ),
-        ));
-    }
-    Ok(())
+    let limit = crate::limits::MAX_PROFILE_VALUE;
+    // NaN passes here and is refused by the caller's own check.
+    InputError::unless(v.is_nan() || v <= limit, file, field, || {
+        format!("{v:e} exceeds meshplan's limit of {limit:e} (see src/limits.rs)")
+    })
 }
 
 fn check_positive(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
     check_bounded(file, field, v)?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(InputError::field(
-            file,
-            field,
-            format!("must be a positive number, found {v}"),
-        ));
-    }
-    Ok(())
+    InputError::unless(v.is_finite() && v > 0.0, file, field, || {
+        format!("must be a positive number, found {v}")
+    })
 }
 
 fn check_non_negative(file: &Path, field: &str, v: f64) -> Result<(), InputError> {
     check_bounded(file, field, v)?;
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(InputError::field(
-            file,
-            field,
-            format!("must be zero or positive, found {v}"),
-        ));
-    }
-    Ok(())
+    InputError::unless(v.is_finite() && v >= 0.0, file, field, || {
+        format!("must be zero or positive, found {v}")
+    })
+}
+
+/// One value check of a profile: the field's name, its value, and the
+/// rule it must meet ([`check_fraction`], [`check_positive`], …).
+type Check = fn(&Path, &str, f64) -> Result<(), InputError>;
+
+/// Run `checks` in order; the first failure is the error.
+fn check_all<const N: usize>(
+    file: &Path,
+    checks: [(&str, f64, Check); N],
+) -> Result<(), InputError> {
+    checks
+        .into_iter()
+        .try_for_each(|(field, v, check)| check(file, field, v))
 }
 
 impl Gpu {
@@ -384,39 +375,40 @@ impl Gpu {
                 "is set but peak_tflops_fp4 is 0 (a GPU without FP4 tensor cores has no FP4 GEMM efficiency)",
             ));
         }
-        check_fraction(file, "efficiency.attention", self.efficiency.attention)?;
-        check_fraction(file, "efficiency.memory", self.efficiency.memory)?;
-        check_non_negative(
-            file,
-            "efficiency.kernel_overhead_us",
-            self.efficiency.kernel_overhead_us,
-        )?;
-        check_fraction(
-            file,
-            "efficiency.misaligned_attention",
-            self.efficiency.misaligned_attention,
-        )?;
-        check_non_negative(
-            file,
-            "efficiency.grouped_gemm_half_tokens",
-            self.efficiency.grouped_gemm_half_tokens,
-        )?;
-        for (field, v) in [
-            ("efficiency.gemm_half_k", self.efficiency.gemm_half_k),
+        let e = &self.efficiency;
+        let checks: [(&str, f64, Check); 10] = [
+            ("efficiency.attention", e.attention, check_fraction),
+            ("efficiency.memory", e.memory, check_fraction),
+            (
+                "efficiency.kernel_overhead_us",
+                e.kernel_overhead_us,
+                check_non_negative,
+            ),
+            (
+                "efficiency.misaligned_attention",
+                e.misaligned_attention,
+                check_fraction,
+            ),
+            (
+                "efficiency.grouped_gemm_half_tokens",
+                e.grouped_gemm_half_tokens,
+                check_non_negative,
+            ),
+            ("efficiency.gemm_half_k", e.gemm_half_k, check_non_negative),
             (
                 "efficiency.gemm_fp8_half_k",
-                self.efficiency.gemm_fp8_half_k,
+                e.gemm_fp8_half_k,
+                check_non_negative,
             ),
             (
                 "efficiency.gemm_fp4_half_k",
-                self.efficiency.gemm_fp4_half_k,
+                e.gemm_fp4_half_k,
+                check_non_negative,
             ),
-        ] {
-            check_non_negative(file, field, v)?;
-        }
-        check_share(file, "contention.intra", self.contention.intra)?;
-        check_share(file, "contention.inter", self.contention.inter)?;
-        Ok(())
+            ("contention.intra", self.contention.intra, check_share),
+            ("contention.inter", self.contention.inter, check_share),
+        ];
+        check_all(file, checks)
     }
 
     /// Memory available to tensors, bytes: `(memory_gib − reserve_gib)·2^30`.
@@ -521,31 +513,42 @@ impl Cluster {
             }
         }
         self.check_tiers(file)?;
-        check_positive(
-            file,
-            "intra_node.bandwidth_gbs",
-            self.intra_node.bandwidth_gbs,
-        )?;
-        check_non_negative(file, "intra_node.latency_us", self.intra_node.latency_us)?;
-        check_positive(
-            file,
-            "inter_node.nic_bandwidth_gbps",
-            self.inter_node.nic_bandwidth_gbps,
-        )?;
-        check_non_negative(file, "inter_node.latency_us", self.inter_node.latency_us)?;
-        check_fraction(file, "collective.intra", self.collective.intra)?;
-        check_fraction(file, "collective.inter", self.collective.inter)?;
-        check_positive(
-            file,
-            "reliability.storage_bandwidth_gbs",
-            self.reliability.storage_bandwidth_gbs,
-        )?;
-        check_positive(
-            file,
-            "reliability.node_mtbf_hours",
-            self.reliability.node_mtbf_hours,
-        )?;
-        Ok(())
+        let (intra, inter, rel) = (&self.intra_node, &self.inter_node, &self.reliability);
+        let checks: [(&str, f64, Check); 8] = [
+            (
+                "intra_node.bandwidth_gbs",
+                intra.bandwidth_gbs,
+                check_positive,
+            ),
+            (
+                "intra_node.latency_us",
+                intra.latency_us,
+                check_non_negative,
+            ),
+            (
+                "inter_node.nic_bandwidth_gbps",
+                inter.nic_bandwidth_gbps,
+                check_positive,
+            ),
+            (
+                "inter_node.latency_us",
+                inter.latency_us,
+                check_non_negative,
+            ),
+            ("collective.intra", self.collective.intra, check_fraction),
+            ("collective.inter", self.collective.inter, check_fraction),
+            (
+                "reliability.storage_bandwidth_gbs",
+                rel.storage_bandwidth_gbs,
+                check_positive,
+            ),
+            (
+                "reliability.node_mtbf_hours",
+                rel.node_mtbf_hours,
+                check_positive,
+            ),
+        ];
+        check_all(file, checks)
     }
 
     /// GPUs in the whole cluster.
