@@ -300,15 +300,11 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
         oversub: [1.0; MAX_TIERS + 1],
         tier_lat: [0.0; MAX_TIERS + 1],
     };
-    let priced_base = |r: &Run, bytes: f64| {
-        priced(
-            r.collective,
-            bytes,
-            group_of(r, cluster),
-            &base_only,
-            &before,
-        )
+    // A run's time on `links`, the algorithm chosen on the profile's links.
+    let priced_on = |links: &Links, r: &Run, bytes: f64| {
+        priced(r.collective, bytes, group_of(r, cluster), links, &before)
     };
+    let priced_base = |r: &Run, bytes: f64| priced_on(&base_only, r, bytes);
     let (intra_bw, intra_lat, intra_samples) = fit_level(
         &intra_runs,
         0,
@@ -336,23 +332,13 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
     let intra_only = Links {
         intra_bw,
         intra_lat,
-        inter_bw: f64::INFINITY,
-        inter_lat: 0.0,
-        base_lat: before.base_lat,
-        oversub: [1.0; MAX_TIERS + 1],
-        tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
+        ..base_only
     };
     let priced_intra = |r: &Run, bytes: f64| {
         if r.collective == Collective::AllToAll {
             0.0
         } else {
-            priced(
-                r.collective,
-                bytes,
-                group_of(r, cluster),
-                &intra_only,
-                &before,
-            )
+            priced_on(&intra_only, r, bytes)
         }
     };
     let (inter_bw, inter_lat, inter_samples) = fit_level(
