@@ -46,8 +46,8 @@ use crate::cost::{self, Evaluation, Problem, compute};
 use crate::error::InputError;
 use crate::layout::{CpComm, Layout, Recompute};
 use crate::spec::model::{Architecture, JobDefaults, Norm, PositionEmbedding};
-use crate::spec::{AttnKernel, CpImpl, Fp8Kernels, Fp8Recipe};
 use crate::spec::{Catalog, Cluster, GIB, Gpu, Job, Model, Recipe, RecipeName};
+use crate::spec::{Fp8Kernels, Fp8Recipe};
 use crate::spec::{LossBuffers, SelectivePolicy};
 
 /// Columns of the measurement CSV, in the order of `published-dev.csv`.
@@ -1307,25 +1307,19 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         (_, Some(e @ ("torchtitan" | "kempnerforge"))) => {
             // PyTorch FSDP2 [ref:zhao-2023]: bf16 compute, fp32 sharded
             // parameters, gradients and Adam state, gradients reduced in
-            // fp32; prefetching overlaps the gathers, flash attention (SDPA).
-            job.overlap_grad_reduce = true;
-            job.overlap_param_gather = true;
-            job.flash_attention = true;
-            // PyTorch SDPA's flash backend is FlashAttention-2; torchtitan
-            // restricts SDPA to it (or the slower memory-efficient backend)
-            // under CP (`utils.py` `get_train_context`, git 9dec370) and runs
-            // PyTorch's experimental `context_parallel`.
-            job.attention_kernel = AttnKernel::Fa2;
-            job.cp_impl = CpImpl::Torch;
+            // fp32; prefetching overlaps the gathers, flash attention (SDPA),
+            // the embedding and output layer as FSDP2's root unit
+            // (`cost::fsdp2_transients`). PyTorch SDPA's flash backend is
+            // FlashAttention-2; torchtitan restricts SDPA to it (or the
+            // slower memory-efficient backend) under CP (`utils.py`
+            // `get_train_context`, git 9dec370) and runs PyTorch's
+            // experimental `context_parallel`.
+            job.pytorch_fsdp2();
             let cp_note = if row.cp.unwrap_or(1) > 1 {
                 "; PyTorch context_parallel: K/V after repeat_kv, all-gather rotater, fp32 dK/dV and merges"
             } else {
                 ""
             };
-            // Both wrap each block and then the whole model with
-            // `fully_shard`, so the embedding and output layer are FSDP2's
-            // root unit (`cost::fsdp2_transients`).
-            job.engine_memory.fsdp2_root_unit = true;
             if e == "torchtitan" {
                 // torchtitan's benchmark configs run `selective_ac_option =
                 // "op"` (train_configs/llama3_8b.toml at 9dec370 and

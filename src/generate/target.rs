@@ -263,17 +263,12 @@ impl Target {
     /// - DeepSpeed: ZeRO-3's gather and reduce limits at the values
     ///   [`super::deepspeed::config`] writes.
     pub fn engine_job(self, job: &mut crate::spec::Job) {
-        use crate::spec::{AttnKernel, CpImpl, DeepSpeedZero3, LossBuffers};
+        use crate::spec::{DeepSpeedZero3, LossBuffers};
         match self {
             Target::Megatron | Target::MegatronBridge => {}
             Target::Torchtitan => {
-                job.overlap_grad_reduce = true;
-                job.overlap_param_gather = true;
-                job.flash_attention = true;
-                job.attention_kernel = AttnKernel::Fa2;
-                job.cp_impl = CpImpl::Torch;
+                job.pytorch_fsdp2();
                 job.fp8_kernels = Fp8Kernels::Torchao;
-                job.engine_memory.fsdp2_root_unit = true;
                 job.engine_memory.fp32_shards_only = true;
                 job.engine_memory.loss = LossBuffers::TorchCompiled;
             }

@@ -186,23 +186,7 @@ impl Catalog {
         if clusters.is_dir() {
             for (path, text) in read_dir_toml(&clusters)? {
                 let c = Cluster::from_toml(&text, &path)?;
-                if self.gpus.iter().all(|g| g.name != c.gpu) {
-                    return Err(InputError::field(
-                        &path,
-                        "gpu",
-                        format!(
-                            "unknown GPU `{}`; {}known GPUs: {}",
-                            crate::limits::echo(&c.gpu),
-                            crate::error::closest(
-                                &c.gpu,
-                                self.gpus.iter().map(|g| g.name.as_str())
-                            )
-                            .map(|s| format!("did you mean `{s}`? "))
-                            .unwrap_or_default(),
-                            self.gpu_names()
-                        ),
-                    ));
-                }
+                self.check_gpu_known(&c, &path)?;
                 upsert(&mut self.clusters, c, |c| &c.name);
             }
         }
@@ -218,22 +202,25 @@ impl Catalog {
 
     fn check_links(&self) -> Result<(), InputError> {
         for c in &self.clusters {
-            if self.gpus.iter().all(|g| g.name != c.gpu) {
-                return Err(InputError::field(
-                    format!("hardware/clusters/{}.toml", c.name),
-                    "gpu",
-                    format!(
-                        "unknown GPU `{}`; {}known GPUs: {}",
-                        crate::limits::echo(&c.gpu),
-                        crate::error::closest(&c.gpu, self.gpus.iter().map(|g| g.name.as_str()))
-                            .map(|s| format!("did you mean `{s}`? "))
-                            .unwrap_or_default(),
-                        self.gpu_names()
-                    ),
-                ));
-            }
+            self.check_gpu_known(c, Path::new(&format!("hardware/clusters/{}.toml", c.name)))?;
         }
         Ok(())
+    }
+
+    /// The field error of cluster `c` (read from `file`) when its `gpu`
+    /// names no GPU profile of the catalog, with the closest name.
+    fn check_gpu_known(&self, c: &Cluster, file: &Path) -> Result<(), InputError> {
+        let names = || self.gpus.iter().map(|g| g.name.as_str());
+        InputError::unless(names().any(|g| g == c.gpu), file, "gpu", || {
+            format!(
+                "unknown GPU `{}`; {}known GPUs: {}",
+                crate::limits::echo(&c.gpu),
+                crate::error::closest(&c.gpu, names())
+                    .map(|s| format!("did you mean `{s}`? "))
+                    .unwrap_or_default(),
+                self.gpu_names()
+            )
+        })
     }
 
     fn gpu_names(&self) -> String {

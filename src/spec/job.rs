@@ -414,6 +414,23 @@ impl Job {
         self.overlap_param_gather && self.overlap_grad_reduce
     }
 
+    /// Run as PyTorch FSDP2 trainers do (torchtitan, KempnerForge;
+    /// [ref:zhao-2023]): gathers and reductions overlapped by prefetching,
+    /// flash attention through SDPA, whose flash backend is
+    /// FlashAttention-2, PyTorch's own `context_parallel`, and the
+    /// parameters outside the wrapped blocks (embedding, output layer) as
+    /// FSDP2's root unit, since both wrap each block and then the whole
+    /// model with `fully_shard`. What differs between the trainers
+    /// (precision of the shards, the loss) is left to the caller.
+    pub fn pytorch_fsdp2(&mut self) {
+        self.overlap_grad_reduce = true;
+        self.overlap_param_gather = true;
+        self.flash_attention = true;
+        self.attention_kernel = AttnKernel::Fa2;
+        self.cp_impl = CpImpl::Torch;
+        self.engine_memory.fsdp2_root_unit = true;
+    }
+
     /// A job with Megatron's defaults for everything but batch and sequence.
     pub fn new(global_batch: u64, seq_len: u64) -> Job {
         Job {
