@@ -993,19 +993,29 @@ mod tests {
     #[test]
     fn placement_matches_brute_force_rank_generator() {
         // Powers of two: every group of an axis sits alike, and Placement
-        // gives that span, for dense and expert grids, both orders.
-        let grids = [
-            (2, 2, 2, 2),
-            (4, 2, 1, 2),
-            (8, 1, 2, 1),
-            (2, 4, 2, 1),
-            (16, 1, 1, 1),
-            (2, 8, 2, 1),
-            (4, 1, 4, 2),
-        ];
+        // gives that span, for dense and expert grids, both orders. Every
+        // grid (D, T, p, C) of powers of two on 16 or 32 GPUs: 4-part
+        // compositions of the exponents 4 and 5, C(7, 3) + C(8, 3) = 35 +
+        // 56 = 91 grids.
+        let p2 = [1u32, 2, 4, 8, 16, 32];
+        let mut grids = Vec::new();
+        for d in p2 {
+            for t in p2 {
+                for p in p2 {
+                    for c in p2 {
+                        if [16, 32].contains(&(d * t * p * c)) {
+                            grids.push((d, t, p, c));
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(grids.len(), 91);
         let layouts = expert_grids(&grids, &[1, 2, 4, 8], &[1, 2, 4, 8, 16]);
         let (checked, uneven) = check_placement(&layouts, &[2, 4, 8]);
-        assert!(checked > 300, "{checked}");
+        // At least the dense layouts (ETP = E = 1): 91 grids, 2 orders,
+        // 3 domains, 8 axes = 4,368 checks.
+        assert!(checked > 4368, "{checked}");
         assert_eq!(uneven, 0);
         for l in &layouts {
             // Dense and expert PP groups coincide (W5); EP coordinates
