@@ -167,6 +167,11 @@ impl Log {
         self.arg(name) == Some("True")
     }
 
+    /// [`Log::flag`] as the measurement table writes it: `yes` or `no`.
+    fn yes_no(&self, name: &str) -> String {
+        if self.flag(name) { "yes" } else { "no" }.into()
+    }
+
     /// The measurement row of this log (columns of
     /// `tests/data/published-dev-v2.csv`), `gpu` the GPU profile it ran on.
     ///
@@ -241,15 +246,7 @@ impl Log {
             }
             .into(),
         );
-        r.insert(
-            "sp",
-            if self.flag("sequence_parallel") {
-                "yes"
-            } else {
-                "no"
-            }
-            .into(),
-        );
+        r.insert("sp", self.yes_no("sequence_parallel"));
         // The first interval holds the warm-up.
         let after: Vec<_> = self.intervals[1..].to_vec();
         r.insert(
@@ -328,15 +325,7 @@ impl Log {
         r.insert("engine", "megatron".into());
         r.insert("flops_convention", "model".into());
         r.insert("oom", "no".into());
-        r.insert(
-            "tp_comm_overlap",
-            if self.flag("tp_comm_overlap") {
-                "yes"
-            } else {
-                "no"
-            }
-            .into(),
-        );
+        r.insert("tp_comm_overlap", self.yes_no("tp_comm_overlap"));
         let mut notes = vec![format!(
             "step time: median of {} logged interval(s) after the first (iterations {}–{})",
             after.len(),
