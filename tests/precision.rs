@@ -319,8 +319,10 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
             // fidelity.md, "Cross-entropy time by loss implementation");
             // pinned so that a fix shows here. The QK norms' two kernels
             // per layer (`compute::qk_norm_bytes_per_token`): +18.9% →
-            // +18.7%.
-            assert!((e - 0.187).abs() < 0.01, "{id}: {e:+.3}");
+            // +18.7%; the experts' inputs quantized split by split under
+            // current scaling (`precision::grouped_linear_cast`, 4 local
+            // experts): → +17.8%.
+            assert!((e - 0.178).abs() < 0.01, "{id}: {e:+.3}");
         } else if *id != "MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16" {
             assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }
