@@ -670,10 +670,12 @@ fn moe_rows_follow_their_recipes() {
 ///   split on its own except under FP8 delayed scaling
 ///   (`precision::grouped_linear_cast`): 15 more amax-and-cast pairs per
 ///   operand at 16 local experts (Qwen3-30B-A3B at EP 8), 3 at 4.
+///
 /// Mixtral (bf16, one local expert) does not move. The 25.11 Qwen3-30B-A3B
 /// row stays far too fast: its dropless run measured half the token-drop
 /// run on the same layout, which no priced mechanism explains
-/// (docs/fidelity.md, "Issue 15: MoE"); pinned so that a fix shows here.
+/// (docs/fidelity.md, "Issue 15 follow-up: MoE kernels …"); pinned so that
+/// a fix shows here.
 #[test]
 fn moe_rows_pinned() {
     let r = run(V2);
