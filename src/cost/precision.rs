@@ -440,7 +440,8 @@ pub fn linear_cast_bytes(lin: &Linear, weight_casts: f64, tp: f64, lp: &LowPreci
 ///
 /// Transformer Engine's `GroupedLinear` quantizes its inputs with
 /// `tex.split_quantize`, one quantizer per expert; `multi_tensor_quantize_impl`
-/// (`transformer_engine/pytorch/csrc/extensions/cast.cpp`, TE v2.8) runs one
+/// (`transformer_engine/pytorch/csrc/extensions/cast.cpp`, TE v2.8 to v2.11,
+/// Oct–Dec 2025, the releases of the Megatron-Bridge 25.09/25.11 rows) runs one
 /// fused multi-tensor cast-transpose (`nvte_multi_cast_transpose`) for FP8
 /// delayed scaling only ("Currently only have fused kernel for FP8 delayed
 /// scaling") and otherwise quantizes each split on its own: current scaling
