@@ -317,8 +317,12 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
             // → +18.9%. The unfused 60 bytes per logit had hidden a cost
             // the model still misses on the Qwen3 MoE rows (docs/
             // fidelity.md, "Cross-entropy time by loss implementation");
-            // pinned so that a fix shows here.
-            assert!((e - 0.189).abs() < 0.01, "{id}: {e:+.3}");
+            // pinned so that a fix shows here. The QK norms' two kernels
+            // per layer (`compute::qk_norm_bytes_per_token`): +18.9% →
+            // +18.7%; the experts' inputs quantized split by split under
+            // current scaling (`precision::grouped_linear_cast`, 4 local
+            // experts): → +17.8%.
+            assert!((e - 0.178).abs() < 0.01, "{id}: {e:+.3}");
         } else if *id != "MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16" {
             assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }

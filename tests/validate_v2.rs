@@ -658,6 +658,62 @@ fn moe_rows_follow_their_recipes() {
     assert!(q.total > 0.0 && q.exposed == q.total, "{q:?}");
 }
 
+/// Issue 15: every MoE row of the table, speed error = predicted /
+/// measured throughput − 1, pinned. Before this change (QK norms unpriced,
+/// a grouped expert GEMM's inputs cast as one tensor): Mixtral −3.6%,
+/// DeepSeek-V3 −2.5%, Qwen3-30B-A3B 25.09 +9.4% and 25.11 +159.6%,
+/// Qwen3-235B-A22B 25.09 +9.8% and 25.11 +18.9%. Two mechanisms moved
+/// them, neither fitted to a row:
+/// - the QK norms (Qwen3's per-head `q_norm`/`k_norm`, DeepSeek-V3's latent
+///   norms) as two element-wise kernels (`compute::qk_norm_bytes_per_token`);
+/// - Transformer Engine's `GroupedLinear` quantizes each local expert's
+///   split on its own except under FP8 delayed scaling
+///   (`precision::grouped_linear_cast`): 15 more amax-and-cast pairs per
+///   operand at 16 local experts (Qwen3-30B-A3B at EP 8), 3 at 4.
+///
+/// Mixtral (bf16, one local expert) does not move. The 25.11 Qwen3-30B-A3B
+/// row stays far too fast: its dropless run measured half the token-drop
+/// run on the same layout, which no priced mechanism explains
+/// (docs/fidelity.md, "Issue 15 follow-up: MoE kernels …"); pinned so that
+/// a fix shows here.
+#[test]
+fn moe_rows_pinned() {
+    let r = run(V2);
+    let pins = [
+        ("MCORE-MOE-MIXTRAL8x7B", -0.036),
+        (
+            "MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024",
+            -0.029,
+        ),
+        (
+            "MBRIDGE-25.09-DGX-H100-Qwen3_30B_a3B-FP8(default)-16",
+            0.047,
+        ),
+        (
+            "MBRIDGE-25.09-DGX-H100-Qwen3_235B_a22B-FP8(default)-256",
+            0.085,
+        ),
+        ("MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16", 1.463),
+        ("MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256", 0.178),
+    ];
+    let moe: Vec<&str> = r
+        .rows
+        .iter()
+        .filter(|x| x.regime.moe)
+        .map(|x| x.id.as_str())
+        .collect();
+    assert_eq!(moe.len(), pins.len(), "{moe:?}");
+    for (id, pin) in pins {
+        let e = r
+            .rows
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.speed_error)
+            .unwrap_or_else(|| panic!("{id} has no throughput comparison"));
+        assert!((e - pin).abs() < 0.005, "{id}: {e:+.4} (pin {pin:+.3})");
+    }
+}
+
 /// Megatron-Bridge 25.09 DeepSeek-V3 on 1024 H100 trains the recipe's MTP
 /// layer (its layout `Et|(tt|)*30mL` gives it the last virtual stage), now
 /// priced from the card's `mtp_layers = 1` (`cost::mtp`). The row's model
@@ -670,7 +726,10 @@ fn moe_rows_follow_their_recipes() {
 /// middle ranks' eight MoE layers, and sets the pipeline's pace. Since the
 /// loss is timed as TE's fused in-place cross-entropy (10 bytes per logit,
 /// was Megatron's unfused 60, `cost::layer::cross_entropy_bytes_per_logit`):
-/// TFLOP/s −2.5%, step +2.6% (25.92 s). Nothing was refitted to this row.
+/// TFLOP/s −2.5%, step +2.6% (25.92 s). With its QK norms (MLA's latent
+/// norms) and the experts' inputs quantized split by split under current
+/// scaling (4 local experts, `precision::grouped_linear_cast`): TFLOP/s
+/// −2.9%, step +3.0% (26.02 s). Nothing was refitted to this row.
 #[test]
 fn deepseek_v3_bridge_row_prices_its_mtp_layer() {
     let r = run(V2);
@@ -680,8 +739,8 @@ fn deepseek_v3_bridge_row_prices_its_mtp_layer() {
         .find(|x| x.id == "MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024")
         .unwrap();
     let (tf, st) = (x.tflops.unwrap(), x.step_s.unwrap());
-    assert!((tf.error - -0.025).abs() < 0.01, "{:+.3}", tf.error);
-    assert!((st.error - 0.026).abs() < 0.01, "{:+.3}", st.error);
+    assert!((tf.error - -0.029).abs() < 0.01, "{:+.3}", tf.error);
+    assert!((st.error - 0.030).abs() < 0.01, "{:+.3}", st.error);
     let flops = |tflops: f64, step: f64| tflops * 1e12 * 1024.0 * step;
     let (ours, bridge) = (
         flops(tf.predicted, st.predicted),

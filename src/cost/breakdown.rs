@@ -161,7 +161,7 @@ parts! {
         /// slowest stage: reads, amax passes, transposed copies and scale
         /// factors on HBM (zero in bf16).
         LowPrecisionCast => ("low_precision_cast", "FP8/FP4 casts (cast, transpose, amax)",
-            "src/cost/precision.rs: linear_cast_bytes, cast_bytes, weight_casts", "te-fp8-primer"),
+            "src/cost/precision.rs: linear_cast_bytes, grouped_linear_cast, cast_bytes, weight_casts", "te-fp8-primer"),
         /// Idle time of the slowest stage while the pipeline fills and drains.
         Bubble => ("bubble", "pipeline bubble",
             "src/cost/schedule.rs: pipeline_time_of", "narayanan-2021"),

@@ -514,7 +514,8 @@ pub fn layer_forward(
         } else {
             0.0
         };
-    let mut local_bytes = tok * (act + rope);
+    let qk_norm = qk_norm_bytes_per_token(model, t);
+    let mut local_bytes = tok * (act + rope + qk_norm);
     if moe && let Some(m) = &model.moe {
         // Expert activation function on routed pairs, plus permute/unpermute
         // copies of the routed tokens (read+write, both directions).
@@ -522,9 +523,40 @@ pub fn layer_forward(
         local_bytes += moe_pairs_per_rank * (if a.gated_mlp { 6.0 } else { 4.0 } * f + 8.0 * h);
     }
     // Four kernels of the hidden state (two norms, two fused
-    // bias-dropout-add), one or two of the local tensors.
-    lt.elementwise = elementwise_time(hidden_bytes + local_bytes, r) + 5.0 * r.overhead;
+    // bias-dropout-add), one or two of the local tensors, and the two QK
+    // norms where the model has them.
+    let qk_norm_kernels = if a.qk_layernorm { 2.0 } else { 0.0 };
+    lt.elementwise =
+        elementwise_time(hidden_bytes + local_bytes, r) + (5.0 + qk_norm_kernels) * r.overhead;
     lt
+}
+
+/// HBM bytes per local token of a layer's QK norms in forward (Megatron
+/// `--qk-layernorm`: `q_layernorm` and `k_layernorm`, one RMSNorm kernel
+/// each, `megatron/core/transformer/attention.py`), bytes: each reads its
+/// tensor and writes the normalised one in bf16, `2·2` bytes per element.
+///
+/// - GQA/MHA (Qwen3's per-head `q_norm`/`k_norm`): the rank's query and key
+///   heads, `4·(q_width + kv_width)/T`.
+/// - MLA (DeepSeek-V3): the compressed query and key/value latents before
+///   their up-projections (`q_a_layernorm`, `kv_a_layernorm`), which every TP
+///   rank computes whole: `4·(q_lora_rank + kv_lora_rank)`.
+///
+/// Zero without QK norms. Backward reads the input, the output gradient and
+/// writes the input gradient: the element-wise backward's 2× (see
+/// [`layer_backward`]) covers it.
+///
+/// Example: Qwen3-30B-A3B (32 query heads and 4 KV heads of 128), T = 1:
+/// 4·(4096 + 512) = 18,432 bytes per token; DeepSeek-V3 (1536 + 512):
+/// 8,192 at any T.
+pub fn qk_norm_bytes_per_token(model: &Model, tp: f64) -> f64 {
+    if !model.architecture.qk_layernorm {
+        return 0.0;
+    }
+    match &model.mla {
+        Some(m) => 4.0 * (m.q_lora_rank + m.kv_lora_rank) as f64,
+        None => 4.0 * (model.q_width() + model.kv_width()) as f64 / tp,
+    }
 }
 
 /// Backward time of one layer from its forward parts, seconds: the GEMMs'
@@ -713,6 +745,24 @@ mod tests {
             attention_kernel_tflops(AttnKernel::Cudnn, true, 64.0),
             315.0
         );
+    }
+
+    #[test]
+    fn qk_norm_bytes_by_hand() {
+        // Worked in `qk_norm_bytes_per_token`'s doc comment.
+        let cat = crate::spec::Catalog::shipped().unwrap();
+        let q30 = cat.model("qwen3-30b-a3b").unwrap();
+        // Qwen3-30B-A3B: q 32·128 = 4096, kv 4·128 = 512, 4 bytes each
+        // (bf16 read + write): 18,432 per token at T = 1, 9,216 at T = 2.
+        assert_eq!(qk_norm_bytes_per_token(q30, 1.0), 18_432.0);
+        assert_eq!(qk_norm_bytes_per_token(q30, 2.0), 9_216.0);
+        // DeepSeek-V3: the latents q 1536 and kv 512, not split by TP.
+        let ds = cat.model("deepseek-v3").unwrap();
+        assert_eq!(qk_norm_bytes_per_token(ds, 1.0), 8_192.0);
+        assert_eq!(qk_norm_bytes_per_token(ds, 8.0), 8_192.0);
+        // Llama 3 8B has none.
+        let l8 = cat.model("llama3-8b").unwrap();
+        assert_eq!(qk_norm_bytes_per_token(l8, 1.0), 0.0);
     }
 
     #[test]

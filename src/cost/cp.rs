@@ -481,6 +481,47 @@ mod tests {
     }
 
     #[test]
+    fn torchtitan_cp_rows_run_the_same_kernels_at_every_c() {
+        // TT-8B-CP-2, -3, -4 (tests/data/published-dev-v2.csv): s = 65536,
+        // 131072, 262144 at C = 2, 4, 8, so every rank holds t = s/C =
+        // 32768 tokens in all three. Step 0 is then 32768 queries over
+        // 32768 keys under the mask, each later step 32768 over 16384 (or
+        // 16384 over 32768) unmasked: one step 2·32768·32768·8192/2 =
+        // 8.796e12 FLOPs whatever C. So a per-step kernel rate cannot tell
+        // C = 2 (measured 4.5 s per later step of the whole model beyond
+        // TT-8B-CP-1) from C = 4 and 8 (7.4 and 7.3 s): what the model
+        // misses there grows with C some other way (docs/fidelity.md,
+        // "Issue 15: long context").
+        let cat = Catalog::shipped().unwrap();
+        let m = cat.model("llama3-8b").unwrap();
+        let steps = |seq: f64, c: f64| {
+            let sh = LayerShape {
+                tokens: seq / c,
+                seq,
+                tp: 1.0,
+                sp: false,
+                cp: c,
+                flash: true,
+                kernel: AttnKernel::Fa2,
+            };
+            ring_step_times(m, &sh, 1e15)
+        };
+        let c2 = steps(65536.0, 2.0);
+        let step: f64 = 2.0 * 32768.0 * 32768.0 * 8192.0 / 2.0;
+        assert!((step - 8.796e12).abs() < 1e9);
+        assert!(
+            (c2.diag - step / (1e15 * RING_STEP_RATE * 335.0 / 333.0)).abs() < 1e-12,
+            "{c2:?}"
+        );
+        assert!(
+            (c2.off - step / (1e15 * RING_STEP_RATE * 370.0 / 333.0)).abs() < 1e-12,
+            "{c2:?}"
+        );
+        assert_eq!(steps(131072.0, 4.0), c2);
+        assert_eq!(steps(262144.0, 8.0), c2);
+    }
+
+    #[test]
     fn torch_cp_exchanges_every_query_head() {
         // Llama 3.1 8B: 8 KV heads of 128 but 32 query heads. TE sends
         // K+V of the KV heads, 2·1024 = 2048 elements per token; PyTorch's CP

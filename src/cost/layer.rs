@@ -522,11 +522,28 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         let (cast, low_params, low_gemms) = match &pr.rates.low {
             Some(lp) => {
                 let (lins, count) = compute::linear_gemms(model, &shape, moe, pairs, etp);
+                let local_experts = model
+                    .moe
+                    .as_ref()
+                    .filter(|_| moe)
+                    .map(|m| m.experts as f64 / l.ep as f64)
+                    .unwrap_or(0.0);
                 let mut work = CastWork::default();
                 let mut low_params = 0.0;
                 for lin in &lins[..count] {
-                    work.add(&precision::linear_cast_bytes(lin, weight_casts, tp, lp));
-                    if !lin.expert {
+                    if lin.expert {
+                        // A grouped GEMM over the rank's local experts: one
+                        // weight each, and its inputs quantized split by
+                        // split ([`precision::grouped_linear_cast`]).
+                        work.add(&precision::grouped_linear_cast(
+                            lin,
+                            weight_casts,
+                            tp,
+                            local_experts.max(1.0),
+                            lp,
+                        ));
+                    } else {
+                        work.add(&precision::linear_cast_bytes(lin, weight_casts, tp, lp));
                         low_params += lin.k * lin.n;
                     }
                 }
@@ -536,12 +553,6 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 } else {
                     0.0
                 };
-                let local_experts = model
-                    .moe
-                    .as_ref()
-                    .filter(|_| moe)
-                    .map(|m| m.experts as f64 / l.ep as f64)
-                    .unwrap_or(0.0);
                 let dense_gemms = lins[..count].iter().filter(|x| !x.expert).count() as f64;
                 (
                     cf + cb + rerun,

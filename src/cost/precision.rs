@@ -432,6 +432,47 @@ pub fn linear_cast_bytes(lin: &Linear, weight_casts: f64, tp: f64, lp: &LowPreci
     }
 }
 
+/// Casts of one grouped expert GEMM `lin` over `groups` local experts per
+/// micro-batch: [`linear_cast_bytes`] with one weight per expert (`lin`
+/// holds one expert's `k × n`), and the activation operands (the input in
+/// forward, the output gradient in backward) quantized split by split where
+/// the library has no fused kernel for the recipe.
+///
+/// Transformer Engine's `GroupedLinear` quantizes its inputs with
+/// `tex.split_quantize`, one quantizer per expert; `multi_tensor_quantize_impl`
+/// (`transformer_engine/pytorch/csrc/extensions/cast.cpp`, TE v2.8 to v2.11,
+/// Oct–Dec 2025, the releases of the Megatron-Bridge 25.09/25.11 rows) runs one
+/// fused multi-tensor cast-transpose (`nvte_multi_cast_transpose`) for FP8
+/// delayed scaling only ("Currently only have fused kernel for FP8 delayed
+/// scaling") and otherwise quantizes each split on its own: current scaling
+/// one amax reduction and one cast per split, MXFP8 and block-wise one cast
+/// per split. The bytes are the same either way; what the split costs is
+/// `groups − 1` more launches of [`cast_kernels`] per activation operand in
+/// each direction. torchao (torchtitan): as [`linear_cast_bytes`] with the
+/// weights of every group (no per-split source read).
+///
+/// Example: Qwen3-30B-A3B at EP 8 (16 local experts), FP8 current scaling
+/// (an amax kernel and a cast per split, [`cast_kernels`] = 2): the input of
+/// each expert GEMM takes 2 + 15·2 = 32 kernels per micro-batch in forward
+/// and its output gradient 32 in backward; under delayed scaling 1 and 1.
+pub fn grouped_linear_cast(
+    lin: &Linear,
+    weight_casts: f64,
+    tp: f64,
+    groups: f64,
+    lp: &LowPrecision,
+) -> CastWork {
+    let g = groups.max(1.0);
+    let mut work = linear_cast_bytes(lin, weight_casts * g, tp, lp);
+    let fused = lp.precision == Precision::Fp8 && lp.recipe == Fp8Recipe::Delayed;
+    if lp.kernels == Fp8Kernels::Te && !fused {
+        let extra = (g - 1.0) * cast_kernels(lp);
+        work.forward_kernels += extra;
+        work.backward_kernels += extra;
+    }
+    work
+}
+
 /// Casts of a weight per micro-batch: Transformer Engine caches the narrow
 /// weight and its transpose for the whole step, so its cast is shared by the
 /// `m` micro-batches, `1/m` ([ref:te-fp8-primer]; Megatron-LM's
@@ -708,6 +749,49 @@ mod tests {
         assert_eq!(block_scale_count(8192, 28672, 128, 128), 14_336);
         // 1 × 128 tiles of 8192 tokens × 8192: 8192 · 64.
         assert_eq!(block_scale_count(8192, 8192, 1, 128), 524_288);
+    }
+
+    #[test]
+    fn grouped_casts_split_by_split_unless_delayed() {
+        // Qwen3-30B-A3B's expert fc1 on one rank: 65,536 routed pairs,
+        // [65536 × 2048]·[2048 × 1536], 16 local experts, weights cast once
+        // per step of 32 micro-batches (1/32 each).
+        let lin = Linear {
+            m: 65_536.0,
+            n: 1536.0,
+            k: 2048.0,
+            expert: true,
+            ..Linear::default()
+        };
+        let wc = 1.0 / 32.0;
+        // Current scaling: the single-GEMM work with 16 weights
+        // (weight_casts 16/32, kernels 2·(1 + min(1, 0.5)) = 3 forward, 2
+        // backward), plus 15 more splits of 2 kernels each way: 33 and 32.
+        let cur = fp8(Fp8Recipe::Current);
+        let g = grouped_linear_cast(&lin, wc, 1.0, 16.0, &cur);
+        let one = linear_cast_bytes(&lin, 16.0 * wc, 1.0, &cur);
+        assert_eq!(g.forward_bytes, one.forward_bytes);
+        assert_eq!(g.backward_bytes, one.backward_bytes);
+        assert_eq!(one.forward_kernels, 3.0);
+        assert_eq!(g.forward_kernels, 33.0);
+        assert_eq!(g.backward_kernels, 32.0);
+        // The weights' bytes: 16 experts' 2048·1536 at 1/32 cast per
+        // micro-batch, 3,145,728 elements × (2·2 + 2·1) bytes each: half of
+        // 16 · 18,874,368 on top of the input's 65,536·2048·6.
+        let x = 65_536.0 * 2048.0 * 6.0;
+        let w = 2048.0 * 1536.0 * 6.0;
+        assert!((g.forward_bytes - (x + 0.5 * w)).abs() < 1.0, "{g:?}");
+        // Delayed scaling: TE's fused multi-tensor cast, one kernel for all
+        // 16 splits: no extra launches.
+        let del = fp8(Fp8Recipe::Delayed);
+        let g = grouped_linear_cast(&lin, wc, 1.0, 16.0, &del);
+        assert_eq!(g, linear_cast_bytes(&lin, 16.0 * wc, 1.0, &del));
+        assert_eq!(g.backward_kernels, 1.0);
+        // One local expert: the plain linear.
+        assert_eq!(
+            grouped_linear_cast(&lin, wc, 1.0, 1.0, &cur),
+            linear_cast_bytes(&lin, wc, 1.0, &cur)
+        );
     }
 
     #[test]

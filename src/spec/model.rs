@@ -154,8 +154,9 @@ pub struct Architecture {
     /// Queries and keys are normalised per head before attention (Qwen3's
     /// `q_norm`/`k_norm`; for MLA the norms of the compressed query and
     /// key/value, DeepSeek-V3), Megatron's `--qk-layernorm`. Its weights
-    /// (2·head_dim per layer) are not counted and its element-wise passes
-    /// not priced: under 0.01% of a layer's parameters.
+    /// (2·head_dim per layer, under 0.01% of a layer's parameters) are not
+    /// counted; its two element-wise kernels are priced
+    /// (`cost::compute::qk_norm_bytes_per_token`).
     #[serde(default)]
     pub qk_layernorm: bool,
     /// Epsilon of the norms (`--norm-epsilon`; Megatron's default 1e-5;
