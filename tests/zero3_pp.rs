@@ -67,3 +67,45 @@ fn zero3_pp2_parts_add_up() {
         .1;
     assert!(w > 2.0e9 && w < 3.0e9, "{w}");
 }
+
+/// DeepSpeed 0.3's per-tensor view of a layer (`cost::layer::unit_tensors`)
+/// for the GPT-3 175B card at T = 1, worked by hand from h = 12288, f = 4h,
+/// LayerNorm, biases: 12288, 12288 (input norm), 12288·36864 = 452,984,832,
+/// 36864 (QKV), 12288² = 150,994,944, 12288 (projection), 12288, 12288
+/// (second norm), 12288·49152 = 603,979,776, 49152, 603,979,776, 12288
+/// (MLP). They add up to the card's layer, 1,812,099,072 parameters
+/// (12h² + 13h), so no remainder tensor; at T = 8 the column- and
+/// row-parallel weights and the column-parallel biases divide by 8.
+#[test]
+fn deepspeed_layer_tensors_of_gpt3() {
+    use meshplan::cost::layer::{UnitKind, unit_tensors};
+    let cat = meshplan::spec::Catalog::shipped().unwrap();
+    let m = cat.model("gpt3-175b").unwrap();
+    let p = m.dense_layer_params();
+    assert_eq!(p, 1_812_099_072.0);
+    let t = unit_tensors(m, UnitKind::Layer, p, 1.0);
+    let want = [
+        12288.0,
+        12288.0,
+        452_984_832.0,
+        36864.0,
+        150_994_944.0,
+        12288.0,
+        12288.0,
+        12288.0,
+        603_979_776.0,
+        49152.0,
+        603_979_776.0,
+        12288.0,
+    ];
+    assert_eq!(&t.numel[..t.len], &want);
+    let t8 = unit_tensors(m, UnitKind::Layer, p, 8.0);
+    assert_eq!(t8.numel[2], 452_984_832.0 / 8.0);
+    assert_eq!(t8.numel[3], 36864.0 / 8.0);
+    assert_eq!(t8.numel[5], 12288.0);
+    assert_eq!(t8.numel[10], 603_979_776.0 / 8.0);
+    // The embedding: word table and the learned 2048-position table
+    // (2048·12288 = 25,165,824), the rest of the unit's parameters.
+    let e = unit_tensors(m, UnitKind::Embedding, 700e6, 1.0);
+    assert_eq!(&e.numel[..e.len], &[700e6 - 25_165_824.0, 25_165_824.0]);
+}

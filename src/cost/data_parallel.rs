@@ -316,11 +316,7 @@ pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpT
         }
     }
     let runs = &overlapped[..n];
-    let serial_gather = if overlap.param_gather {
-        0.0
-    } else {
-        gathers
-    };
+    let serial_gather = if overlap.param_gather { 0.0 } else { gathers };
     let serial_rs = if overlap.grad_reduce { 0.0 } else { rs };
     let ideal = fsdp::timeline(runs, 0.0);
     let slowed = fsdp::timeline(runs, sigma);
@@ -329,7 +325,11 @@ pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpT
     // The backward's share of the gathers (what shares its exposure with
     // the reduce-scatters).
     let bwd_gather = fsdp::total(units, |u| u.backward_gather);
-    let hid_gather = if overlap.param_gather { bwd_gather } else { 0.0 };
+    let hid_gather = if overlap.param_gather {
+        bwd_gather
+    } else {
+        0.0
+    };
     let hid_rs = if overlap.grad_reduce { rs } else { 0.0 };
     let gather_share = if hid_gather + hid_rs > 0.0 {
         hid_gather / (hid_gather + hid_rs)
@@ -449,7 +449,12 @@ pub fn tensor_list_cost(n: u32) -> f64 {
 /// Example: GPT-3 175B (h = 12288) under full recompute, reuse distance
 /// 1e9: after the QKV weight come 12288² + 2·4·12288² = 1.36e9 elements,
 /// doubled 2.72e9 ≥ 1e9: gathered twice; the last MLP weight: once.
-pub fn backward_gathers(t: &Tensors, i: usize, max_reuse_distance: f64, full_recompute: bool) -> f64 {
+pub fn backward_gathers(
+    t: &Tensors,
+    i: usize,
+    max_reuse_distance: f64,
+    full_recompute: bool,
+) -> f64 {
     if !full_recompute {
         return 1.0;
     }
@@ -504,9 +509,16 @@ pub fn deepspeed_tensor_reduce_scatter(bytes: f64, g: GroupSpan, links: &Links, 
 /// `weight_bytes` and `grad_bytes` are the bytes per element gathered and
 /// reduced; `hbm` the GPU's sustained HBM bandwidth, bytes/s.
 ///
-/// Worked example (the test `deepspeed_2021_gpt3_layer_by_hand`): one
-/// GPT-3 175B layer over D = 2 ranks on one node with NVLink at 100 GB/s,
-/// no latency, no list cost... see the test for the numbers.
+/// Worked example (the test `deepspeed_2021_unit_by_hand`): tensors of
+/// 1e4, 6e8 and 5e8 elements in fp16 over D = 2 ranks on NVLink at 100
+/// GB/s, no NCCL latency, HBM at 1 TB/s, full recompute. The 1e4 tensor
+/// stays gathered (under 1e5). Gathering 1.2 GB: `½·1.2e9/1e11` = 6 ms of
+/// ring, `2·10.9` = 21.8 µs of list cost, `3·1.2e9/1e12` = 3.6 ms of
+/// copies, 9.6218 ms; 1 GB: 5 + 0.0218 + 3 = 8.0218 ms; forward 17.6436
+/// ms. Backward: after the 6e8 tensor come 5e8 elements, twice 1e9 ≥ 1e9,
+/// so it is gathered twice: 2·9.6218 + 8.0218 = 27.2654 ms. Reduce-scatters
+/// of all three: 0.0001 + 0.0218 + 0.00004 = 0.02194, 6 + 0.0218 + 2.4 =
+/// 8.4218 and 5 + 0.0218 + 2 = 7.0218 ms, 15.46554 ms.
 #[allow(clippy::too_many_arguments)]
 pub fn deepspeed_2021_collectives(
     t: &Tensors,
@@ -699,6 +711,126 @@ mod tests {
         let t = zero3_per_micro_batch(&runs, off, 0.0);
         assert!(close(t.gather.exposed, 48e-3), "{t:?}");
         assert!(close(t.grad.exposed, 8e-3), "{t:?}");
+    }
+
+    #[test]
+    fn zero3_backward_gathers_apart_from_the_forward() {
+        // Four units, gather 6 ms forward and 9 ms backward, reduce-scatter
+        // 8 ms, nothing overlapped (DeepSpeed 0.3): everything exposed,
+        // gathers 4·(6 + 9) = 60 ms, reduce-scatters 32 ms, no contention.
+        let u = fsdp::Unit {
+            forward: 10e-3,
+            backward: 20e-3,
+            gather: 6e-3,
+            backward_gather: 9e-3,
+            reduce_scatter: 8e-3,
+        };
+        let runs = [Run { unit: u, count: 4 }];
+        let off = Overlap {
+            grad_reduce: false,
+            param_gather: false,
+        };
+        let t = zero3_per_micro_batch(&runs, off, 0.15);
+        assert!(
+            close(t.gather.exposed, 60e-3) && close(t.gather.total, 60e-3),
+            "{t:?}"
+        );
+        assert!(
+            close(t.grad.exposed, 32e-3) && close(t.grad.total, 32e-3),
+            "{t:?}"
+        );
+        assert_eq!(t.contention, 0.0);
+        // Overlapped: forward exposes the first gather (6 ms); backward
+        // g_0 = 9, then max(20, 0 + 9), 2·max(20, 8 + 9), max(20, 8), then
+        // r = 8: 17 ms beyond its 80 ms of compute.
+        let on = Overlap {
+            grad_reduce: true,
+            param_gather: true,
+        };
+        let t = zero3_per_micro_batch(&runs, on, 0.0);
+        assert!(close(t.exposed(), 6e-3 + 17e-3), "{t:?}");
+        assert!(close(t.gather.total, 60e-3), "{t:?}");
+    }
+
+    /// GPT-3 175B's layer tensors at T = 1 (`layer::unit_tensors`).
+    fn gpt3_layer() -> Tensors {
+        let h = 12288.0;
+        Tensors::of(&[
+            h,
+            h,
+            h * 3.0 * h,
+            3.0 * h,
+            h * h,
+            h,
+            h,
+            h,
+            h * 4.0 * h,
+            4.0 * h,
+            4.0 * h * h,
+            h,
+        ])
+    }
+
+    #[test]
+    fn deepspeed_reuse_distance_by_hand() {
+        // After the QKV weight (index 2): 36864 + 150,994,944 + 3·12288 +
+        // 603,979,776 + 49152 + 603,979,776 + 12288 = 1,359,126,528
+        // elements, twice that ≥ 1e9: gathered twice. The first MLP weight
+        // (index 8): 49152 + 603,979,776 + 12288 = 604,041,216, twice
+        // 1.208e9 ≥ 1e9: twice. The last (index 10): 12288: once.
+        let t = gpt3_layer();
+        assert_eq!(t.len, 12);
+        assert_eq!(backward_gathers(&t, 2, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 4, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 8, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 10, 1e9, true), 1.0);
+        // A reuse distance of 1.3e9 keeps the first MLP weight (1.208e9).
+        assert_eq!(backward_gathers(&t, 8, 1.3e9, true), 1.0);
+        // Without full recompute the backward follows the forward: once.
+        assert_eq!(backward_gathers(&t, 2, 1e9, false), 1.0);
+    }
+
+    #[test]
+    fn deepspeed_2021_unit_by_hand() {
+        // The worked example of `deepspeed_2021_collectives`.
+        let links = Links {
+            intra_bw: 100e9,
+            inter_bw: 25e9,
+            intra_lat: 0.0,
+            inter_lat: 0.0,
+            base_lat: 0.0,
+            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
+        };
+        let g = GroupSpan::of(2, 1, 8);
+        let t = Tensors::of(&[1e4, 6e8, 5e8]);
+        let ds = DeepSpeedZero3::DEFAULTS_2021;
+        let (f, b, r) = deepspeed_2021_collectives(&t, &ds, true, 2.0, 2.0, g, &links, 1e12);
+        let ms = 1e-3;
+        assert!((f - 17.6436 * ms).abs() < 1e-9, "{f}");
+        assert!((b - 27.2654 * ms).abs() < 1e-9, "{b}");
+        assert!((r - 15.46554 * ms).abs() < 1e-9, "{r}");
+        // One rank: no collective at all.
+        let one = GroupSpan::of(1, 1, 8);
+        assert_eq!(
+            deepspeed_2021_collectives(&t, &ds, true, 2.0, 2.0, one, &links, 1e12),
+            (0.0, 0.0, 0.0)
+        );
+        // The list cost grows with the group: 1,536 ranks, 16.7424 ms.
+        assert!((tensor_list_cost(1536) - 1536.0 * 10.9e-6).abs() < 1e-15);
+        assert_eq!(tensor_list_cost(1), 0.0);
+    }
+
+    #[test]
+    fn tensors_fold_past_the_last_slot() {
+        // Fourteen tensors: the last three fold into slot 12; nothing lost,
+        // empty ones dropped.
+        let v: Vec<f64> = (1..=14).map(f64::from).collect();
+        let t = Tensors::of(&v);
+        assert_eq!(t.len, MAX_UNIT_TENSORS);
+        assert_eq!(t.numel[11], 12.0 + 13.0 + 14.0);
+        assert_eq!(t.iter().sum::<f64>(), 105.0);
+        assert_eq!(Tensors::of(&[0.0, 5.0]).len, 1);
     }
 
     #[test]

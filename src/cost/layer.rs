@@ -282,7 +282,12 @@ pub fn fsdp_unit_collectives(
     let experts_gather = comm::all_gather(it.expert_params * r.weight_bytes, pl.edp, &pr.links);
     let experts_rs =
         comm::reduce_scatter(it.expert_params * r.grad_reduce_bytes, pl.edp, &pr.links);
-    if let Some(ds) = pr.job.engine_memory.deepspeed_zero3.filter(|d| d.per_tensor_sync) {
+    if let Some(ds) = pr
+        .job
+        .engine_memory
+        .deepspeed_zero3
+        .filter(|d| d.per_tensor_sync)
+    {
         let (f, b, rs) = data_parallel::deepspeed_2021_collectives(
             tensors,
             &ds,
@@ -314,7 +319,12 @@ pub fn fsdp_unit_collectives(
 /// Example: GPT-3 175B layer at T = 1: 12288, 12288, 12288·36864 =
 /// 452,984,832, 36864, 12288² = 150,994,944, 12288, 12288, 12288,
 /// 12288·49152 = 603,979,776, 49152, 603,979,776, 12288.
-pub fn unit_tensors(model: &crate::spec::Model, kind: UnitKind, params: f64, tp: f64) -> data_parallel::Tensors {
+pub fn unit_tensors(
+    model: &crate::spec::Model,
+    kind: UnitKind,
+    params: f64,
+    tp: f64,
+) -> data_parallel::Tensors {
     let a = &model.architecture;
     let h = a.hidden as f64;
     let bias = a.linear_bias;
