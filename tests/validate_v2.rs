@@ -971,17 +971,17 @@ fn deepspeed_2021_zero3_rows_tensor_by_tensor() {
     let row = |id: &str| r.rows.iter().find(|x| x.id == id).unwrap();
     // (row, error). Before (one collective per unit, overlapped, NCCL's
     // peak): +37.5%, +117.6%, +304.8%, +48.1%, +101.9%, +285.6%.
-    // NAR21-T2-03 (1,536 ranks) is now too slow: 1,536 · 10.9 µs per
+    // NAR21-T2-03 (1,536 ranks) is now too slow: 1,536 · 10.7 µs per
     // tensor-list collective, fitted at 768 and 1,120 ranks, over-counts
-    // there (the host cost grows less than linearly or overlaps the NCCL
-    // kernels it follows; not modelled).
+    // there (the host cost may grow less than linearly, or overlap the
+    // NCCL kernels it follows; not modelled).
     let pins = [
-        ("NAR21-T2-01", -0.042),
-        ("NAR21-T2-02", -0.043),
-        ("NAR21-T2-03", -0.186),
-        ("NAR21-T2-04", 0.087),
-        ("NAR21-T2-05", 0.060),
-        ("NAR21-T2-06", 0.078),
+        ("NAR21-T2-01", -0.040),
+        ("NAR21-T2-02", -0.038),
+        ("NAR21-T2-03", -0.179),
+        ("NAR21-T2-04", 0.089),
+        ("NAR21-T2-05", 0.064),
+        ("NAR21-T2-06", 0.085),
     ];
     let mut errs = Vec::new();
     for (id, want) in pins {
@@ -1007,8 +1007,8 @@ fn deepspeed_2021_zero3_rows_tensor_by_tensor() {
             "{id}"
         );
     }
-    // Issue 15's bounds on these rows: median |error| ≤ 10% (here 6.9%),
-    // none beyond 25%, signed median within ±5% (+0.9%).
+    // Issue 15's bounds on these rows: median |error| ≤ 10% (here 7.4%),
+    // none beyond 25%, signed median within ±5% (+1.3%).
     let mut abs: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
     abs.sort_by(f64::total_cmp);
     assert!((abs[2] + abs[3]) / 2.0 <= 0.10);
