@@ -109,3 +109,78 @@ fn deepspeed_layer_tensors_of_gpt3() {
     let e = unit_tensors(m, UnitKind::Embedding, 700e6, 1.0);
     assert_eq!(&e.numel[..e.len], &[700e6 - 25_165_824.0, 25_165_824.0]);
 }
+
+/// `explain --deepspeed-2021` prices ZeRO-3 as `validate` prices the
+/// `engine = deepspeed` rows: NAR21-T2-03's layout (GPT-3 175B, D = 1,536,
+/// one micro-batch, full recompute) gets the row's predicted step, its
+/// parameter gathers and gradient reduce-scatters exposed whole; without the
+/// flag the same layout hides most of its gathers (per-unit prefetch).
+#[test]
+fn explain_prices_deepspeed_2021_as_validate_does() {
+    let args = [
+        "explain",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "dgx-a100-3072",
+        "--gpus",
+        "1536",
+        "--global-batch",
+        "1536",
+        "--seq-len",
+        "2048",
+        "--recipe",
+        "deepspeed",
+        "--no-flash-attention",
+        "--dp",
+        "1536",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--mbs",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "3",
+        "--format",
+        "json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend_from_slice(extra);
+        let o = common::meshplan(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ds = json(&["--deepspeed-2021"]);
+    let t = &ds["eval"]["time"];
+    let step = t["step"].as_f64().unwrap();
+    let r = meshplan::validate::validate_table(
+        &meshplan::validate::read_table(
+            include_str!("data/published-dev-v2.csv"),
+            std::path::Path::new("tests/data/published-dev-v2.csv"),
+        )
+        .unwrap(),
+        &meshplan::spec::Catalog::shipped().unwrap(),
+        None,
+    );
+    let row = r.rows.iter().find(|x| x.id == "NAR21-T2-03").unwrap();
+    let want = row.step_s.unwrap().predicted;
+    assert!((step / want - 1.0).abs() < 1e-9, "{step} vs {want}");
+    for p in ["param_gather", "dp_grad"] {
+        let (e, tot) = (
+            t[p]["exposed"].as_f64().unwrap(),
+            t[p]["total"].as_f64().unwrap(),
+        );
+        assert!(
+            tot > 1.0 && (e - tot).abs() < 1e-9 * tot,
+            "{p}: {e} of {tot}"
+        );
+    }
+    let fsdp = json(&[]);
+    let g = &fsdp["eval"]["time"]["param_gather"];
+    assert!(g["exposed"].as_f64().unwrap() < 0.2 * g["total"].as_f64().unwrap());
+    assert!(fsdp["eval"]["time"]["step"].as_f64().unwrap() < 0.5 * step);
+}
