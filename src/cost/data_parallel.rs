@@ -497,7 +497,10 @@ pub fn deepspeed_tensor_reduce_scatter(bytes: f64, g: GroupSpan, links: &Links, 
 /// except tensors under `stage3_param_persistence_threshold` elements,
 /// which stay gathered all step (`persistent_parameters`). The gradients
 /// leave through the reduce bucket, and `_reduce_scatter_gradients`
-/// reduce-scatters them tensor by tensor, the persistent ones included.
+/// reduce-scatters them tensor by tensor, the persistent ones included
+/// (with `contiguous_gradients` on, as DeepSpeedExamples' Megatron ZeRO-3
+/// configs set it; off, DeepSpeed 0.3 all-reduces flattened buckets
+/// instead, not priced here).
 /// Every tensor pays NCCL's latency over the group, the tensor-list host
 /// cost and its HBM copies ([`deepspeed_tensor_gather`],
 /// [`deepspeed_tensor_reduce_scatter`]); the backward gathers some tensors
