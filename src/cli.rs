@@ -236,6 +236,13 @@ struct JobArgs {
     /// Price attention without flash attention (stores the s×s scores).
     #[arg(long)]
     no_flash_attention: bool,
+    /// Price ZeRO-3 as DeepSpeed 0.3 (early 2021) ran it: one synchronous
+    /// collective per parameter tensor over the whole DP group, with its
+    /// 2021 memory limits (the engine of Narayanan et al. 2021 Table 2;
+    /// `validate` sets it for `engine = deepspeed` rows). Without it,
+    /// ZeRO-3 is priced per unit with overlapped gathers.
+    #[arg(long)]
+    deepspeed_2021: bool,
     /// Do not overlap the DP gradient reduction with backward.
     #[arg(long)]
     no_overlap_grad_reduce: bool,
@@ -827,6 +834,9 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.recipe_name = a.recipe;
     job.recipe = a.recipe.recipe();
     job.flash_attention = !a.no_flash_attention;
+    if a.deepspeed_2021 {
+        job.engine_memory.deepspeed_zero3 = Some(crate::spec::DeepSpeedZero3::DEFAULTS_2021);
+    }
     job.overlap_grad_reduce = !a.no_overlap_grad_reduce;
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;

@@ -1256,8 +1256,9 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         (_, Some("deepspeed")) => {
             // DeepSpeed ZeRO (Narayanan et al. 2021 Table 2's baseline):
             // fp16 weights and gradients plus the fp32 gradient partition
-            // (2 + 6 + 12), communication overlapped with compute
-            // (`overlap_comm`), no flash attention (2021).
+            // (2 + 6 + 12), no flash attention (2021). ZeRO-3 moves its
+            // parameters and gradients tensor by tensor and synchronously
+            // (DeepSpeed 0.3, `DeepSpeedZero3::per_tensor_sync`).
             job.recipe = Recipe::DEEPSPEED;
             job.recipe_name = RecipeName::Deepspeed;
             // ZeRO-3 gathers module by module under DeepSpeed's 2021 limits
@@ -1266,7 +1267,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
             job.flash_attention = false;
             job.tp_comm_overlap = false;
             job.async_tp_backward = false;
-            assume.push("software: DeepSpeed — 2/6/12 bytes per parameter, overlapped ZeRO communication, no flash attention; ZeRO-3 gathers module by module (max live 1e9, prefetch 5e7, reduce bucket 5e8 parameters, 2021 defaults)".into());
+            assume.push("software: DeepSpeed 0.3 — 2/6/12 bytes per parameter, no flash attention; ZeRO-3 gathers module by module (max live 1e9, prefetch 5e7, reduce bucket 5e8, persistence 1e5, reuse distance 1e9 parameters, 2021 defaults), one synchronous collective per tensor".into());
         }
         (Family::Nar21 | Family::Kor22, _) => {
             // Megatron-LM 2021/22: fp16 with fp16 gradients all-reduced after

@@ -280,7 +280,15 @@ fn why_not_tp8_pp1_rank_and_gap() {
         "{sum} vs {}",
         gap.delta_s
     );
-    assert!(gap.delta_s > 0.0);
+    // The winner leads the ranking, not the predicted speed: since the
+    // DeepSpeed 0.3 rows are priced per tensor (issue 15) the extrapolation
+    // band (the 90th-percentile |error| of all measured runs) is narrower,
+    // and the best T = 8 plan (C = 2, no recompute, extrapolated) is
+    // predicted faster than the validated winner but ranked behind it in
+    // the winner's tie group: the gap is negative.
+    assert_eq!(best.group, winner.group);
+    assert!(best.tokens_per_s > winner.tokens_per_s);
+    assert!(gap.delta_s < 0.0);
     assert_eq!(gap.delta_s, best.step_s - winner.step_s);
 }
 

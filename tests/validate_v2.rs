@@ -1018,3 +1018,61 @@ fn impossible_rows_are_skipped_with_the_rule() {
     let r = run(&row_with("MEG24-01", &[("measured_mfu", "1.5")]));
     assert_eq!(r.skipped[0].kind, "measured_mfu: malformed");
 }
+
+/// DeepSpeed 0.3 ZeRO-3 (Narayanan et al. 2021 Table 2, NAR21-T2-01…06):
+/// tensor by tensor and synchronous (`cost::data_parallel::
+/// deepspeed_2021_collectives`). The per-rank list cost was fitted on
+/// NAR21-T2-02 and NAR21-T2-05 only; the other four are checks. Speed
+/// error = predicted / measured throughput − 1.
+#[test]
+fn deepspeed_2021_zero3_rows_tensor_by_tensor() {
+    let r = run(V2);
+    let row = |id: &str| r.rows.iter().find(|x| x.id == id).unwrap();
+    // (row, error). Before (one collective per unit, overlapped, NCCL's
+    // peak): +37.5%, +117.6%, +304.8%, +48.1%, +101.9%, +285.6%.
+    // NAR21-T2-03 (1,536 ranks) is now too slow: 1,536 · 10.7 µs per
+    // tensor-list collective, fitted at 768 and 1,120 ranks, over-counts
+    // there (the host cost may grow less than linearly, or overlap the
+    // NCCL kernels it follows; not modelled).
+    let pins = [
+        ("NAR21-T2-01", -0.040),
+        ("NAR21-T2-02", -0.038),
+        ("NAR21-T2-03", -0.179),
+        ("NAR21-T2-04", 0.089),
+        ("NAR21-T2-05", 0.064),
+        ("NAR21-T2-06", 0.085),
+    ];
+    let mut errs = Vec::new();
+    for (id, want) in pins {
+        let x = row(id);
+        let e = x.speed_error.unwrap();
+        assert!((e - want).abs() < 0.01, "{id}: {e:+.3}, pinned {want:+.3}");
+        errs.push(e);
+        // Nothing overlaps: the gathers and reduce-scatters are exposed
+        // whole, and no contention is charged for them.
+        let t = &x.time;
+        for p in [
+            meshplan::cost::breakdown::TimePart::ParamGather,
+            meshplan::cost::breakdown::TimePart::DpGrad,
+        ] {
+            assert!(
+                t[p].total > 0.0 && (t[p].exposed - t[p].total).abs() < 1e-9 * t[p].total,
+                "{id} {p:?}"
+            );
+        }
+        assert_eq!(
+            t[meshplan::cost::breakdown::TimePart::Contention].exposed,
+            0.0,
+            "{id}"
+        );
+    }
+    // Issue 15's bounds on these rows: median |error| ≤ 10% (here 7.4%),
+    // none beyond 25%, signed median within ±5% (+1.3%).
+    let mut abs: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    assert!((abs[2] + abs[3]) / 2.0 <= 0.10);
+    assert!(abs[5] <= 0.25);
+    let mut s = errs.clone();
+    s.sort_by(f64::total_cmp);
+    assert!(((s[2] + s[3]) / 2.0).abs() <= 0.05);
+}

@@ -67,3 +67,120 @@ fn zero3_pp2_parts_add_up() {
         .1;
     assert!(w > 2.0e9 && w < 3.0e9, "{w}");
 }
+
+/// DeepSpeed 0.3's per-tensor view of a layer (`cost::layer::unit_tensors`)
+/// for the GPT-3 175B card at T = 1, worked by hand from h = 12288, f = 4h,
+/// LayerNorm, biases: 12288, 12288 (input norm), 12288·36864 = 452,984,832,
+/// 36864 (QKV), 12288² = 150,994,944, 12288 (projection), 12288, 12288
+/// (second norm), 12288·49152 = 603,979,776, 49152, 603,979,776, 12288
+/// (MLP). They add up to the card's layer, 1,812,099,072 parameters
+/// (12h² + 13h), so no remainder tensor; at T = 8 the column- and
+/// row-parallel weights and the column-parallel biases divide by 8.
+#[test]
+fn deepspeed_layer_tensors_of_gpt3() {
+    use meshplan::cost::layer::{UnitKind, unit_tensors};
+    let cat = meshplan::spec::Catalog::shipped().unwrap();
+    let m = cat.model("gpt3-175b").unwrap();
+    let p = m.dense_layer_params();
+    assert_eq!(p, 1_812_099_072.0);
+    let t = unit_tensors(m, UnitKind::Layer, p, 1.0);
+    let want = [
+        12288.0,
+        12288.0,
+        452_984_832.0,
+        36864.0,
+        150_994_944.0,
+        12288.0,
+        12288.0,
+        12288.0,
+        603_979_776.0,
+        49152.0,
+        603_979_776.0,
+        12288.0,
+    ];
+    assert_eq!(&t.numel[..t.len], &want);
+    let t8 = unit_tensors(m, UnitKind::Layer, p, 8.0);
+    assert_eq!(t8.numel[2], 452_984_832.0 / 8.0);
+    assert_eq!(t8.numel[3], 36864.0 / 8.0);
+    assert_eq!(t8.numel[5], 12288.0);
+    assert_eq!(t8.numel[10], 603_979_776.0 / 8.0);
+    // The embedding: word table and the learned 2048-position table
+    // (2048·12288 = 25,165,824), the rest of the unit's parameters.
+    let e = unit_tensors(m, UnitKind::Embedding, 700e6, 1.0);
+    assert_eq!(&e.numel[..e.len], &[700e6 - 25_165_824.0, 25_165_824.0]);
+}
+
+/// `explain --deepspeed-2021` prices ZeRO-3 as `validate` prices the
+/// `engine = deepspeed` rows: NAR21-T2-03's layout (GPT-3 175B, D = 1,536,
+/// one micro-batch, full recompute) gets the row's predicted step, its
+/// parameter gathers and gradient reduce-scatters exposed whole; without the
+/// flag the same layout hides most of its gathers (per-unit prefetch).
+#[test]
+fn explain_prices_deepspeed_2021_as_validate_does() {
+    let args = [
+        "explain",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "dgx-a100-3072",
+        "--gpus",
+        "1536",
+        "--global-batch",
+        "1536",
+        "--seq-len",
+        "2048",
+        "--recipe",
+        "deepspeed",
+        "--no-flash-attention",
+        "--dp",
+        "1536",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--mbs",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "3",
+        "--format",
+        "json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend_from_slice(extra);
+        let o = common::meshplan(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ds = json(&["--deepspeed-2021"]);
+    let t = &ds["eval"]["time"];
+    let step = t["step"].as_f64().unwrap();
+    let r = meshplan::validate::validate_table(
+        &meshplan::validate::read_table(
+            include_str!("data/published-dev-v2.csv"),
+            std::path::Path::new("tests/data/published-dev-v2.csv"),
+        )
+        .unwrap(),
+        &meshplan::spec::Catalog::shipped().unwrap(),
+        None,
+    );
+    let row = r.rows.iter().find(|x| x.id == "NAR21-T2-03").unwrap();
+    let want = row.step_s.unwrap().predicted;
+    assert!((step / want - 1.0).abs() < 1e-9, "{step} vs {want}");
+    for p in ["param_gather", "dp_grad"] {
+        let (e, tot) = (
+            t[p]["exposed"].as_f64().unwrap(),
+            t[p]["total"].as_f64().unwrap(),
+        );
+        assert!(
+            tot > 1.0 && (e - tot).abs() < 1e-9 * tot,
+            "{p}: {e} of {tot}"
+        );
+    }
+    let fsdp = json(&[]);
+    let g = &fsdp["eval"]["time"]["param_gather"];
+    assert!(g["exposed"].as_f64().unwrap() < 0.2 * g["total"].as_f64().unwrap());
+    assert!(fsdp["eval"]["time"]["step"].as_f64().unwrap() < 0.5 * step);
+}

@@ -22,6 +22,11 @@
 //!   reduce-scatters) and exposed whole when it is off; the first gather
 //!   and the last reduce-scatter of each pass are always exposed.
 //!
+//! - ZeRO 3 under DeepSpeed 0.3 (early 2021, the engine of Narayanan et
+//!   al. 2021 Table 2): one collective per parameter tensor, each after a
+//!   device-wide synchronize, so nothing overlaps
+//!   ([`deepspeed_2021_collectives`]).
+//!
 //! Whatever overlap hides still slows the compute it runs under by the
 //! GPU's contention share σ ([`crate::cost::contention`]), in
 //! [`DpTerms::contention`].
@@ -33,8 +38,8 @@ use crate::cost::breakdown::Term;
 use crate::cost::comm::{self, Links};
 use crate::cost::contention::contention;
 use crate::cost::fsdp::{self, Run};
-use crate::layout::Placement;
-use crate::spec::Recipe;
+use crate::layout::{GroupSpan, Placement};
+use crate::spec::{DeepSpeedZero3, Recipe};
 
 /// Megatron-LM's smallest gradient bucket, parameters: the bucket size is
 /// `max(40M, 1M·DP)` ([ref:megatron-ddp]: `bucket_size`).
@@ -295,7 +300,8 @@ pub fn data_parallel(
 /// is split between the gathers and the reduce-scatters in proportion to
 /// their times. The contention is the timeline at σ less the timeline at 0.
 pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpTerms {
-    let gather = fsdp::total(units, |u| u.gather);
+    // Forward and backward gathers on the wire.
+    let gathers = fsdp::total(units, |u| u.gather + u.backward_gather);
     let rs = fsdp::total(units, |u| u.reduce_scatter);
     let mut overlapped = [Run::default(); MAX_UNIT_RUNS];
     let n = units.len().min(MAX_UNIT_RUNS);
@@ -303,23 +309,27 @@ pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpT
         *o = *r;
         if !overlap.param_gather {
             o.unit.gather = 0.0;
+            o.unit.backward_gather = 0.0;
         }
         if !overlap.grad_reduce {
             o.unit.reduce_scatter = 0.0;
         }
     }
     let runs = &overlapped[..n];
-    let serial_gather = if overlap.param_gather {
-        0.0
-    } else {
-        2.0 * gather
-    };
+    let serial_gather = if overlap.param_gather { 0.0 } else { gathers };
     let serial_rs = if overlap.grad_reduce { 0.0 } else { rs };
     let ideal = fsdp::timeline(runs, 0.0);
     let slowed = fsdp::timeline(runs, sigma);
     let fwd = (ideal.forward - fsdp::total(runs, |u| u.forward)).max(0.0);
     let bwd = (ideal.backward - fsdp::total(runs, |u| u.backward)).max(0.0);
-    let hid_gather = if overlap.param_gather { gather } else { 0.0 };
+    // The backward's share of the gathers (what shares its exposure with
+    // the reduce-scatters).
+    let bwd_gather = fsdp::total(units, |u| u.backward_gather);
+    let hid_gather = if overlap.param_gather {
+        bwd_gather
+    } else {
+        0.0
+    };
     let hid_rs = if overlap.grad_reduce { rs } else { 0.0 };
     let gather_share = if hid_gather + hid_rs > 0.0 {
         hid_gather / (hid_gather + hid_rs)
@@ -328,10 +338,10 @@ pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpT
     };
     // The timeline's sums round; what shows is never more than what runs.
     let grad_exposed = (bwd * (1.0 - gather_share) + serial_rs).min(rs);
-    let gather_exposed = (fwd + bwd * gather_share + serial_gather).min(2.0 * gather);
+    let gather_exposed = (fwd + bwd * gather_share + serial_gather).min(gathers);
     DpTerms {
         grad: Term::overlapped(grad_exposed, rs),
-        gather: Term::overlapped(gather_exposed, 2.0 * gather),
+        gather: Term::overlapped(gather_exposed, gathers),
         contention: (slowed.forward + slowed.backward - ideal.forward - ideal.backward).max(0.0),
     }
 }
@@ -339,6 +349,205 @@ pub fn zero3_per_micro_batch(units: &[Run], overlap: Overlap, sigma: f64) -> DpT
 /// Most runs of identical units a rank has: the embedding, dense layers, MoE
 /// layers, the output layer.
 pub const MAX_UNIT_RUNS: usize = 4;
+
+/// Host seconds per rank of the group that one DeepSpeed 0.3 ZeRO-3
+/// collective costs through the tensor-list form of `torch.distributed`
+/// (estimated, fitted: see below).
+///
+/// DeepSpeed 0.3.13 (`partition_parameters.py` `_allgather_param` and
+/// `_reduce_scatter_gradient`, fa87a73, 2021-03) builds a Python list of
+/// `n` views, one per rank of the DP group, for every tensor it gathers or
+/// reduces, and PyTorch's `ProcessGroupNCCL::allgather` /
+/// `reduce_scatter` of a tensor list (1.8, 2021) copy each of the `n`
+/// entries out of (or into) a flattened buffer with its own `copy_` and
+/// `recordStream`: `n` host-side operations per collective, on the one
+/// thread that also launches the compute, which waits because every
+/// gather is preceded by `torch.cuda.synchronize()`. The same per-rank
+/// cost also carries what NCCL's real ring steps cost beyond its tuning
+/// model's latencies ([`comm::ring_latency`]) at these group sizes.
+///
+/// Fitted on two named rows only, NAR21-T2-02 (GPT-3 175B over 768
+/// A100) and NAR21-T2-05 (530B over 1,120), least squares of ln(predicted
+/// / measured throughput) in steps of 0.1 µs (10.5 … 11.3 tried; 10.7 and
+/// 10.8 tie within 1e-6); the other four NAR21-T2 rows are the check
+/// (docs/fidelity.md, "ZeRO-3 of DeepSpeed 0.3"). The
+/// order of magnitude is PyTorch's: 5–10 µs of dispatch per small CUDA
+/// `copy_` plus DeepSpeed's Python `narrow` per rank.
+pub const DEEPSPEED_2021_LIST_COST_PER_RANK_S: f64 = 10.7e-6;
+
+/// HBM passes over the gathered tensor that DeepSpeed 0.3's all-gather
+/// adds to NCCL's, dimensionless: `torch.zeros` of the gathered tensor
+/// (one write) and PyTorch's copy of the `n` flattened outputs into it
+/// (one read, one write) (`_allgather_param`; `ProcessGroupNCCL::
+/// allgather`, "Copy the flattened output tensors to the outputs").
+pub const DEEPSPEED_2021_GATHER_COPY_PASSES: f64 = 3.0;
+
+/// HBM passes over the gradient that a DeepSpeed 0.3 reduce-scatter adds,
+/// dimensionless: PyTorch flattens the `n` input views into one buffer
+/// (one read, one write) before NCCL runs (`ProcessGroupNCCL::
+/// reduce_scatter`, `flatten_for_scatter_gather`).
+pub const DEEPSPEED_2021_REDUCE_COPY_PASSES: f64 = 2.0;
+
+/// Most parameter tensors of one wrapped unit that
+/// [`deepspeed_2021_collectives`] reads: a Megatron GPT layer's twelve
+/// (two norms with weight and bias, four linears with weight and bias).
+pub const MAX_UNIT_TENSORS: usize = 12;
+
+/// A unit's parameter tensors, elements on one rank, in the order its
+/// forward uses them; the first `len` entries count.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tensors {
+    /// Elements of each tensor.
+    pub numel: [f64; MAX_UNIT_TENSORS],
+    /// Tensors in use.
+    pub len: usize,
+}
+
+impl Tensors {
+    /// The tensors of `numel`, in order (at most [`MAX_UNIT_TENSORS`]; the
+    /// rest are folded into the last so that no element is lost).
+    pub fn of(numel: &[f64]) -> Tensors {
+        let mut t = Tensors::default();
+        for &x in numel.iter().filter(|x| **x > 0.0) {
+            if t.len < MAX_UNIT_TENSORS {
+                t.numel[t.len] = x;
+                t.len += 1;
+            } else {
+                t.numel[MAX_UNIT_TENSORS - 1] += x;
+            }
+        }
+        t
+    }
+
+    /// The tensors in use.
+    pub fn iter(&self) -> impl Iterator<Item = f64> + '_ {
+        self.numel[..self.len].iter().copied()
+    }
+}
+
+/// Host seconds of one tensor-list collective over `n` ranks:
+/// `n · DEEPSPEED_2021_LIST_COST_PER_RANK_S`, 0 for one rank (no
+/// collective runs).
+///
+/// Example: over 1,536 ranks, `1536 · 10.7 µs = 16.4` ms per tensor.
+pub fn tensor_list_cost(n: u32) -> f64 {
+    if n <= 1 {
+        0.0
+    } else {
+        n as f64 * DEEPSPEED_2021_LIST_COST_PER_RANK_S
+    }
+}
+
+/// Times DeepSpeed 0.3 gathers tensor `i` of `t` in one backward,
+/// dimensionless: 1, or 2 under full recompute when the elements used
+/// between its recomputed forward and its backward, `2·Σ_{j>i} numel_j`
+/// (the later tensors of the unit recomputed, then their backward), reach
+/// `stage3_max_reuse_distance`: DeepSpeed then releases it after the
+/// recomputed forward and gathers it again for the backward
+/// (`stage3.py` `release_sub_module` → `_keep_for_later`,
+/// `get_reuse_distance_in_numel`). Reuse across units is not counted.
+///
+/// Example: GPT-3 175B (h = 12288) under full recompute, reuse distance
+/// 1e9: after the QKV weight come 12288² + 2·4·12288² = 1.36e9 elements,
+/// doubled 2.72e9 ≥ 1e9: gathered twice; the last MLP weight: once.
+pub fn backward_gathers(
+    t: &Tensors,
+    i: usize,
+    max_reuse_distance: f64,
+    full_recompute: bool,
+) -> f64 {
+    if !full_recompute {
+        return 1.0;
+    }
+    let later: f64 = t.numel[i + 1..t.len].iter().sum();
+    if 2.0 * later >= max_reuse_distance {
+        2.0
+    } else {
+        1.0
+    }
+}
+
+/// One DeepSpeed 0.3 all-gather of a tensor of `bytes` over `g`, seconds:
+/// NCCL's all-gather ([`comm::all_gather`]), the tensor-list host cost
+/// ([`tensor_list_cost`]) and [`DEEPSPEED_2021_GATHER_COPY_PASSES`] over
+/// the tensor at `hbm` bytes/s.
+pub fn deepspeed_tensor_gather(bytes: f64, g: GroupSpan, links: &Links, hbm: f64) -> f64 {
+    comm::all_gather(bytes, g, links)
+        + tensor_list_cost(g.size)
+        + DEEPSPEED_2021_GATHER_COPY_PASSES * bytes / hbm
+}
+
+/// One DeepSpeed 0.3 reduce-scatter of a gradient of `bytes` over `g`,
+/// seconds: NCCL's ([`comm::reduce_scatter`]), the tensor-list host cost
+/// and [`DEEPSPEED_2021_REDUCE_COPY_PASSES`] at `hbm` bytes/s.
+pub fn deepspeed_tensor_reduce_scatter(bytes: f64, g: GroupSpan, links: &Links, hbm: f64) -> f64 {
+    comm::reduce_scatter(bytes, g, links)
+        + tensor_list_cost(g.size)
+        + DEEPSPEED_2021_REDUCE_COPY_PASSES * bytes / hbm
+}
+
+/// ZeRO-3 collectives of one wrapped unit under DeepSpeed 0.3
+/// ([`DeepSpeedZero3::per_tensor_sync`]), seconds: `(forward gather,
+/// backward gather, reduce-scatter)`.
+///
+/// Source: DeepSpeed `deepspeed/runtime/zero/stage3.py` and
+/// `partition_parameters.py` at fa87a73 (2021-03-16). `fetch_sub_module`
+/// gathers each module's parameters tensor by tensor (`_allgather_param`,
+/// one `torch.distributed.all_gather` over the whole DP group each),
+/// except tensors under `stage3_param_persistence_threshold` elements,
+/// which stay gathered all step (`persistent_parameters`). The gradients
+/// leave through the reduce bucket, and `_reduce_scatter_gradients`
+/// reduce-scatters them tensor by tensor, the persistent ones included
+/// (with `contiguous_gradients` on, as DeepSpeedExamples' Megatron ZeRO-3
+/// configs set it; off, DeepSpeed 0.3 all-reduces flattened buckets
+/// instead, not priced here).
+/// Every tensor pays NCCL's latency over the group, the tensor-list host
+/// cost and its HBM copies ([`deepspeed_tensor_gather`],
+/// [`deepspeed_tensor_reduce_scatter`]); the backward gathers some tensors
+/// twice under full recompute ([`backward_gathers`]). The caller prices
+/// them synchronously: `_allgather_param` calls `torch.cuda.synchronize()`
+/// before each gather and `_synchronize_communication` after each
+/// module's, so "the async version is not async at all" (DeepSpeed PR
+/// #1188, June 2021, which batched and overlapped them).
+///
+/// `weight_bytes` and `grad_bytes` are the bytes per element gathered and
+/// reduced; `hbm` the GPU's sustained HBM bandwidth, bytes/s.
+///
+/// Worked example (the test `deepspeed_2021_unit_by_hand`): tensors of
+/// 1e4, 6e8 and 5e8 elements in fp16 over D = 2 ranks on NVLink at 100
+/// GB/s, no NCCL latency, HBM at 1 TB/s, full recompute. The 1e4 tensor
+/// stays gathered (under 1e5). Gathering 1.2 GB: `½·1.2e9/1e11` = 6 ms of
+/// ring, `2·10.7` = 21.4 µs of list cost, `3·1.2e9/1e12` = 3.6 ms of
+/// copies, 9.6214 ms; 1 GB: 5 + 0.0214 + 3 = 8.0214 ms; forward 17.6428
+/// ms. Backward: after the 6e8 tensor come 5e8 elements, twice 1e9 ≥ 1e9,
+/// so it is gathered twice: 2·9.6214 + 8.0214 = 27.2642 ms. Reduce-scatters
+/// of all three: 0.0001 + 0.0214 + 0.00004 = 0.02154, 6 + 0.0214 + 2.4 =
+/// 8.4214 and 5 + 0.0214 + 2 = 7.0214 ms, 15.46434 ms.
+#[allow(clippy::too_many_arguments)]
+pub fn deepspeed_2021_collectives(
+    t: &Tensors,
+    ds: &DeepSpeedZero3,
+    full_recompute: bool,
+    weight_bytes: f64,
+    grad_bytes: f64,
+    g: GroupSpan,
+    links: &Links,
+    hbm: f64,
+) -> (f64, f64, f64) {
+    if g.size <= 1 {
+        return (0.0, 0.0, 0.0);
+    }
+    let (mut fwd, mut bwd, mut rs) = (0.0, 0.0, 0.0);
+    for (i, numel) in t.iter().enumerate() {
+        if numel >= ds.persistence_threshold {
+            let one = deepspeed_tensor_gather(numel * weight_bytes, g, links, hbm);
+            fwd += one;
+            bwd += one * backward_gathers(t, i, ds.max_reuse_distance, full_recompute);
+        }
+        rs += deepspeed_tensor_reduce_scatter(numel * grad_bytes, g, links, hbm);
+    }
+    (fwd, bwd, rs)
+}
 
 impl DpTerms {
     /// Gradient and gather terms with the contention of what they hide,
@@ -418,6 +627,7 @@ mod tests {
                 forward: w.forward,
                 backward: w.backward,
                 gather: parameter_gather(&v, &pl, &links),
+                backward_gather: parameter_gather(&v, &pl, &links),
                 reduce_scatter: gradient_reduction(&v, zero, &pl, &links),
             },
             count: 1,
@@ -480,6 +690,7 @@ mod tests {
             forward: 10e-3,
             backward: 20e-3,
             gather: 6e-3,
+            backward_gather: 6e-3,
             reduce_scatter: 8e-3,
         };
         let runs = [Run { unit: u, count: 4 }];
@@ -504,6 +715,126 @@ mod tests {
         let t = zero3_per_micro_batch(&runs, off, 0.0);
         assert!(close(t.gather.exposed, 48e-3), "{t:?}");
         assert!(close(t.grad.exposed, 8e-3), "{t:?}");
+    }
+
+    #[test]
+    fn zero3_backward_gathers_apart_from_the_forward() {
+        // Four units, gather 6 ms forward and 9 ms backward, reduce-scatter
+        // 8 ms, nothing overlapped (DeepSpeed 0.3): everything exposed,
+        // gathers 4·(6 + 9) = 60 ms, reduce-scatters 32 ms, no contention.
+        let u = fsdp::Unit {
+            forward: 10e-3,
+            backward: 20e-3,
+            gather: 6e-3,
+            backward_gather: 9e-3,
+            reduce_scatter: 8e-3,
+        };
+        let runs = [Run { unit: u, count: 4 }];
+        let off = Overlap {
+            grad_reduce: false,
+            param_gather: false,
+        };
+        let t = zero3_per_micro_batch(&runs, off, 0.15);
+        assert!(
+            close(t.gather.exposed, 60e-3) && close(t.gather.total, 60e-3),
+            "{t:?}"
+        );
+        assert!(
+            close(t.grad.exposed, 32e-3) && close(t.grad.total, 32e-3),
+            "{t:?}"
+        );
+        assert_eq!(t.contention, 0.0);
+        // Overlapped: forward exposes the first gather (6 ms); backward
+        // g_0 = 9, then max(20, 0 + 9), 2·max(20, 8 + 9), max(20, 8), then
+        // r = 8: 17 ms beyond its 80 ms of compute.
+        let on = Overlap {
+            grad_reduce: true,
+            param_gather: true,
+        };
+        let t = zero3_per_micro_batch(&runs, on, 0.0);
+        assert!(close(t.exposed(), 6e-3 + 17e-3), "{t:?}");
+        assert!(close(t.gather.total, 60e-3), "{t:?}");
+    }
+
+    /// GPT-3 175B's layer tensors at T = 1 (`layer::unit_tensors`).
+    fn gpt3_layer() -> Tensors {
+        let h = 12288.0;
+        Tensors::of(&[
+            h,
+            h,
+            h * 3.0 * h,
+            3.0 * h,
+            h * h,
+            h,
+            h,
+            h,
+            h * 4.0 * h,
+            4.0 * h,
+            4.0 * h * h,
+            h,
+        ])
+    }
+
+    #[test]
+    fn deepspeed_reuse_distance_by_hand() {
+        // After the QKV weight (index 2): 36864 + 150,994,944 + 3·12288 +
+        // 603,979,776 + 49152 + 603,979,776 + 12288 = 1,359,126,528
+        // elements, twice that ≥ 1e9: gathered twice. The first MLP weight
+        // (index 8): 49152 + 603,979,776 + 12288 = 604,041,216, twice
+        // 1.208e9 ≥ 1e9: twice. The last (index 10): 12288: once.
+        let t = gpt3_layer();
+        assert_eq!(t.len, 12);
+        assert_eq!(backward_gathers(&t, 2, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 4, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 8, 1e9, true), 2.0);
+        assert_eq!(backward_gathers(&t, 10, 1e9, true), 1.0);
+        // A reuse distance of 1.3e9 keeps the first MLP weight (1.208e9).
+        assert_eq!(backward_gathers(&t, 8, 1.3e9, true), 1.0);
+        // Without full recompute the backward follows the forward: once.
+        assert_eq!(backward_gathers(&t, 2, 1e9, false), 1.0);
+    }
+
+    #[test]
+    fn deepspeed_2021_unit_by_hand() {
+        // The worked example of `deepspeed_2021_collectives`.
+        let links = Links {
+            intra_bw: 100e9,
+            inter_bw: 25e9,
+            intra_lat: 0.0,
+            inter_lat: 0.0,
+            base_lat: 0.0,
+            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
+            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
+        };
+        let g = GroupSpan::of(2, 1, 8);
+        let t = Tensors::of(&[1e4, 6e8, 5e8]);
+        let ds = DeepSpeedZero3::DEFAULTS_2021;
+        let (f, b, r) = deepspeed_2021_collectives(&t, &ds, true, 2.0, 2.0, g, &links, 1e12);
+        let ms = 1e-3;
+        assert!((f - 17.6428 * ms).abs() < 1e-9, "{f}");
+        assert!((b - 27.2642 * ms).abs() < 1e-9, "{b}");
+        assert!((r - 15.46434 * ms).abs() < 1e-9, "{r}");
+        // One rank: no collective at all.
+        let one = GroupSpan::of(1, 1, 8);
+        assert_eq!(
+            deepspeed_2021_collectives(&t, &ds, true, 2.0, 2.0, one, &links, 1e12),
+            (0.0, 0.0, 0.0)
+        );
+        // The list cost grows with the group: 1,536 ranks, 16.4352 ms.
+        assert!((tensor_list_cost(1536) - 16.4352e-3).abs() < 1e-12);
+        assert_eq!(tensor_list_cost(1), 0.0);
+    }
+
+    #[test]
+    fn tensors_fold_past_the_last_slot() {
+        // Fourteen tensors: the last three fold into slot 12; nothing lost,
+        // empty ones dropped.
+        let v: Vec<f64> = (1..=14).map(f64::from).collect();
+        let t = Tensors::of(&v);
+        assert_eq!(t.len, MAX_UNIT_TENSORS);
+        assert_eq!(t.numel[11], 12.0 + 13.0 + 14.0);
+        assert_eq!(t.iter().sum::<f64>(), 105.0);
+        assert_eq!(Tensors::of(&[0.0, 5.0]).len, 1);
     }
 
     #[test]

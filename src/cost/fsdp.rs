@@ -20,7 +20,8 @@
 //! ```
 //!
 //! Backward, units in reverse order `k = 0 … n−1` (the last layer first),
-//! compute `b_k`, all-gather `g_k` again (the forward resharded it) and
+//! compute `b_k`, all-gather `g_k` again (the forward resharded it; an
+//! engine may gather more, [`Unit::backward_gather`]) and
 //! reduce-scatter `r_k` of its gradients, issued when its backward ends.
 //! While unit `k` computes, the link carries the reduce-scatter of unit
 //! `k−1` and the gather of unit `k+1`:
@@ -45,8 +46,13 @@ pub struct Unit {
     pub forward: f64,
     /// Backward compute (with recompute and exposed communication).
     pub backward: f64,
-    /// All-gather of the unit's parameters.
+    /// All-gather of the unit's parameters for its forward.
     pub gather: f64,
+    /// All-gather of the unit's parameters for its backward: `gather`
+    /// again, or more where the engine gathers some tensors twice in the
+    /// backward (DeepSpeed 0.3 under full recompute,
+    /// [`crate::cost::data_parallel::deepspeed_2021_collectives`]).
+    pub backward_gather: f64,
     /// Reduce-scatter of the unit's gradients.
     pub reduce_scatter: f64,
 }
@@ -126,9 +132,13 @@ pub fn forward_duration(runs: &[Run], sigma: f64) -> f64 {
 /// reverse), seconds: `g_0 + Σ step(b_k, r_{k−1} + g_{k+1}) + r_{n−1}` with
 /// compute slowdown `sigma`.
 pub fn backward_duration(runs: &[Run], sigma: f64) -> f64 {
-    first_unit(runs, true).gather
+    first_unit(runs, true).backward_gather
         + sum_over_neighbours(runs, true, |prev, u, next| {
-            overlapped_step(u.backward, prev.reduce_scatter + next.gather, sigma)
+            overlapped_step(
+                u.backward,
+                prev.reduce_scatter + next.backward_gather,
+                sigma,
+            )
         })
         + first_unit(runs, false).reduce_scatter
 }
@@ -155,6 +165,7 @@ mod tests {
             forward,
             backward,
             gather,
+            backward_gather: gather,
             reduce_scatter,
         }
     }
@@ -178,12 +189,16 @@ mod tests {
         // Backward in reverse order: while unit k computes the link carries
         // the reduce-scatter of unit k−1 and the gather of unit k+1.
         let rev: Vec<Unit> = units.iter().rev().copied().collect();
-        let mut link = rev[0].gather;
+        let mut link = rev[0].backward_gather;
         let mut start = link;
         let mut pending_rs = 0.0;
         let mut compute_end = 0.0;
         for k in 0..n {
-            let next_g = if k + 1 < n { rev[k + 1].gather } else { 0.0 };
+            let next_g = if k + 1 < n {
+                rev[k + 1].backward_gather
+            } else {
+                0.0
+            };
             let busy = pending_rs + next_g;
             link = link.max(start) + busy;
             compute_end = start + rev[k].backward + sigma * busy;
@@ -242,7 +257,12 @@ mod tests {
         // Embedding, 5 layers, an output layer larger than a layer (as for
         // Llama's 128K vocabulary), with and without contention.
         let emb = unit(1e-3, 2e-3, 4e-3, 4e-3);
-        let layer = unit(10e-3, 22e-3, 7e-3, 9e-3);
+        // The layers gather more for their backward (DeepSpeed 0.3's
+        // re-gathers under full recompute).
+        let layer = Unit {
+            backward_gather: 10e-3,
+            ..unit(10e-3, 22e-3, 7e-3, 9e-3)
+        };
         let out = unit(6e-3, 12e-3, 12e-3, 12e-3);
         let runs = [
             Run {

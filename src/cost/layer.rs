@@ -10,7 +10,7 @@ use crate::cost::compute::{self, LayerShape, LayerTime};
 use crate::cost::contention::contention;
 use crate::cost::memory::{self, ActivationTerms};
 use crate::cost::precision::{self, CastWork};
-use crate::cost::{comm, cp, moe as experts, mtp};
+use crate::cost::{comm, cp, data_parallel, moe as experts, mtp};
 use crate::layout::{Layout, Placement, Recompute};
 use crate::spec::{LossBuffers, SelectivePolicy};
 
@@ -35,6 +35,10 @@ pub struct ItemCost {
     /// ZeRO-3/FSDP all-gather of the item's parameters (dense over DP·CP,
     /// experts over expert DP), one unit's, seconds; 0 below ZeRO-3.
     pub gather: f64,
+    /// The same unit's gathers for its backward, seconds: `gather` again,
+    /// more where the engine gathers tensors twice (DeepSpeed 0.3,
+    /// [`data_parallel::deepspeed_2021_collectives`]).
+    pub backward_gather: f64,
     /// ZeRO-3/FSDP reduce-scatter of the item's gradients, seconds; 0 below
     /// ZeRO-3.
     pub reduce_scatter: f64,
@@ -77,6 +81,7 @@ impl ItemCost {
         self.expert_params += n * other.expert_params;
         self.activation += n * other.activation;
         self.gather += n * other.gather;
+        self.backward_gather += n * other.backward_gather;
         self.reduce_scatter += n * other.reduce_scatter;
         self.low_params += n * other.low_params;
         self.low_gemms += n * other.low_gemms;
@@ -260,13 +265,126 @@ pub fn p2p_per_micro_batch(
 /// DP·CP group and expert parameters over the expert-DP group, each its own
 /// collective with its own latency ([`comm::all_gather`],
 /// [`comm::reduce_scatter`]).
-pub fn fsdp_unit_collectives(pr: &Problem, it: &ItemCost, pl: &Placement) -> (f64, f64) {
+///
+/// Returns `(forward gather, backward gather, reduce-scatter)`. Under
+/// DeepSpeed 0.3 ([`crate::spec::DeepSpeedZero3::per_tensor_sync`]) the
+/// dense parameters move tensor by tensor instead, `tensors` of the unit
+/// ([`data_parallel::deepspeed_2021_collectives`]); experts keep the
+/// per-unit collectives.
+pub fn fsdp_unit_collectives(
+    pr: &Problem,
+    it: &ItemCost,
+    pl: &Placement,
+    tensors: &data_parallel::Tensors,
+    full_recompute: bool,
+) -> (f64, f64, f64) {
     let r = &pr.job.recipe;
-    let gather = comm::all_gather(it.params * r.weight_bytes, pl.dp_cp, &pr.links)
-        + comm::all_gather(it.expert_params * r.weight_bytes, pl.edp, &pr.links);
-    let reduce_scatter = comm::reduce_scatter(it.params * r.grad_reduce_bytes, pl.dp_cp, &pr.links)
-        + comm::reduce_scatter(it.expert_params * r.grad_reduce_bytes, pl.edp, &pr.links);
-    (gather, reduce_scatter)
+    let experts_gather = comm::all_gather(it.expert_params * r.weight_bytes, pl.edp, &pr.links);
+    let experts_rs =
+        comm::reduce_scatter(it.expert_params * r.grad_reduce_bytes, pl.edp, &pr.links);
+    if let Some(ds) = pr
+        .job
+        .engine_memory
+        .deepspeed_zero3
+        .filter(|d| d.per_tensor_sync)
+    {
+        let (f, b, rs) = data_parallel::deepspeed_2021_collectives(
+            tensors,
+            &ds,
+            full_recompute,
+            r.weight_bytes,
+            r.grad_reduce_bytes,
+            pl.dp_cp,
+            &pr.links,
+            pr.rates.hbm,
+        );
+        return (f + experts_gather, b + experts_gather, rs + experts_rs);
+    }
+    let gather = comm::all_gather(it.params * r.weight_bytes, pl.dp_cp, &pr.links) + experts_gather;
+    let reduce_scatter =
+        comm::reduce_scatter(it.params * r.grad_reduce_bytes, pl.dp_cp, &pr.links) + experts_rs;
+    (gather, gather, reduce_scatter)
+}
+
+/// Parameter tensors of one unit on a rank, elements, in the order its
+/// forward uses them, for DeepSpeed's per-tensor collectives
+/// ([`data_parallel::Tensors`]): a transformer layer as Megatron builds it
+/// (input norm weight and bias, fused QKV weight and bias, output
+/// projection weight and bias, second norm, first MLP weight (gate and up
+/// fused) and bias, second MLP weight and bias; biases and norm biases only
+/// where the model has them), the embedding as word table and learned
+/// position table, the output unit as final norm and output weight; what
+/// the shapes leave of `params` (MLA, MoE, MTP) as one more tensor.
+///
+/// Example: GPT-3 175B layer at T = 1: 12288, 12288, 12288·36864 =
+/// 452,984,832, 36864, 12288² = 150,994,944, 12288, 12288, 12288,
+/// 12288·49152 = 603,979,776, 49152, 603,979,776, 12288.
+pub fn unit_tensors(
+    model: &crate::spec::Model,
+    kind: UnitKind,
+    params: f64,
+    tp: f64,
+) -> data_parallel::Tensors {
+    let a = &model.architecture;
+    let h = a.hidden as f64;
+    let bias = a.linear_bias;
+    let ln = a.norm == crate::spec::model::Norm::Layernorm;
+    let norm = |v: &mut Vec<f64>| {
+        v.push(h);
+        if ln {
+            v.push(h);
+        }
+    };
+    let mut v: Vec<f64> = Vec::with_capacity(data_parallel::MAX_UNIT_TENSORS + 1);
+    match kind {
+        UnitKind::Layer if model.mla.is_none() => {
+            let q = model.q_width() as f64;
+            let kv = model.kv_width() as f64;
+            let up = if a.gated_mlp { 2.0 } else { 1.0 } * a.ffn as f64;
+            norm(&mut v);
+            v.push(h * (q + 2.0 * kv) / tp);
+            if bias {
+                v.push((q + 2.0 * kv) / tp);
+            }
+            v.push(q * h / tp);
+            if bias {
+                v.push(h);
+            }
+            norm(&mut v);
+            v.push(h * up / tp);
+            if bias {
+                v.push(up / tp);
+            }
+            v.push(a.ffn as f64 * h / tp);
+            if bias {
+                v.push(h);
+            }
+        }
+        UnitKind::Embedding => {
+            if a.position_embedding == crate::spec::model::PositionEmbedding::Learned {
+                v.push((params - a.max_seq as f64 * h).max(0.0));
+                v.push(a.max_seq as f64 * h);
+            }
+        }
+        UnitKind::Output => norm(&mut v),
+        UnitKind::Layer => {}
+    }
+    let named: f64 = v.iter().sum();
+    if params - named > 0.5 {
+        v.push(params - named);
+    }
+    data_parallel::Tensors::of(&v)
+}
+
+/// What a wrapped unit holds, for [`unit_tensors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitKind {
+    /// A transformer layer (dense or MoE).
+    Layer,
+    /// The input embedding.
+    Embedding,
+    /// The final norm and the output layer.
+    Output,
 }
 
 /// Load of the busiest expert rank over the mean for layout `l`
@@ -713,8 +831,27 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
 
     let (mut dense, mut moe, mut embedding, mut output) = (dense, moe, embedding, output);
     if l.zero >= 3 {
-        for it in [&mut dense, &mut moe, &mut embedding, &mut output] {
-            (it.gather, it.reduce_scatter) = fsdp_unit_collectives(pr, it, pl);
+        let full = l.recompute == Recompute::Full;
+        let per_tensor = pr
+            .job
+            .engine_memory
+            .deepspeed_zero3
+            .is_some_and(|d| d.per_tensor_sync);
+        for (it, kind) in [
+            (&mut dense, UnitKind::Layer),
+            (&mut moe, UnitKind::Layer),
+            (&mut embedding, UnitKind::Embedding),
+            (&mut output, UnitKind::Output),
+        ] {
+            // Only DeepSpeed 0.3 reads the tensors (kept off the search's
+            // path otherwise).
+            let tensors = if per_tensor {
+                unit_tensors(model, kind, it.params, tp)
+            } else {
+                data_parallel::Tensors::default()
+            };
+            (it.gather, it.backward_gather, it.reduce_scatter) =
+                fsdp_unit_collectives(pr, it, pl, &tensors, full);
         }
     }
 

@@ -514,6 +514,7 @@ pub fn fsdp_units(lc: &LayerCosts, rc: &RankCost) -> [fsdp::Run; data_parallel::
             forward: it.fwd_time(),
             backward: it.time() - it.fwd_time(),
             gather: it.gather,
+            backward_gather: it.backward_gather,
             reduce_scatter: it.reduce_scatter,
         },
         count,
@@ -558,9 +559,17 @@ fn rank_data_parallel(
         windows.backward =
             data_parallel::shared_link_window(windows.backward, (1.0 - fwd_share) * a2a_hidden);
     }
+    // DeepSpeed 0.3's ZeRO-3 synchronizes the device around every gather
+    // ([`data_parallel::deepspeed_2021_collectives`]): nothing overlaps.
+    let sync = l.zero >= 3
+        && pr
+            .job
+            .engine_memory
+            .deepspeed_zero3
+            .is_some_and(|d| d.per_tensor_sync);
     let overlap = data_parallel::Overlap {
-        grad_reduce: pr.job.overlap_grad_reduce,
-        param_gather: pr.job.param_gather_overlapped(),
+        grad_reduce: pr.job.overlap_grad_reduce && !sync,
+        param_gather: pr.job.param_gather_overlapped() && !sync,
     };
     let wide = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
     let mut v = wide;
@@ -580,6 +589,7 @@ fn rank_data_parallel(
         let mut u = fsdp_units(lc, rc);
         for r in &mut u {
             r.unit.gather *= narrow;
+            r.unit.backward_gather *= narrow;
         }
         u
     } else {

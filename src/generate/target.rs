@@ -278,6 +278,10 @@ impl Target {
                     max_live: ZERO3_MAX_LIVE as f64,
                     prefetch_bucket: ZERO3_PREFETCH as f64,
                     reduce_bucket: BUCKET_ELEMENTS as f64,
+                    // Today's DeepSpeed coalesces and overlaps its gathers.
+                    per_tensor_sync: false,
+                    persistence_threshold: DeepSpeedZero3::default_persistence_threshold(),
+                    max_reuse_distance: DeepSpeedZero3::default_max_reuse_distance(),
                 });
             }
         }

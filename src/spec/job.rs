@@ -308,17 +308,55 @@ pub struct DeepSpeedZero3 {
     pub prefetch_bucket: f64,
     /// `reduce_bucket_size`.
     pub reduce_bucket: f64,
+    /// DeepSpeed 0.3's collectives (March 2021, the engine of Narayanan et
+    /// al.'s ZeRO-3 baseline): one all-gather per parameter tensor and one
+    /// reduce-scatter per gradient tensor over the whole DP group, each
+    /// after a device-wide `torch.cuda.synchronize()`, through the
+    /// tensor-list form of `torch.distributed` (priced by
+    /// `cost::data_parallel::deepspeed_2021_collectives`). `false` = the
+    /// coalesced, asynchronous gathers of later DeepSpeed (from PR #1188,
+    /// June 2021), priced per unit like FSDP.
+    #[serde(default)]
+    pub per_tensor_sync: bool,
+    /// `stage3_param_persistence_threshold`: tensors with fewer elements
+    /// stay gathered for the whole step (gathered once after the optimizer
+    /// step, never per module).
+    #[serde(default = "DeepSpeedZero3::default_persistence_threshold")]
+    pub persistence_threshold: f64,
+    /// `stage3_max_reuse_distance`: a module's parameters are released after
+    /// it runs unless the parameters used before its next use number fewer.
+    #[serde(default = "DeepSpeedZero3::default_max_reuse_distance")]
+    pub max_reuse_distance: f64,
 }
 
 impl DeepSpeedZero3 {
     /// DeepSpeed's defaults of early 2021 (`deepspeed/runtime/zero/
     /// constants.py` at c814abd, 2021-03: max live 1e9, prefetch bucket
     /// 5e7, reduce bucket 5e8), the version of Narayanan et al.'s baseline.
+    /// Collectives of DeepSpeed 0.3.13 (`deepspeed/runtime/zero/stage3.py`,
+    /// `partition_parameters.py` at fa87a73, 2021-03-16): per tensor and
+    /// synchronous ([`DeepSpeedZero3::per_tensor_sync`]); persistence
+    /// threshold 1e5 and max reuse distance 1e9 elements (`constants.py`).
     pub const DEFAULTS_2021: DeepSpeedZero3 = DeepSpeedZero3 {
         max_live: 1e9,
         prefetch_bucket: 5e7,
         reduce_bucket: 5e8,
+        per_tensor_sync: true,
+        persistence_threshold: 1e5,
+        max_reuse_distance: 1e9,
     };
+
+    /// `stage3_param_persistence_threshold`'s default, elements (1e5 in
+    /// 2021 and today, `deepspeed/runtime/zero/config.py`).
+    pub fn default_persistence_threshold() -> f64 {
+        1e5
+    }
+
+    /// `stage3_max_reuse_distance`'s default, elements (1e9 in 2021 and
+    /// today).
+    pub fn default_max_reuse_distance() -> f64 {
+        1e9
+    }
 }
 
 /// A training job.
