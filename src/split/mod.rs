@@ -74,6 +74,7 @@
 
 pub mod dp;
 pub mod ilp;
+pub mod uniform;
 
 use serde::Serialize;
 
@@ -217,6 +218,12 @@ pub enum SplitError {
         /// The solver's status, as good_lp reports it.
         status: String,
     },
+    /// The uniform-layer solver ([`uniform`]) needs identical transformer
+    /// layers with the non-layer items only at the ends.
+    #[error(
+        "the uniform-layer splitter needs identical transformer layers, the other items before the first or after the last, and finite non-negative costs"
+    )]
+    NotUniform,
     /// The dynamic program handles 1F1B (v = 1) only.
     #[error("the dynamic-program splitter handles v = 1 only, got v = {vpp}")]
     Interleaved {
