@@ -744,6 +744,9 @@ struct Splitter {
     solved: u64,
     /// DPs solved.
     dp_solved: u64,
+    /// Uniform-layer problems solved ([`split::uniform`]; exact and quick,
+    /// so not budgeted).
+    uniform_solved: u64,
 }
 
 impl Splitter {
@@ -783,6 +786,9 @@ impl Splitter {
         }
         let (mut dp, mut ilp) = (0u64, 0u64);
         todo.retain(|(_, sp)| {
+            if split::uniform::qualifies(sp) {
+                return true;
+            }
             let (n, max) = if sp.vpp == 1 {
                 (&mut dp, MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES))
             } else {
@@ -799,21 +805,34 @@ impl Splitter {
             tie_break: true,
             diagnose_infeasible: false,
         };
-        // With one chunk per rank the dynamic program is exact, with the
-        // ILP's tie-break (`split::dp`; tests/split_solvers.rs checks the
-        // two agree), and takes microseconds where HiGHS takes
-        // milliseconds; interleaved layouts need the ILP.
-        let found: Vec<Option<Vec<u32>>> = todo
-            .par_iter()
-            .map(|(_, sp)| {
-                let split = if sp.vpp == 1 {
-                    split::dp::solve(sp)
-                } else {
-                    split::ilp::solve(sp, &opts)
-                };
-                split.ok().map(|s| s.layers)
-            })
-            .collect();
+        // When every layer is alike the layer-count solver is exact with
+        // the ILP's objectives and tie-breaks (`split::uniform`), in
+        // microseconds; otherwise, with one chunk per rank the dynamic
+        // program is exact, with the ILP's tie-break (`split::dp`), and
+        // takes about a millisecond where HiGHS takes several; the other
+        // interleaved layouts need the ILP (tests/split_solvers.rs checks
+        // the three agree).
+        let uniform = todo
+            .iter()
+            .filter(|(_, sp)| split::uniform::qualifies(sp))
+            .count() as u64;
+        let solve = |sp: &SplitProblem| {
+            let split = if split::uniform::qualifies(sp) {
+                split::uniform::solve(sp)
+            } else if sp.vpp == 1 {
+                split::dp::solve(sp)
+            } else {
+                split::ilp::solve(sp, &opts)
+            };
+            split.ok().map(|s| s.layers)
+        };
+        // Exact solves are too quick to share out over threads.
+        let found: Vec<Option<Vec<u32>>> = if uniform == todo.len() as u64 {
+            todo.iter().map(|(_, sp)| solve(sp)).collect()
+        } else {
+            todo.par_iter().map(|(_, sp)| solve(sp)).collect()
+        };
+        self.uniform_solved += uniform;
         self.solved += ilp.min(MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES));
         self.dp_solved += dp.min(MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES));
         for ((key, _), f) in todo.into_iter().zip(found) {
@@ -876,6 +895,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         cache: HashMap::new(),
         solved: 0,
         dp_solved: 0,
+        uniform_solved: 0,
     };
     let policy = &space.policy;
     let same = |a: &Layout, b: &Layout| {
@@ -942,8 +962,11 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     };
     let mut next = 0;
     let mut rescued: HashSet<TwinKey> = HashSet::new();
+    // With one layer kind every split problem goes to the unbudgeted
+    // uniform-layer solver.
+    let one_kind = pr.model.dense_layers() == 0 || pr.model.moe_layers() == 0;
     while next < pending.len()
-        && (splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
+        && (one_kind || splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
     {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
         let t = threshold(acc);
@@ -1008,7 +1031,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     }
     acc.top = kept;
     acc.top.truncate(k);
-    acc.stats.splits_solved = splitter.solved + splitter.dp_solved;
+    acc.stats.splits_solved = splitter.solved + splitter.dp_solved + splitter.uniform_solved;
 }
 
 /// Run the search for `pr` over `space`.
