@@ -12,15 +12,19 @@
 //! layouts are counted as memory rejections without being priced.
 //!
 //! Stage splits: the fast pass prices every layout with the uniform split.
-//! Then `refine` solves the stage-split ILP ([`crate::split::ilp`]) for
+//! Then `refine` solves the stage split for
 //! (a) the best 2K valid layouts, and (b) the pipelined layouts rejected
 //! only because the layers do not divide over p·v (`layers-pp`) or only
 //! for memory, best upper bound first, while that bound (the pipeline time
 //! under the layer-count relaxation of [`split::layout_bound`], which also
 //! drops layouts no split can fit) can still beat the K-th best; each
 //! re-split layout is re-priced by [`cost::evaluate`] and re-ranked.
-//! Identical split problems are solved once, at most [`MAX_SPLIT_SOLVES`]
-//! per search (the report says how many layouts that budget left out).
+//! Identical split problems are solved once. When every layer is alike
+//! (one layer kind) the exact layer-count solver ([`split::uniform`],
+//! microseconds) takes every problem, unbudgeted; otherwise the exact DP
+//! ([`split::dp`], v = 1) and the ILP ([`split::ilp`], interleaved) solve
+//! at most [`MAX_DP_SOLVES`] and [`MAX_SPLIT_SOLVES`] per search (the
+//! report says how many layouts those budgets left out).
 //! Valid layouts outside the best 2K keep their uniform split. Rejection
 //! counts are for the uniform split, less the layouts a split rescued.
 
@@ -100,11 +104,60 @@ fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
 /// first of each set of rank-order twins (same layout but its rank order,
 /// same predictions); returns how many were folded.
 pub fn fold_twins(all: &mut Vec<Candidate>) -> u64 {
-    all.sort_by(|a, b| better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout)));
+    // Sort positions, not the candidates (hundreds of bytes each), then
+    // move each kept candidate once. A stable sort of positions that start
+    // in order gives the permutation the stable sort of the candidates
+    // gives.
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by(|&i, &j| {
+        let (a, b) = (&all[i], &all[j]);
+        better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout))
+    });
     let before = all.len();
-    let mut seen: HashSet<TwinKey> = HashSet::with_capacity(before);
-    all.retain(|c| seen.insert(twin_key(c)));
+    let mut seen: FastSet<TwinKey> = FastSet::with_capacity_and_hasher(before, Default::default());
+    order.retain(|&i| seen.insert(twin_key(&all[i])));
+    let mut slots: Vec<Option<Candidate>> = std::mem::take(all).into_iter().map(Some).collect();
+    all.extend(order.iter().filter_map(|&i| slots[i].take()));
     (before - all.len()) as u64
+}
+
+/// A hash set with [`FastHasher`].
+type FastSet<T> = HashSet<T, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// The multiply-rotate hash of rustc's `FxHasher` (not DoS-resistant; the
+/// keys here are the search's own layouts): SipHash cost a few per cent of
+/// the main job in twin folding.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
 }
 
 impl SearchResult {
@@ -400,32 +453,63 @@ struct Acc {
     fastest: f64,
     /// `all`'s length at which it is next pruned.
     prune_at: usize,
+    /// Kept layouts of the workers merged into this one.
+    parts: Vec<Vec<Candidate>>,
 }
 
 impl Acc {
     fn push_valid(&mut self, c: Candidate, k: usize, keep_all: bool) {
+        let enters = self.top.len() < k
+            || self
+                .top
+                .last()
+                .is_some_and(|w| better(&c, w) == Ordering::Less);
         if keep_all {
             self.fastest = self.fastest.max(c.eval.tokens_per_s);
             if c.eval.tokens_per_s >= RANKED_FLOOR * self.fastest {
-                self.all.push(c.clone());
+                // Moved when it does not enter the top K (most do not).
+                let rest = if enters {
+                    self.all.push(c.clone());
+                    Some(c)
+                } else {
+                    self.all.push(c);
+                    None
+                };
                 if self.all.len() >= self.prune_at {
                     self.prune_kept();
                 }
+                if let Some(c) = rest {
+                    self.insert_top(c, k);
+                }
+                return;
             }
         }
+        if enters {
+            self.insert_top(c, k);
+        }
+    }
+
+    /// Put `c`, which [`Acc::push_valid`] found to enter the best `k`,
+    /// in its place.
+    fn insert_top(&mut self, c: Candidate, k: usize) {
         if self.top.len() < k {
             self.top.push(c);
             self.top.sort_by(better);
-        } else if self
-            .top
-            .last()
-            .is_some_and(|w| better(&c, w) == Ordering::Less)
-        {
+        } else {
             self.top.pop();
             let pos = self
                 .top
                 .partition_point(|x| better(x, &c) != Ordering::Greater);
             self.top.insert(pos, c);
+        }
+    }
+
+    /// Move the merged workers' kept layouts into `all`.
+    fn gather_kept(&mut self) {
+        let n = self.all.len() + self.parts.iter().map(Vec::len).sum::<usize>();
+        self.all.reserve_exact(n - self.all.len());
+        for mut p in self.parts.drain(..) {
+            self.all.append(&mut p);
         }
     }
 
@@ -455,7 +539,10 @@ impl Acc {
         for c in o.top {
             self.push_valid(c, k, false);
         }
-        self.all.extend(o.all);
+        // Concatenated once, after the reduce ([`Acc::gather_kept`]):
+        // extending here moved every kept layout once per merge level.
+        self.parts.push(o.all);
+        self.parts.extend(o.parts);
         self.fastest = self.fastest.max(o.fastest);
         self.pending.extend(o.pending);
         for i in 0..self.counts.len() {
@@ -736,8 +823,9 @@ fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
     pr.job.tokens_per_step() / cost::schedule::pipeline_time_of(stages, m, l.vpp)
 }
 
-/// Solves stage splits with the ILP, once per distinct problem, several at
-/// a time on the rayon pool.
+/// Solves stage splits once per distinct problem: the uniform-layer
+/// solver where it applies, else the DP (v = 1) or the ILP, several at a
+/// time on the rayon pool.
 struct Splitter {
     cache: HashMap<Vec<u64>, Option<Vec<u32>>>,
     /// ILPs solved.
@@ -840,7 +928,7 @@ impl Splitter {
         }
     }
 
-    /// The ILP's split of a prepared problem (layers per chunk); `None`
+    /// The solver's split of a prepared problem (layers per chunk); `None`
     /// when no split fits, the solver failed or it was not solved.
     fn get(&self, sp: &SplitProblem) -> Option<Vec<u32>> {
         self.cache.get(&Self::key(sp)).cloned().flatten()
@@ -1069,7 +1157,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             let mut sampled = [false; 4];
             // Valid layouts of this mesh by everything but the rank order
             // and by their predictions: a second one is a twin.
-            let mut seen: HashSet<TwinKey> = HashSet::new();
+            let mut seen: FastSet<TwinKey> = FastSet::default();
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
@@ -1154,6 +1242,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         .reduce(Acc::default, |a, b| a.merge(b, k2));
     bar.finish_and_clear();
     let mut acc = acc;
+    acc.gather_kept();
     refine(pr, space, &mut acc, k);
     if space.keep_all {
         // The re-split and rescued layouts are in `all` too: drop what is

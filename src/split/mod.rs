@@ -51,13 +51,18 @@
 //! the objective; the search re-prices the chosen split with
 //! [`crate::cost::evaluate`] and keeps it only if the step is faster.
 //!
-//! Two solvers: [`ilp::solve`] (good_lp with HiGHS, any v) and
+//! Three solvers: [`ilp::solve`] (good_lp with HiGHS, any v),
 //! [`dp::solve`] (an exact dynamic program for v = 1 with the same
-//! tie-break). The search uses the DP for v = 1, where it is exact and
-//! about a thousand times faster, and the ILP for interleaved layouts;
-//! each is the other's oracle in `tests/split_solvers.rs`. Per-stage recomputation counts are not chosen: a layout has one
-//! recompute setting, and Megatron's `--recompute-num-layers` is one number
-//! for all stages.
+//! tie-break) and [`uniform::solve`] (exact for any v when every
+//! transformer layer is alike and the other items sit at the ends: a
+//! rank's time and memory then depend only on how many layers it holds,
+//! and greedy filling of the counts solves the three programs). The search
+//! uses the uniform solver wherever it applies (every dense catalog model,
+//! microseconds a problem), else the DP for v = 1 and the ILP for
+//! interleaved layouts (milliseconds); they are each other's oracles in
+//! `tests/split_solvers.rs`, with brute force. Per-stage recomputation
+//! counts are not chosen: a layout has one recompute setting, and
+//! Megatron's `--recompute-num-layers` is one number for all stages.
 //!
 //! # Which splits Megatron-LM can launch
 //!
