@@ -104,20 +104,49 @@ fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
 /// first of each set of rank-order twins (same layout but its rank order,
 /// same predictions); returns how many were folded.
 pub fn fold_twins(all: &mut Vec<Candidate>) -> u64 {
-    // Sort positions, not the candidates (hundreds of bytes each), then
-    // move each kept candidate once. A stable sort of positions that start
-    // in order gives the permutation the stable sort of the candidates
-    // gives.
+    // Sort positions, not the candidates (hundreds of bytes each). A stable
+    // sort of positions that start in order gives the permutation the
+    // stable sort of the candidates gives.
     let mut order: Vec<usize> = (0..all.len()).collect();
     order.sort_by(|&i, &j| {
         let (a, b) = (&all[i], &all[j]);
         better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout))
     });
     let before = all.len();
-    let mut seen: FastSet<TwinKey> = FastSet::with_capacity_and_hasher(before, Default::default());
-    order.retain(|&i| seen.insert(twin_key(&all[i])));
-    let mut slots: Vec<Option<Candidate>> = std::mem::take(all).into_iter().map(Some).collect();
-    all.extend(order.iter().filter_map(|&i| slots[i].take()));
+    // Twins have the same tokens/s and peak bits, so they sit in one run of
+    // equal prices in this order (a handful of plans): keep the first of
+    // each twin key within its run.
+    let mut kept: Vec<usize> = Vec::with_capacity(before);
+    let mut run = 0;
+    for &i in &order {
+        let same_prices = |j: usize| {
+            all[j].eval.tokens_per_s.to_bits() == all[i].eval.tokens_per_s.to_bits()
+                && all[j].eval.peak_bytes.to_bits() == all[i].eval.peak_bytes.to_bits()
+        };
+        if kept.last().is_none_or(|&j| !same_prices(j)) {
+            run = kept.len();
+        }
+        let key = twin_key(&all[i]);
+        if kept[run..].iter().all(|&j| twin_key(&all[j]) != key) {
+            kept.push(i);
+        }
+    }
+    // Move the kept candidates into place by swaps (no second copy of the
+    // pool): `pos[o]` is where original o now sits, `at[p]` who sits at p.
+    let mut pos: Vec<usize> = (0..before).collect();
+    let mut at: Vec<usize> = (0..before).collect();
+    for (p, &o) in kept.iter().enumerate() {
+        let q = pos[o];
+        if q != p {
+            all.swap(p, q);
+            let displaced = at[p];
+            at[p] = o;
+            at[q] = displaced;
+            pos[o] = p;
+            pos[displaced] = q;
+        }
+    }
+    all.truncate(kept.len());
     (before - all.len()) as u64
 }
 
@@ -455,6 +484,9 @@ struct Acc {
     prune_at: usize,
     /// Kept layouts of the workers merged into this one.
     parts: Vec<Vec<Candidate>>,
+    /// The fast pass's twin keys of the mesh at hand (kept between meshes
+    /// for its allocation).
+    seen: FastSet<TwinKey>,
 }
 
 impl Acc {
@@ -1157,7 +1189,8 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             let mut sampled = [false; 4];
             // Valid layouts of this mesh by everything but the rank order
             // and by their predictions: a second one is a twin.
-            let mut seen: FastSet<TwinKey> = FastSet::default();
+            let mut seen = std::mem::take(&mut acc.seen);
+            seen.clear();
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
@@ -1229,6 +1262,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     (Some(r), false) => acc.reject(r, None),
                 }
             });
+            acc.seen = seen;
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if start.elapsed() > Duration::from_secs(1)
                 && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
