@@ -381,12 +381,12 @@ fn spread(
     let n = fill_ranks(v, l, caps, &tb.time).ok_or(SplitError::NotUniform)?;
     let mut k = vec![1usize; s];
     let kmax = l - (s - 1);
-    for r in 0..pp {
+    for (r, &nr) in n.iter().enumerate() {
         let chunks: Vec<usize> = (r..s).step_by(pp).collect();
         let mut held: Vec<usize> = vec![1; v];
         fill(
             &mut held,
-            n[r] - v,
+            nr - v,
             |j, m| tb.chunk[chunks[j]][m],
             |held, j| held[j] < chunk_caps.map_or(kmax, |cc| cc[chunks[j]]),
         )
