@@ -690,11 +690,17 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     })
 }
 
-/// Solve the stage split of layout `l` with the ILP ([`ilp::solve`]).
+/// Solve the stage split of layout `l`: with the exact uniform-layer
+/// solver when every layer is alike ([`uniform::solve`], the split the
+/// search picks for the same layout), else with the ILP ([`ilp::solve`]).
 ///
 /// # Errors
 /// [`SplitError`]: more stages than layers, no split fits (naming the stage
 /// and its overflow), or a solver failure with HiGHS's status.
 pub fn solve(pr: &Problem, l: &Layout) -> Result<Split, SplitError> {
-    ilp::solve(&SplitProblem::for_layout(pr, l), &ilp::Options::default())
+    let sp = SplitProblem::for_layout(pr, l);
+    if uniform::qualifies(&sp) {
+        return uniform::solve(&sp);
+    }
+    ilp::solve(&sp, &ilp::Options::default())
 }
