@@ -21,7 +21,7 @@
 //! re-split layout is re-priced by [`cost::evaluate`] and re-ranked.
 //! Identical split problems are solved once. When every layer is alike
 //! (one layer kind) the exact layer-count solver ([`split::uniform`],
-//! microseconds) takes every problem, unbudgeted; otherwise the exact DP
+//! tens of microseconds) takes every problem, unbudgeted; otherwise the exact DP
 //! ([`split::dp`], v = 1) and the ILP ([`split::ilp`], interleaved) solve
 //! at most [`MAX_DP_SOLVES`] and [`MAX_SPLIT_SOLVES`] per search (the
 //! report says how many layouts those budgets left out).
@@ -926,8 +926,8 @@ impl Splitter {
             diagnose_infeasible: false,
         };
         // When every layer is alike the layer-count solver is exact with
-        // the ILP's objectives and tie-breaks (`split::uniform`), in
-        // microseconds; otherwise, with one chunk per rank the dynamic
+        // the ILP's objectives and tie-breaks (`split::uniform`), in tens
+        // of microseconds; otherwise, with one chunk per rank the dynamic
         // program is exact, with the ILP's tie-break (`split::dp`), and
         // takes about a millisecond where HiGHS takes several; the other
         // interleaved layouts need the ILP (tests/split_solvers.rs checks

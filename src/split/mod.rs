@@ -58,8 +58,8 @@
 //! rank's time and memory then depend only on how many layers it holds,
 //! and greedy filling of the counts solves the three programs). The search
 //! uses the uniform solver wherever it applies (every dense catalog model,
-//! microseconds a problem), else the DP for v = 1 and the ILP for
-//! interleaved layouts (milliseconds); they are each other's oracles in
+//! tens of microseconds a problem), else the DP for v = 1 and the ILP
+//! for interleaved layouts (milliseconds); they are each other's oracles in
 //! `tests/split_solvers.rs`, with brute force. Per-stage recomputation
 //! counts are not chosen: a layout has one recompute setting, and
 //! Megatron's `--recompute-num-layers` is one number for all stages.
