@@ -963,7 +963,13 @@ impl Splitter {
     /// The solver's split of a prepared problem (layers per chunk); `None`
     /// when no split fits, the solver failed or it was not solved.
     fn get(&self, sp: &SplitProblem) -> Option<Vec<u32>> {
-        self.cache.get(&Self::key(sp)).cloned().flatten()
+        self.lookup(sp).flatten()
+    }
+
+    /// [`Splitter::get`], telling a problem left unsolved by the budget
+    /// (`None`) from one solved without a split (`Some(None)`).
+    fn lookup(&self, sp: &SplitProblem) -> Option<Option<Vec<u32>>> {
+        self.cache.get(&Self::key(sp)).cloned()
     }
 }
 
@@ -1085,6 +1091,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     // With one layer kind every split problem goes to the unbudgeted
     // uniform-layer solver.
     let one_kind = pr.model.dense_layers() == 0 || pr.model.moe_layers() == 0;
+    let mut unsolved = 0u64;
     while next < pending.len()
         && (one_kind || splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
     {
@@ -1104,9 +1111,12 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             if p.bound <= threshold(acc) || acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
                 continue;
             }
-            let Some(c2) = splitter
-                .get(&sp)
-                .and_then(|layers| with_split(pr, policy, &p.layout, layers))
+            // A problem the budget left unsolved is a layout not re-split.
+            let Some(found) = splitter.lookup(&sp) else {
+                unsolved += 1;
+                continue;
+            };
+            let Some(c2) = found.and_then(|layers| with_split(pr, policy, &p.layout, layers))
             else {
                 continue;
             };
@@ -1130,7 +1140,8 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         }
     }
     let t = threshold(acc);
-    acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
+    acc.stats.split_skipped =
+        unsolved + pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
     // first (they stay counted as valid; the fast pass and the rescue above
