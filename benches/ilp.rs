@@ -9,12 +9,15 @@
 //!   each (32 chunks; adds the slowest-chunk tie-break).
 //! - `dp/gpt-1t/p32`: the dynamic-program oracle on the first problem, for
 //!   comparison.
+//! - `uniform/gpt-1t/p32`, `uniform/gpt-1t/p16v2`: the exact uniform-layer
+//!   solver the search uses on both (every layer of GPT 1T is alike), with
+//!   the same three objectives.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use meshplan::cost::Problem;
 use meshplan::layout::{Layout, Recompute};
 use meshplan::spec::{Catalog, Job};
-use meshplan::split::{SplitProblem, dp, ilp};
+use meshplan::split::{SplitProblem, dp, ilp, uniform};
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
@@ -35,7 +38,11 @@ fn bench(c: &mut Criterion) {
     let opts = ilp::Options::default();
     // Every problem must solve: a benchmark of an error is no benchmark.
     for p in [&p32, &p16v2] {
-        ilp::solve(p, &opts).expect("the benchmark problem has a split");
+        let i = ilp::solve(p, &opts).expect("the benchmark problem has a split");
+        let u = uniform::solve(p).expect("the uniform solver takes it");
+        // The same optimum, or the comparison means nothing.
+        let rel = (u.priced.max_time() - i.priced.max_time()).abs() / i.priced.max_time();
+        assert!(rel < 1e-9, "uniform {u:?} vs ILP {i:?}");
     }
     c.bench_function("ilp/gpt-1t/p32", |b| {
         b.iter(|| ilp::solve(black_box(&p32), &opts))
@@ -44,6 +51,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| ilp::solve(black_box(&p16v2), &opts))
     });
     c.bench_function("dp/gpt-1t/p32", |b| b.iter(|| dp::solve(black_box(&p32))));
+    c.bench_function("uniform/gpt-1t/p32", |b| {
+        b.iter(|| uniform::solve(black_box(&p32)))
+    });
+    c.bench_function("uniform/gpt-1t/p16v2", |b| {
+        b.iter(|| uniform::solve(black_box(&p16v2)))
+    });
 }
 
 criterion_group!(benches, bench);

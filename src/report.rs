@@ -207,34 +207,40 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
     let record = Record::shipped();
     // One trust record per regime (a search holds a handful of regimes and
     // thousands of plans); the envelope depends on each plan's MFU.
+    // A plan's trust is its regime's with its own envelope; it is put
+    // together in place for the ranking and cloned only for the rows
+    // printed (cloning it for every plan cost milliseconds).
     let mut regimes: Vec<(Regime, Trust)> = Vec::new();
-    let trusts: Vec<Trust> = pool
+    let mut regime_at: Vec<usize> = Vec::with_capacity(pool.len());
+    let plans: Vec<Ranked> = pool
         .iter()
         .map(|c| {
             let regime = regime_of(pr, &c.layout, &c.eval);
-            let base = match regimes.iter().find(|(r, _)| *r == regime) {
-                Some((_, t)) => t.clone(),
+            let i = match regimes.iter().position(|(r, _)| *r == regime) {
+                Some(i) => i,
                 None => {
                     let t = record.trust(&regime);
-                    regimes.push((regime.clone(), t.clone()));
-                    t
+                    regimes.push((regime, t));
+                    regimes.len() - 1
                 }
             };
-            Trust {
-                envelope: record.envelope(&regime, c.eval.mfu),
-                ..base
-            }
+            regime_at.push(i);
+            let (regime, trust) = &mut regimes[i];
+            trust.envelope = record.envelope(regime, c.eval.mfu);
+            Ranked::of(c.eval.tokens_per_s, trust, &bands)
         })
         .collect();
-    let plans: Vec<Ranked> = pool
-        .iter()
-        .zip(&trusts)
-        .map(|(c, t)| Ranked::of(c.eval.tokens_per_s, t, &bands))
-        .collect();
+    let trust_of = |j: usize| {
+        let (regime, base) = &regimes[regime_at[j]];
+        Trust {
+            envelope: record.envelope(regime, pool[j].eval.mfu),
+            ..base.clone()
+        }
+    };
     let order = ranking::order(&plans, by, usize::MAX);
     let row = |i: usize, j: usize, group: usize| Row {
         group,
-        trust: Some(trusts[j].clone()),
+        trust: Some(trust_of(j)),
         ..Row::of(i + 1, &pool[j])
     };
     let rows: Vec<Row> = order

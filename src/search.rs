@@ -12,15 +12,19 @@
 //! layouts are counted as memory rejections without being priced.
 //!
 //! Stage splits: the fast pass prices every layout with the uniform split.
-//! Then `refine` solves the stage-split ILP ([`crate::split::ilp`]) for
+//! Then `refine` solves the stage split for
 //! (a) the best 2K valid layouts, and (b) the pipelined layouts rejected
 //! only because the layers do not divide over p·v (`layers-pp`) or only
 //! for memory, best upper bound first, while that bound (the pipeline time
 //! under the layer-count relaxation of [`split::layout_bound`], which also
 //! drops layouts no split can fit) can still beat the K-th best; each
 //! re-split layout is re-priced by [`cost::evaluate`] and re-ranked.
-//! Identical split problems are solved once, at most [`MAX_SPLIT_SOLVES`]
-//! per search (the report says how many layouts that budget left out).
+//! Identical split problems are solved once. When every layer is alike
+//! (one layer kind) the exact layer-count solver ([`split::uniform`],
+//! tens of microseconds) takes every problem, unbudgeted; otherwise the exact DP
+//! ([`split::dp`], v = 1) and the ILP ([`split::ilp`], interleaved) solve
+//! at most [`MAX_DP_SOLVES`] and [`MAX_SPLIT_SOLVES`] per search (the
+//! report says how many layouts those budgets left out).
 //! Valid layouts outside the best 2K keep their uniform split. Rejection
 //! counts are for the uniform split, less the layouts a split rescued.
 
@@ -100,11 +104,89 @@ fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
 /// first of each set of rank-order twins (same layout but its rank order,
 /// same predictions); returns how many were folded.
 pub fn fold_twins(all: &mut Vec<Candidate>) -> u64 {
-    all.sort_by(|a, b| better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout)));
+    // Sort positions, not the candidates (hundreds of bytes each). A stable
+    // sort of positions that start in order gives the permutation the
+    // stable sort of the candidates gives.
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by(|&i, &j| {
+        let (a, b) = (&all[i], &all[j]);
+        better(a, b).then_with(|| layout_cmp(&a.layout, &b.layout))
+    });
     let before = all.len();
-    let mut seen: HashSet<TwinKey> = HashSet::with_capacity(before);
-    all.retain(|c| seen.insert(twin_key(c)));
+    // Twins have the same tokens/s and peak bits, so they sit in one run of
+    // equal prices in this order (a handful of plans): keep the first of
+    // each twin key within its run.
+    let mut kept: Vec<usize> = Vec::with_capacity(before);
+    let mut run = 0;
+    for &i in &order {
+        let same_prices = |j: usize| {
+            all[j].eval.tokens_per_s.to_bits() == all[i].eval.tokens_per_s.to_bits()
+                && all[j].eval.peak_bytes.to_bits() == all[i].eval.peak_bytes.to_bits()
+        };
+        if kept.last().is_none_or(|&j| !same_prices(j)) {
+            run = kept.len();
+        }
+        let key = twin_key(&all[i]);
+        if kept[run..].iter().all(|&j| twin_key(&all[j]) != key) {
+            kept.push(i);
+        }
+    }
+    // Move the kept candidates into place by swaps (no second copy of the
+    // pool): `pos[o]` is where original o now sits, `at[p]` who sits at p.
+    let mut pos: Vec<usize> = (0..before).collect();
+    let mut at: Vec<usize> = (0..before).collect();
+    for (p, &o) in kept.iter().enumerate() {
+        let q = pos[o];
+        if q != p {
+            all.swap(p, q);
+            let displaced = at[p];
+            at[p] = o;
+            at[q] = displaced;
+            pos[o] = p;
+            pos[displaced] = q;
+        }
+    }
+    all.truncate(kept.len());
     (before - all.len()) as u64
+}
+
+/// A hash set with [`FastHasher`].
+type FastSet<T> = HashSet<T, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// The multiply-rotate hash of rustc's `FxHasher` (not DoS-resistant; the
+/// keys here are the search's own layouts): SipHash cost a few per cent of
+/// the main job in twin folding.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
 }
 
 impl SearchResult {
@@ -400,32 +482,66 @@ struct Acc {
     fastest: f64,
     /// `all`'s length at which it is next pruned.
     prune_at: usize,
+    /// Kept layouts of the workers merged into this one.
+    parts: Vec<Vec<Candidate>>,
+    /// The fast pass's twin keys of the mesh at hand (kept between meshes
+    /// for its allocation).
+    seen: FastSet<TwinKey>,
 }
 
 impl Acc {
     fn push_valid(&mut self, c: Candidate, k: usize, keep_all: bool) {
+        let enters = self.top.len() < k
+            || self
+                .top
+                .last()
+                .is_some_and(|w| better(&c, w) == Ordering::Less);
         if keep_all {
             self.fastest = self.fastest.max(c.eval.tokens_per_s);
             if c.eval.tokens_per_s >= RANKED_FLOOR * self.fastest {
-                self.all.push(c.clone());
+                // Moved when it does not enter the top K (most do not).
+                let rest = if enters {
+                    self.all.push(c.clone());
+                    Some(c)
+                } else {
+                    self.all.push(c);
+                    None
+                };
                 if self.all.len() >= self.prune_at {
                     self.prune_kept();
                 }
+                if let Some(c) = rest {
+                    self.insert_top(c, k);
+                }
+                return;
             }
         }
+        if enters {
+            self.insert_top(c, k);
+        }
+    }
+
+    /// Put `c`, which [`Acc::push_valid`] found to enter the best `k`,
+    /// in its place.
+    fn insert_top(&mut self, c: Candidate, k: usize) {
         if self.top.len() < k {
             self.top.push(c);
             self.top.sort_by(better);
-        } else if self
-            .top
-            .last()
-            .is_some_and(|w| better(&c, w) == Ordering::Less)
-        {
+        } else {
             self.top.pop();
             let pos = self
                 .top
                 .partition_point(|x| better(x, &c) != Ordering::Greater);
             self.top.insert(pos, c);
+        }
+    }
+
+    /// Move the merged workers' kept layouts into `all`.
+    fn gather_kept(&mut self) {
+        let n = self.all.len() + self.parts.iter().map(Vec::len).sum::<usize>();
+        self.all.reserve_exact(n - self.all.len());
+        for mut p in self.parts.drain(..) {
+            self.all.append(&mut p);
         }
     }
 
@@ -455,7 +571,10 @@ impl Acc {
         for c in o.top {
             self.push_valid(c, k, false);
         }
-        self.all.extend(o.all);
+        // Concatenated once, after the reduce ([`Acc::gather_kept`]):
+        // extending here moved every kept layout once per merge level.
+        self.parts.push(o.all);
+        self.parts.extend(o.parts);
         self.fastest = self.fastest.max(o.fastest);
         self.pending.extend(o.pending);
         for i in 0..self.counts.len() {
@@ -736,14 +855,18 @@ fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
     pr.job.tokens_per_step() / cost::schedule::pipeline_time_of(stages, m, l.vpp)
 }
 
-/// Solves stage splits with the ILP, once per distinct problem, several at
-/// a time on the rayon pool.
+/// Solves stage splits once per distinct problem: the uniform-layer
+/// solver where it applies, else the DP (v = 1) or the ILP, several at a
+/// time on the rayon pool.
 struct Splitter {
     cache: HashMap<Vec<u64>, Option<Vec<u32>>>,
     /// ILPs solved.
     solved: u64,
     /// DPs solved.
     dp_solved: u64,
+    /// Uniform-layer problems solved ([`split::uniform`]; exact and quick,
+    /// so not budgeted).
+    uniform_solved: u64,
 }
 
 impl Splitter {
@@ -783,6 +906,9 @@ impl Splitter {
         }
         let (mut dp, mut ilp) = (0u64, 0u64);
         todo.retain(|(_, sp)| {
+            if split::uniform::qualifies(sp) {
+                return true;
+            }
             let (n, max) = if sp.vpp == 1 {
                 (&mut dp, MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES))
             } else {
@@ -799,21 +925,34 @@ impl Splitter {
             tie_break: true,
             diagnose_infeasible: false,
         };
-        // With one chunk per rank the dynamic program is exact, with the
-        // ILP's tie-break (`split::dp`; tests/split_solvers.rs checks the
-        // two agree), and takes microseconds where HiGHS takes
-        // milliseconds; interleaved layouts need the ILP.
-        let found: Vec<Option<Vec<u32>>> = todo
-            .par_iter()
-            .map(|(_, sp)| {
-                let split = if sp.vpp == 1 {
-                    split::dp::solve(sp)
-                } else {
-                    split::ilp::solve(sp, &opts)
-                };
-                split.ok().map(|s| s.layers)
-            })
-            .collect();
+        // When every layer is alike the layer-count solver is exact with
+        // the ILP's objectives and tie-breaks (`split::uniform`), in tens
+        // of microseconds; otherwise, with one chunk per rank the dynamic
+        // program is exact, with the ILP's tie-break (`split::dp`), and
+        // takes about a millisecond where HiGHS takes several; the other
+        // interleaved layouts need the ILP (tests/split_solvers.rs checks
+        // the three agree).
+        let uniform = todo
+            .iter()
+            .filter(|(_, sp)| split::uniform::qualifies(sp))
+            .count() as u64;
+        let solve = |sp: &SplitProblem| {
+            let split = if split::uniform::qualifies(sp) {
+                split::uniform::solve(sp)
+            } else if sp.vpp == 1 {
+                split::dp::solve(sp)
+            } else {
+                split::ilp::solve(sp, &opts)
+            };
+            split.ok().map(|s| s.layers)
+        };
+        // Exact solves are too quick to share out over threads.
+        let found: Vec<Option<Vec<u32>>> = if uniform == todo.len() as u64 {
+            todo.iter().map(|(_, sp)| solve(sp)).collect()
+        } else {
+            todo.par_iter().map(|(_, sp)| solve(sp)).collect()
+        };
+        self.uniform_solved += uniform;
         self.solved += ilp.min(MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES));
         self.dp_solved += dp.min(MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES));
         for ((key, _), f) in todo.into_iter().zip(found) {
@@ -821,10 +960,16 @@ impl Splitter {
         }
     }
 
-    /// The ILP's split of a prepared problem (layers per chunk); `None`
+    /// The solver's split of a prepared problem (layers per chunk); `None`
     /// when no split fits, the solver failed or it was not solved.
     fn get(&self, sp: &SplitProblem) -> Option<Vec<u32>> {
-        self.cache.get(&Self::key(sp)).cloned().flatten()
+        self.lookup(sp).flatten()
+    }
+
+    /// [`Splitter::get`], telling a problem left unsolved by the budget
+    /// (`None`) from one solved without a split (`Some(None)`).
+    fn lookup(&self, sp: &SplitProblem) -> Option<Option<Vec<u32>>> {
+        self.cache.get(&Self::key(sp)).cloned()
     }
 }
 
@@ -876,6 +1021,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         cache: HashMap::new(),
         solved: 0,
         dp_solved: 0,
+        uniform_solved: 0,
     };
     let policy = &space.policy;
     let same = |a: &Layout, b: &Layout| {
@@ -942,8 +1088,12 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     };
     let mut next = 0;
     let mut rescued: HashSet<TwinKey> = HashSet::new();
+    // With one layer kind every split problem goes to the unbudgeted
+    // uniform-layer solver.
+    let one_kind = pr.model.dense_layers() == 0 || pr.model.moe_layers() == 0;
+    let mut unsolved = 0u64;
     while next < pending.len()
-        && (splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
+        && (one_kind || splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
     {
         let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
         let t = threshold(acc);
@@ -961,9 +1111,12 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             if p.bound <= threshold(acc) || acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
                 continue;
             }
-            let Some(c2) = splitter
-                .get(&sp)
-                .and_then(|layers| with_split(pr, policy, &p.layout, layers))
+            // A problem the budget left unsolved is a layout not re-split.
+            let Some(found) = splitter.lookup(&sp) else {
+                unsolved += 1;
+                continue;
+            };
+            let Some(c2) = found.and_then(|layers| with_split(pr, policy, &p.layout, layers))
             else {
                 continue;
             };
@@ -987,7 +1140,8 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         }
     }
     let t = threshold(acc);
-    acc.stats.split_skipped = pending[next..].iter().filter(|p| p.bound > t).count() as u64;
+    acc.stats.split_skipped =
+        unsolved + pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
     // first (they stay counted as valid; the fast pass and the rescue above
@@ -1008,7 +1162,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     }
     acc.top = kept;
     acc.top.truncate(k);
-    acc.stats.splits_solved = splitter.solved + splitter.dp_solved;
+    acc.stats.splits_solved = splitter.solved + splitter.dp_solved + splitter.uniform_solved;
 }
 
 /// Run the search for `pr` over `space`.
@@ -1046,7 +1200,8 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             let mut sampled = [false; 4];
             // Valid layouts of this mesh by everything but the rank order
             // and by their predictions: a second one is a twin.
-            let mut seen: HashSet<TwinKey> = HashSet::new();
+            let mut seen = std::mem::take(&mut acc.seen);
+            seen.clear();
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
@@ -1118,6 +1273,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                     (Some(r), false) => acc.reject(r, None),
                 }
             });
+            acc.seen = seen;
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if start.elapsed() > Duration::from_secs(1)
                 && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -1131,6 +1287,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         .reduce(Acc::default, |a, b| a.merge(b, k2));
     bar.finish_and_clear();
     let mut acc = acc;
+    acc.gather_kept();
     refine(pr, space, &mut acc, k);
     if space.keep_all {
         // The re-split and rescued layouts are in `all` too: drop what is

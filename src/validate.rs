@@ -3238,7 +3238,7 @@ pub fn plan_check(case: &Case) -> PlanCheck {
     let policy = crate::rules::Policy::default();
     let (mut set, mut eval) = search::judge(&pr, &policy, &case.layout);
     // As the search does: a layout rejected only because its layers do not
-    // split evenly over p·v, or only for memory, is re-split by the ILP
+    // split evenly over p·v, or only for memory, is re-split (by `split::solve`)
     // before it is rejected (Llama 3 405B ran 126 layers over 16 stages).
     let mut split = None;
     let only = |r: crate::rules::Rule| set.len() == 1 && set.contains(r);

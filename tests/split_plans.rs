@@ -385,7 +385,7 @@ fn command_line_splits() {
     assert!(out.contains("split"), "{out}");
     assert!(out.contains("7/8×14/7"), "{out}");
     assert!(
-        out.contains("split programs solved: a DP for v = 1"),
+        out.contains("split programs solved: exact by layer counts when every layer is alike, else a DP for v = 1"),
         "{out}"
     );
 

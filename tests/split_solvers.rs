@@ -1,8 +1,9 @@
 //! The stage-split ILP against independent oracles: the exact dynamic
 //! program (v = 1) and brute-force enumeration of every contiguous split
-//! (v > 1), on random instances; solver failures and bad shapes.
+//! (v > 1), on random instances; solver failures and bad shapes. The
+//! uniform-layer solver against brute force, the ILP and the DP.
 
-use meshplan::split::{Item, Split, SplitError, SplitProblem, dp, ilp};
+use meshplan::split::{Item, Split, SplitError, SplitProblem, dp, ilp, uniform};
 use proptest::prelude::*;
 
 /// Relative closeness.
@@ -506,4 +507,249 @@ fn presolve_false_infeasible_is_retried() {
     assert_eq!(s.layers, vec![2, 1, 2, 2, 2]);
     assert_eq!(s.priced.rank_time, vec![13.0, 1.0, 7.0, 12.0, 14.0]);
     assert_eq!(s.priced.rank_bytes, vec![74.0, 81.0, 98.0, 78.0, 91.0]);
+}
+
+/// A random problem the uniform-layer solver takes: a head, L identical
+/// layers (dense or MoE), a tail, p ≤ `max_p` ranks, v ≤ `max_v`, L ≤
+/// `max_l`, integer attributes (exact sums), point-to-point times that
+/// differ by rank with v > 1, and usable memory drawn
+/// between half and two and a half times a rough per-rank need (so many
+/// instances are tight and some have no fitting split). In-flight counts
+/// follow 1F1B (v = 1) or the interleaved schedule's shape.
+fn uniform_instance(max_p: u32, max_v: u32, max_l: u32) -> impl Strategy<Value = SplitProblem> {
+    let item = || (0u32..=20, 0u32..=40, 0u32..=15, 0u32..=25);
+    (1u32..=max_p, 1u32..=max_v)
+        .prop_flat_map(move |(pp, vpp)| {
+            (
+                Just(pp),
+                Just(vpp),
+                pp * vpp..=max_l.max(pp * vpp),
+                ((1u32..=20, 0u32..=40, 0u32..=15, 0u32..=25), any::<bool>()),
+                (item(), item(), any::<bool>()),
+                (0u32..=3, proptest::collection::vec(0u32..=12, pp as usize)),
+                proptest::collection::vec(0u32..=10, pp as usize),
+                (0u32..=12, 50u32..=250),
+            )
+        })
+        .prop_map(
+            |(
+                pp,
+                vpp,
+                layers,
+                (lay, expert),
+                (head, tail, tail_expert),
+                (link, bump),
+                extra,
+                (dispatch, pct),
+            )| {
+                let mk = |(t, s, a, w): (u32, u32, u32, u32), layer: bool, expert: bool| Item {
+                    time: t as f64,
+                    states: s as f64,
+                    activation: a as f64,
+                    working_set: w as f64,
+                    layer,
+                    expert,
+                };
+                let layer = mk(lay, true, expert);
+                let mut items = vec![mk(head, false, false)];
+                items.extend(std::iter::repeat_n(layer, layers as usize));
+                items.push(mk(tail, false, tail_expert));
+                let in_flight: Vec<f64> = (0..pp)
+                    .map(|r| {
+                        if vpp == 1 {
+                            (pp - r) as f64
+                        } else {
+                            (2 * (pp - r - 1) + (vpp - 1) * pp + 1) as f64 / vpp as f64
+                        }
+                    })
+                    .collect();
+                let per = (layers / pp) as f64;
+                let need = (0..pp as usize)
+                    .map(|r| {
+                        extra[r] as f64
+                            + per * (layer.states + in_flight[r] * layer.activation)
+                            + layer.working_set
+                            + dispatch as f64
+                    })
+                    .fold(0.0, f64::max);
+                SplitProblem {
+                    items,
+                    pp,
+                    vpp,
+                    // Unequal point-to-point times only with v > 1: they
+                    // make ties in the slowest rank that the slowest-chunk
+                    // program must break (with v = 1 the ILP and the DP
+                    // read a split's chunks differently when they differ).
+                    rank_time: bump
+                        .iter()
+                        .map(|&b| (link + if vpp > 1 { b } else { 0 }) as f64)
+                        .collect(),
+                    rank_bytes: extra.iter().map(|&x| x as f64).collect(),
+                    in_flight,
+                    expert_bytes: dispatch as f64,
+                    usable: (need * pct as f64 / 100.0).floor().max(1.0),
+                }
+            },
+        )
+}
+
+/// Brute-force optimum with all three objectives: (least slowest rank,
+/// then least slowest chunk, then least largest bytes) over fitting
+/// splits, or the least largest bytes when none fits.
+fn brute3(p: &SplitProblem) -> Result<(f64, f64, f64), f64> {
+    let all = all_splits(p);
+    let fit: Vec<_> = all.iter().filter(|x| x.3).collect();
+    if fit.is_empty() {
+        return Err(all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min));
+    }
+    let t = fit.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let c = fit
+        .iter()
+        .filter(|x| x.0 == t)
+        .map(|x| x.1)
+        .fold(f64::INFINITY, f64::min);
+    let m = fit
+        .iter()
+        .filter(|x| x.0 == t && x.1 == c)
+        .map(|x| x.2)
+        .fold(f64::INFINITY, f64::min);
+    Ok((t, c, m))
+}
+
+/// The uniform solver's answer as (T*, C*, Z*) after checking its split
+/// is feasible under `price`, or its infeasible peak.
+fn uniform_values(p: &SplitProblem) -> Result<Result<(f64, f64, f64), f64>, TestCaseError> {
+    prop_assert!(uniform::qualifies(p));
+    match uniform::solve_values(p) {
+        Ok(s) => {
+            check_split(p, &s.split);
+            prop_assert_eq!(&s.split.priced, &p.price(&s.split.bounds));
+            prop_assert_eq!(s.slowest_rank, s.split.priced.max_time());
+            Ok(Ok((s.slowest_rank, s.slowest_chunk, s.largest_bytes)))
+        }
+        Err(SplitError::Infeasible {
+            split,
+            stage,
+            peak,
+            usable,
+        }) => {
+            let bounds = p
+                .bounds_of(&split)
+                .ok_or_else(|| TestCaseError::fail("bad split"))?;
+            let priced = p.price(&bounds);
+            prop_assert_eq!(priced.max_bytes(), peak);
+            prop_assert_eq!(priced.rank_bytes[stage as usize], peak);
+            prop_assert!(peak > usable);
+            Ok(Err(peak))
+        }
+        Err(e) => Err(TestCaseError::fail(format!("uniform solver failed: {e}"))),
+    }
+}
+
+/// The ILP's (T, C, Z) of its split, or its infeasible peak.
+fn ilp_values(p: &SplitProblem) -> Result<Result<(f64, f64, f64), f64>, TestCaseError> {
+    match ilp::solve(p, &ilp::Options::default()) {
+        Ok(s) => {
+            check_split(p, &s);
+            Ok(Ok((
+                s.priced.max_time(),
+                s.priced.max_chunk_time(),
+                s.priced.max_bytes(),
+            )))
+        }
+        Err(SplitError::Infeasible { peak, .. }) => Ok(Err(peak)),
+        Err(e) => Err(TestCaseError::fail(format!("ILP failed: {e}"))),
+    }
+}
+
+fn same_values(
+    got: Result<(f64, f64, f64), f64>,
+    want: Result<(f64, f64, f64), f64>,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            prop_assert!(
+                close(g.0, w.0) && close(g.1, w.1) && close(g.2, w.2),
+                "(T, C, Z) {:?} vs {} {:?}",
+                g,
+                what,
+                w
+            );
+        }
+        (Err(g), Err(w)) => prop_assert!(close(g, w), "min-max peak {} vs {} {}", g, what, w),
+        (g, w) => prop_assert!(false, "uniform {:?} but {} {:?}", g, what, w),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The uniform-layer solver is exact: brute force over every split
+    /// (p ≤ 3, v ≤ 3, L ≤ 9) gives the same three optima.
+    #[test]
+    fn uniform_matches_brute_force(p in uniform_instance(3, 3, 9)) {
+        same_values(uniform_values(&p)?, brute3(&p), "brute force")?;
+    }
+
+    /// On larger problems (p ≤ 6, v ≤ 4, L ≤ 48) it reaches the ILP's three
+    /// optima (the ILP's tolerances are far below the integer steps), and
+    /// the DP's two with v = 1.
+    #[test]
+    fn uniform_matches_ilp_and_dp(p in uniform_instance(6, 4, 48)) {
+        let got = uniform_values(&p)?;
+        same_values(got, ilp_values(&p)?, "ILP")?;
+        if p.vpp == 1 {
+            let dp = match dp::solve(&p) {
+                Ok(s) => Ok((s.priced.max_time(), s.priced.max_chunk_time(), s.priced.max_bytes())),
+                Err(SplitError::Infeasible { peak, .. }) => Err(peak),
+                Err(e) => return Err(TestCaseError::fail(format!("DP failed: {e}"))),
+            };
+            same_values(got, dp, "DP")?;
+        }
+    }
+}
+
+/// A catalog problem: Llama 3 70B on dgx64 with p = 4, v = 5 (one of the
+/// main job's interleaved layouts) — the uniform solver gives the ILP's
+/// three optima and a split that fits.
+#[test]
+fn uniform_matches_ilp_on_70b() {
+    use meshplan::cost::Problem;
+    use meshplan::layout::{Layout, Recompute};
+    use meshplan::spec::{Catalog, Job};
+    let cat = Catalog::shipped().unwrap();
+    let model = cat.model("70b").unwrap();
+    let cluster = cat.cluster("dgx64").unwrap();
+    let gpu = cat.gpu(&cluster.gpu).unwrap();
+    let job = Job::new(model.defaults.global_batch, model.defaults.seq_len);
+    let pr = Problem::new(model, gpu, cluster, &job, 64);
+    for (pp, vpp, tp) in [(4, 5, 2), (4, 1, 2), (8, 2, 8), (2, 8, 4)] {
+        let l = Layout {
+            vpp,
+            recompute: Recompute::Full,
+            zero: 1,
+            ..Layout::dense(64 / (tp * pp), tp, pp, 1)
+        };
+        let sp = SplitProblem::for_layout(&pr, &l);
+        assert!(uniform::qualifies(&sp), "p{pp} v{vpp}");
+        let u = uniform::solve_values(&sp).expect("fits");
+        let i = ilp::solve(&sp, &ilp::Options::default()).expect("fits");
+        assert!(sp.fits(&u.split.priced));
+        let rel = |a: f64, b: f64| (a - b).abs() / b.abs();
+        assert!(
+            rel(u.slowest_rank, i.priced.max_time()) < 1e-9,
+            "p{pp} v{vpp}"
+        );
+        assert!(u.slowest_rank <= i.priced.max_time());
+        assert!(
+            rel(u.slowest_chunk, i.priced.max_chunk_time()) < 1e-9,
+            "p{pp} v{vpp}"
+        );
+        assert!(
+            rel(u.largest_bytes, i.priced.max_bytes()) < 1e-9,
+            "p{pp} v{vpp}"
+        );
+    }
 }

@@ -195,7 +195,7 @@ impl Exporter for Table {
         if r.stats.splits_solved > 0 {
             writeln!(
                 w,
-                "Stage splits: {} layouts re-split ({} split programs solved: a DP for v = 1, the ILP for interleaved); split = transformer layers per stage (p·v chunks, model order).",
+                "Stage splits: {} layouts re-split ({} split programs solved: exact by layer counts when every layer is alike, else a DP for v = 1 and the ILP for interleaved); split = transformer layers per stage (p·v chunks, model order).",
                 r.stats.resplit, r.stats.splits_solved
             )?;
         }

@@ -51,13 +51,18 @@
 //! the objective; the search re-prices the chosen split with
 //! [`crate::cost::evaluate`] and keeps it only if the step is faster.
 //!
-//! Two solvers: [`ilp::solve`] (good_lp with HiGHS, any v) and
+//! Three solvers: [`ilp::solve`] (good_lp with HiGHS, any v),
 //! [`dp::solve`] (an exact dynamic program for v = 1 with the same
-//! tie-break). The search uses the DP for v = 1, where it is exact and
-//! about a thousand times faster, and the ILP for interleaved layouts;
-//! each is the other's oracle in `tests/split_solvers.rs`. Per-stage recomputation counts are not chosen: a layout has one
-//! recompute setting, and Megatron's `--recompute-num-layers` is one number
-//! for all stages.
+//! tie-break) and [`uniform::solve`] (exact for any v when every
+//! transformer layer is alike and the other items sit at the ends: a
+//! rank's time and memory then depend only on how many layers it holds,
+//! and greedy filling of the counts solves the three programs). The search
+//! uses the uniform solver wherever it applies (every dense catalog model,
+//! tens of microseconds a problem), else the DP for v = 1 and the ILP
+//! for interleaved layouts (milliseconds); they are each other's oracles in
+//! `tests/split_solvers.rs`, with brute force. Per-stage recomputation
+//! counts are not chosen: a layout has one recompute setting, and
+//! Megatron's `--recompute-num-layers` is one number for all stages.
 //!
 //! # Which splits Megatron-LM can launch
 //!
@@ -74,6 +79,7 @@
 
 pub mod dp;
 pub mod ilp;
+pub mod uniform;
 
 use serde::Serialize;
 
@@ -217,6 +223,12 @@ pub enum SplitError {
         /// The solver's status, as good_lp reports it.
         status: String,
     },
+    /// The uniform-layer solver ([`uniform`]) needs identical transformer
+    /// layers with the non-layer items only at the ends.
+    #[error(
+        "the uniform-layer splitter needs identical transformer layers, the other items before the first or after the last, and finite non-negative costs"
+    )]
+    NotUniform,
     /// The dynamic program handles 1F1B (v = 1) only.
     #[error("the dynamic-program splitter handles v = 1 only, got v = {vpp}")]
     Interleaved {
@@ -678,11 +690,17 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     })
 }
 
-/// Solve the stage split of layout `l` with the ILP ([`ilp::solve`]).
+/// Solve the stage split of layout `l`: with the exact uniform-layer
+/// solver when every layer is alike ([`uniform::solve`], the split the
+/// search picks for the same layout), else with the ILP ([`ilp::solve`]).
 ///
 /// # Errors
 /// [`SplitError`]: more stages than layers, no split fits (naming the stage
 /// and its overflow), or a solver failure with HiGHS's status.
 pub fn solve(pr: &Problem, l: &Layout) -> Result<Split, SplitError> {
-    ilp::solve(&SplitProblem::for_layout(pr, l), &ilp::Options::default())
+    let sp = SplitProblem::for_layout(pr, l);
+    if uniform::qualifies(&sp) {
+        return uniform::solve(&sp);
+    }
+    ilp::solve(&sp, &ilp::Options::default())
 }
