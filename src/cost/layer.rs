@@ -279,7 +279,18 @@ pub fn fsdp_unit_collectives(
     full_recompute: bool,
 ) -> (f64, f64, f64) {
     let r = &pr.job.recipe;
-    let experts_gather = comm::all_gather(it.expert_params * r.weight_bytes, pl.edp, &pr.links);
+    // Gathered bytes: at the recipe's weight bytes, or the low-precision
+    // bytes of the unit's low-precision weights under a narrow parameter
+    // gather ([`precision::narrow_unit_gather_bytes`]) — the bytes narrow,
+    // each collective's latency does not.
+    let (dense_bytes, expert_bytes) = match pr.rates.low.as_ref().filter(|lp| lp.param_gather) {
+        Some(lp) => precision::narrow_unit_gather_bytes(it, lp, r, pr.model.architecture.hidden),
+        None => (
+            it.params * r.weight_bytes,
+            it.expert_params * r.weight_bytes,
+        ),
+    };
+    let experts_gather = comm::all_gather(expert_bytes, pl.edp, &pr.links);
     let experts_rs =
         comm::reduce_scatter(it.expert_params * r.grad_reduce_bytes, pl.edp, &pr.links);
     if let Some(ds) = pr
@@ -300,7 +311,7 @@ pub fn fsdp_unit_collectives(
         );
         return (f + experts_gather, b + experts_gather, rs + experts_rs);
     }
-    let gather = comm::all_gather(it.params * r.weight_bytes, pl.dp_cp, &pr.links) + experts_gather;
+    let gather = comm::all_gather(dense_bytes, pl.dp_cp, &pr.links) + experts_gather;
     let reduce_scatter =
         comm::reduce_scatter(it.params * r.grad_reduce_bytes, pl.dp_cp, &pr.links) + experts_rs;
     (gather, gather, reduce_scatter)
@@ -313,8 +324,9 @@ pub fn fsdp_unit_collectives(
 /// projection weight and bias, second norm, first MLP weight (gate and up
 /// fused) and bias, second MLP weight and bias; biases and norm biases only
 /// where the model has them), the embedding as word table and learned
-/// position table, the output unit as final norm and output weight; what
-/// the shapes leave of `params` (MLA, MoE, MTP) as one more tensor.
+/// position table, the output unit as final norm and output weight; an
+/// MoE layer's MLP replaced by its router and shared experts; what the
+/// shapes leave of `params` (MLA, MTP) as one more tensor.
 ///
 /// Example: GPT-3 175B layer at T = 1: 12288, 12288, 12288·36864 =
 /// 452,984,832, 36864, 12288² = 150,994,944, 12288, 12288, 12288,
@@ -336,11 +348,24 @@ pub fn unit_tensors(
         }
     };
     let mut v: Vec<f64> = Vec::with_capacity(data_parallel::MAX_UNIT_TENSORS + 1);
+    // One MLP of width `ffn` split over TP: first weight (gate and up
+    // fused) and bias, second weight and bias (replicated in Megatron,
+    // counted h/T as the item counts it: see the projection's).
+    let mlp = |v: &mut Vec<f64>, ffn: f64| {
+        let up = if a.gated_mlp { 2.0 } else { 1.0 } * ffn;
+        v.push(h * up / tp);
+        if bias {
+            v.push(up / tp);
+        }
+        v.push(ffn * h / tp);
+        if bias {
+            v.push(h / tp);
+        }
+    };
     match kind {
-        UnitKind::Layer if model.mla.is_none() => {
+        UnitKind::Layer | UnitKind::MoeLayer if model.mla.is_none() => {
             let q = model.q_width() as f64;
             let kv = model.kv_width() as f64;
-            let up = if a.gated_mlp { 2.0 } else { 1.0 } * a.ffn as f64;
             norm(&mut v);
             v.push(h * (q + 2.0 * kv) / tp);
             if bias {
@@ -348,16 +373,27 @@ pub fn unit_tensors(
             }
             v.push(q * h / tp);
             if bias {
-                v.push(h);
+                // Megatron replicates a row-parallel bias (h on every TP
+                // rank); the item's parameters count it h/T
+                // (`attention_params_rank`, `Model::mlp_params`), and the
+                // tensors split no more than the item holds.
+                v.push(h / tp);
             }
             norm(&mut v);
-            v.push(h * up / tp);
-            if bias {
-                v.push(up / tp);
-            }
-            v.push(a.ffn as f64 * h / tp);
-            if bias {
-                v.push(h);
+            match (kind, &model.moe) {
+                // The MoE item holds no dense MLP (its `architecture.ffn` is
+                // unused): the router `h·E`, then each shared expert; the
+                // routed experts move over the expert-DP group
+                // ([`fsdp_unit_collectives`]).
+                (UnitKind::MoeLayer, Some(m)) => {
+                    v.push(h * m.experts as f64);
+                    let shared_ffn = m.shared_expert_ffn.unwrap_or(m.expert_ffn) as f64;
+                    for _ in 0..m.shared_experts {
+                        mlp(&mut v, shared_ffn);
+                    }
+                }
+                (UnitKind::MoeLayer, None) => {}
+                _ => mlp(&mut v, a.ffn as f64),
             }
         }
         UnitKind::Embedding => {
@@ -367,9 +403,16 @@ pub fn unit_tensors(
             }
         }
         UnitKind::Output => norm(&mut v),
-        UnitKind::Layer => {}
+        UnitKind::Layer | UnitKind::MoeLayer => {}
     }
     let named: f64 = v.iter().sum();
+    // The named shapes never hold more than the item does (bias rounding
+    // aside); a larger sum is a shape error here, not a price.
+    debug_assert!(
+        named <= params + 1e-9 * params.max(1.0) + 0.5,
+        "{kind:?} of {}: named tensors {named} exceed the item's {params} parameters",
+        model.name
+    );
     if params - named > 0.5 {
         v.push(params - named);
     }
@@ -379,8 +422,11 @@ pub fn unit_tensors(
 /// What a wrapped unit holds, for [`unit_tensors`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnitKind {
-    /// A transformer layer (dense or MoE).
+    /// A dense transformer layer.
     Layer,
+    /// An MoE transformer layer: attention, norms, router and shared
+    /// experts (the routed experts are the item's `expert_params`).
+    MoeLayer,
     /// The input embedding.
     Embedding,
     /// The final norm and the output layer.
@@ -839,7 +885,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             .is_some_and(|d| d.per_tensor_sync);
         for (it, kind) in [
             (&mut dense, UnitKind::Layer),
-            (&mut moe, UnitKind::Layer),
+            (&mut moe, UnitKind::MoeLayer),
             (&mut embedding, UnitKind::Embedding),
             (&mut output, UnitKind::Output),
         ] {

@@ -571,27 +571,19 @@ fn rank_data_parallel(
         grad_reduce: pr.job.overlap_grad_reduce && !sync,
         param_gather: pr.job.param_gather_overlapped() && !sync,
     };
-    let wide = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
-    let mut v = wide;
+    let mut v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
     if let Some(lp) = pr.rates.low.as_ref().filter(|lp| lp.param_gather) {
         v = precision::narrow_param_gather(v, lp, rc, &pr.job.recipe, pr.model.architecture.hidden);
     }
-    // ZeRO-3's per-unit gathers shrink as the rank's whole gather does
-    // under a narrow parameter gather.
-    let narrow = (v.params + v.expert_params) / (wide.params + wide.expert_params).max(1.0);
     let net = data_parallel::Net {
         pl,
         links: &pr.links,
         sigma: pr.slowdown.of(pl.dp_cp),
     };
-    // Only ZeRO-3 reads the per-unit timeline.
+    // Only ZeRO-3 reads the per-unit timeline; its gathers are priced at
+    // the narrowed bytes already (`layer::fsdp_unit_collectives`).
     let units = if l.zero >= 3 {
-        let mut u = fsdp_units(lc, rc);
-        for r in &mut u {
-            r.unit.gather *= narrow;
-            r.unit.backward_gather *= narrow;
-        }
-        u
+        fsdp_units(lc, rc)
     } else {
         Default::default()
     };
@@ -762,6 +754,86 @@ pub fn rank_costs(pr: &Problem, l: &Layout) -> Vec<RankCost> {
     let lc = layer::layer_costs(pr, l, &pl);
     let m = micro_batches_or_floor(pr, l);
     (0..l.pp).map(|r| rank_cost(pr, l, &lc, r, m)).collect()
+}
+
+/// DeepSpeed 0.3's per-tensor ZeRO-3 collectives of pipeline rank 0
+/// (`--deepspeed-2021` runs at p = 1), per micro-batch: what `explain`
+/// lists beside its process groups, whose one whole-rank reduce-scatter
+/// stands for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TensorCollectives {
+    /// Parameter all-gathers per micro-batch: each tensor above the
+    /// persistence threshold once in the forward and once or twice in the
+    /// backward ([`data_parallel::backward_gathers`]).
+    pub gathers: f64,
+    /// Gradient reduce-scatters per micro-batch: one per tensor.
+    pub reduce_scatters: f64,
+    /// Their seconds per micro-batch (all exposed: DeepSpeed 0.3
+    /// synchronizes around each), experts excluded.
+    pub seconds: f64,
+    /// Micro-batches per step.
+    pub micro_batches: u64,
+}
+
+/// The per-tensor collectives of layout `l` when `pr` prices ZeRO-3 as
+/// DeepSpeed 0.3 ([`crate::spec::DeepSpeedZero3::per_tensor_sync`]),
+/// counted over the tensors [`layer::unit_tensors`] names and timed as
+/// [`layer::fsdp_unit_collectives`] prices them; `None` otherwise or with
+/// one rank in the DP group (no collective runs).
+///
+/// Example: a GPT-3 175B layer (h = 12288, LayerNorm and biases) at T = 1
+/// has 12 tensors; at the 1e5 persistence threshold only its 4 weight
+/// matrices move (the largest bias is 4h = 49,152 elements), so it runs 4
+/// forward gathers and 12 reduce-scatters per micro-batch, and under full
+/// recompute 7 backward gathers (QKV, projection and first MLP weight
+/// twice, [`data_parallel::backward_gathers`]; the last MLP weight once):
+/// 11 gathers per layer.
+pub fn deepspeed_2021_tensor_collectives(pr: &Problem, l: &Layout) -> Option<TensorCollectives> {
+    let ds = pr
+        .job
+        .engine_memory
+        .deepspeed_zero3
+        .filter(|d| d.per_tensor_sync && l.zero >= 3)?;
+    let pl = Placement::of(l, pr.cluster);
+    if pl.dp_cp.size <= 1 {
+        return None;
+    }
+    let lc = layer::layer_costs(pr, l, &pl);
+    let m = micro_batches_or_floor(pr, l);
+    let rc = rank_cost(pr, l, &lc, 0, m);
+    let full = l.recompute == crate::layout::Recompute::Full;
+    let mut out = TensorCollectives {
+        gathers: 0.0,
+        reduce_scatters: 0.0,
+        seconds: 0.0,
+        micro_batches: m,
+    };
+    for (it, kind, count) in [
+        (
+            &lc.embedding,
+            layer::UnitKind::Embedding,
+            u32::from(rc.has_embedding),
+        ),
+        (&lc.dense, layer::UnitKind::Layer, rc.layers - rc.moe_layers),
+        (&lc.moe, layer::UnitKind::MoeLayer, rc.moe_layers),
+        (
+            &lc.output,
+            layer::UnitKind::Output,
+            u32::from(rc.has_output),
+        ),
+    ] {
+        let n = count as f64;
+        let t = layer::unit_tensors(pr.model, kind, it.params, l.tp as f64);
+        for (i, numel) in t.iter().enumerate() {
+            if numel >= ds.persistence_threshold {
+                out.gathers +=
+                    n * (1.0 + data_parallel::backward_gathers(&t, i, ds.max_reuse_distance, full));
+            }
+            out.reduce_scatters += n;
+        }
+        out.seconds += n * (it.gather + it.backward_gather + it.reduce_scatter);
+    }
+    Some(out)
 }
 
 #[cfg(test)]

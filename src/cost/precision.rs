@@ -703,6 +703,30 @@ pub fn narrow_param_gather(
     }
 }
 
+/// ZeRO-3/FSDP gather bytes of one unit (item `it`) under a narrow
+/// parameter gather, `(dense, expert)` bytes per rank: the unit's
+/// low-precision weights at the format's operand bytes plus its block
+/// scales (as [`narrow_param_gather`] prices the rank), the rest at the
+/// recipe's weight bytes. Only the bytes narrow: each gather keeps its own
+/// latency (`layer::fsdp_unit_collectives`).
+///
+/// Example: FP8 (1 byte, no block scales), bf16 recipe (2 bytes), a unit of
+/// 100 M dense parameters of which 90 M in low-precision GEMMs, no
+/// experts: `10 M · 2 + 90 M · 1 = 110` MB dense, 0 expert.
+pub fn narrow_unit_gather_bytes(
+    it: &crate::cost::layer::ItemCost,
+    lp: &LowPrecision,
+    recipe: &Recipe,
+    hidden: u64,
+) -> (f64, f64) {
+    let per = lp.operand_bytes + lp.weight_scale_bytes(hidden as f64);
+    let dense_low = (it.low_params - it.expert_params).clamp(0.0, it.params);
+    (
+        (it.params - dense_low) * recipe.weight_bytes + dense_low * per,
+        it.expert_params * per,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
