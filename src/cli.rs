@@ -236,11 +236,17 @@ struct JobArgs {
     /// Price attention without flash attention (stores the s×s scores).
     #[arg(long)]
     no_flash_attention: bool,
-    /// Price ZeRO-3 as DeepSpeed 0.3 (early 2021) ran it: one synchronous
-    /// collective per parameter tensor over the whole DP group, with its
-    /// 2021 memory limits (the engine of Narayanan et al. 2021 Table 2;
-    /// `validate` sets it for `engine = deepspeed` rows). Without it,
-    /// ZeRO-3 is priced per unit with overlapped gathers.
+    /// Price ZeRO-3 as DeepSpeed 0.3 (early 2021) ran it, to reproduce
+    /// 2021 DeepSpeed measurements (not to plan today's runs): one
+    /// synchronous collective per parameter tensor over the whole DP group,
+    /// with its 2021 memory limits (the engine of Narayanan et al. 2021
+    /// Table 2; `validate` sets it for `engine = deepspeed` rows). Implies
+    /// `--no-flash-attention` (2021 had none). Refuses what DeepSpeed 0.3
+    /// could not run: MoE models, FP8/MXFP8/NVFP4, `--recipe megatron`,
+    /// C > 1, and ZeRO-3 with p > 1; `search` then tries ZeRO-3 at p = C = 1
+    /// only, and `generate` refuses it. At ZeRO 0-2 it changes nothing (a
+    /// note says so). Without it, ZeRO-3 is priced per unit with
+    /// overlapped gathers.
     #[arg(long)]
     deepspeed_2021: bool,
     /// Do not overlap the DP gradient reduction with backward.
@@ -696,7 +702,13 @@ impl PlanRequest {
         let setup = setup(job)?;
         let layout = if layout.any() {
             let l = layout.layout(setup.world, setup.job.global_batch)?;
-            Some(check_layout(l, &setup.model)?)
+            let l = check_layout(l, &setup.model)?;
+            if job.deepspeed_2021
+                && let Some(n) = deepspeed_2021_layout(&l)?
+            {
+                eprintln!("{n}");
+            }
+            Some(l)
         } else {
             None
         };
@@ -835,7 +847,10 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.recipe = a.recipe.recipe();
     job.flash_attention = !a.no_flash_attention;
     if a.deepspeed_2021 {
+        deepspeed_2021_job(a, &model)?;
         job.engine_memory.deepspeed_zero3 = Some(crate::spec::DeepSpeedZero3::DEFAULTS_2021);
+        // DeepSpeed 0.3 (early 2021) predates FlashAttention (May 2022).
+        job.flash_attention = false;
     }
     job.overlap_grad_reduce = !a.no_overlap_grad_reduce;
     job.tp_comm_overlap = a.tp_comm_overlap;
@@ -879,6 +894,56 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     })
 }
 
+/// What `--deepspeed-2021` cannot price for the job: DeepSpeed 0.3 (early
+/// 2021) had no expert parallelism, no FP8-class GEMMs and kept fp16
+/// gradients with an fp32 partition (`--recipe deepspeed`; `adam-16b` is
+/// the same bytes reduced at 2); one clear error naming the flag.
+fn deepspeed_2021_job(a: &JobArgs, model: &Model) -> Result<()> {
+    if model.moe.is_some() {
+        bail!(
+            "--deepspeed-2021: {} is an MoE model, and DeepSpeed 0.3 (early 2021) had no expert parallelism to price it with",
+            model.name
+        );
+    }
+    if a.precision.is_low() {
+        bail!(
+            "--deepspeed-2021: --precision {} is not a DeepSpeed 0.3 (early 2021) precision: it trained fp16 (use --precision bf16)",
+            a.precision
+        );
+    }
+    if a.recipe == RecipeName::Megatron {
+        bail!(
+            "--deepspeed-2021 with --recipe megatron: DeepSpeed 0.3 kept fp16 gradients and an fp32 gradient partition; pass --recipe deepspeed"
+        );
+    }
+    Ok(())
+}
+
+/// What `--deepspeed-2021` cannot price for layout `l`: context parallelism
+/// (DeepSpeed 0.3 had none) and ZeRO-3 under its pipeline engine (which
+/// refused ZeRO-2 and -3); an error naming the flag. At ZeRO 0-2 the flag
+/// changes nothing: `Some(note)` says so.
+fn deepspeed_2021_layout(l: &Layout) -> Result<Option<String>> {
+    if l.cp > 1 {
+        bail!(
+            "--deepspeed-2021 with C = {}: DeepSpeed 0.3 (early 2021) had no context parallelism",
+            l.cp
+        );
+    }
+    if l.zero >= 3 && l.pp > 1 {
+        bail!(
+            "--deepspeed-2021 with ZeRO-3 and p = {}: DeepSpeed 0.3's pipeline engine ran ZeRO 0 and 1 only",
+            l.pp
+        );
+    }
+    Ok((l.zero < 3).then(|| {
+        format!(
+            "note: --deepspeed-2021 changes nothing at ZeRO {}: it prices ZeRO-3's per-tensor collectives only",
+            l.zero
+        )
+    }))
+}
+
 fn space(a: &SearchArgs) -> Result<Space> {
     let mut filter = match &a.fix {
         Some(text) => Filter::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
@@ -892,6 +957,24 @@ fn space(a: &SearchArgs) -> Result<Space> {
             );
         }
         filter.cp_comm = Some(c);
+    }
+    // `--deepspeed-2021` searches what DeepSpeed 0.3's ZeRO-3 ran: ZeRO-3
+    // at p = C = 1 (`deepspeed_2021_layout`).
+    if a.job.deepspeed_2021 {
+        for (key, fixed, only) in [
+            ("zero", filter.zero.map(u32::from), 3),
+            ("pp", filter.pp, 1),
+            ("cp", filter.cp, 1),
+        ] {
+            if let Some(v) = fixed.filter(|v| *v != only) {
+                bail!(
+                    "--deepspeed-2021 searches ZeRO-3 at pp=1 cp=1 only (DeepSpeed 0.3's ZeRO-3), and --fix asks {key}={v}"
+                );
+            }
+        }
+        filter.zero = Some(3);
+        filter.pp = Some(1);
+        filter.cp = Some(1);
     }
     let max_cp = if a.no_cp { Some(1) } else { a.max_cp };
     Ok(Space {
@@ -954,6 +1037,12 @@ fn fixed_beyond_target(target: Target, s: &Setup, space: &Space) -> Option<Strin
 }
 
 fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
+    if a.job.deepspeed_2021 && a.target != Target::Megatron {
+        bail!(
+            "--deepspeed-2021 with --target {}: the flag prices DeepSpeed 0.3 (early 2021), a target prices today's engine; drop one",
+            a.target
+        );
+    }
     let mut s = setup(&a.job)?;
     a.target.engine_job(&mut s.job);
     target_model_check(a.target, &s)?;
@@ -1401,6 +1490,11 @@ fn target_model_check(target: Target, s: &Setup) -> Result<()> {
 fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     if a.job.format == Format::Csv {
         bail!("--format csv: generate prints the checklist (table) or the plan (json)");
+    }
+    if a.job.deepspeed_2021 {
+        bail!(
+            "--deepspeed-2021 prices DeepSpeed 0.3 (early 2021) to reproduce its measurements; generate writes launch files for today's engines: drop the flag (--target deepspeed prices today's DeepSpeed)"
+        );
     }
     let mut req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
     // Price the plan as the target runs it (engine behaviour; see

@@ -315,6 +315,7 @@ mod tests {
                 recompute: Recompute::None,
                 micro_batches: "",
                 scale: "",
+                deepspeed_2021: false,
             },
             error: e,
         };

@@ -14,6 +14,10 @@ use crate::search::{Candidate, SearchResult};
 use crate::spec::GIB;
 use crate::trust::{Record, Regime, Trust};
 
+/// [`Context::zero3_pricing`] under `--deepspeed-2021`.
+pub const DEEPSPEED_2021_PRICING: &str =
+    "DeepSpeed 0.3 (2021): one synchronous collective per tensor (--deepspeed-2021)";
+
 /// What was planned: names and the job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Context {
@@ -47,6 +51,10 @@ pub struct Context {
     pub precision_peak_tflops: f64,
     /// FLOP convention of the reported TFLOP/s and MFU.
     pub flop_convention: &'static str,
+    /// How ZeRO-3 is priced when not as today's engines run it: DeepSpeed
+    /// 0.3's per-tensor collectives under `--deepspeed-2021`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero3_pricing: Option<&'static str>,
 }
 
 impl Context {
@@ -74,6 +82,12 @@ impl Context {
             } else {
                 "model FLOPs (Megatron num_floating_point_operations; recompute not counted)"
             },
+            zero3_pricing: pr
+                .job
+                .engine_memory
+                .deepspeed_zero3
+                .is_some_and(|d| d.per_tensor_sync)
+                .then_some(DEEPSPEED_2021_PRICING),
         }
     }
 }
@@ -300,6 +314,7 @@ pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
 fn regime_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Regime {
     Regime {
         precision: crate::trust::precision_class(pr.job.precision),
+        deepspeed_2021: crate::trust::deepspeed_2021(pr.job, l),
         ..Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some())
     }
 }
@@ -543,6 +558,10 @@ pub struct ExplainReport {
     pub levels: Vec<cost::levels::Level>,
     /// Every process group: the levels it crosses and the bytes per level.
     pub groups: Vec<cost::levels::GroupTraffic>,
+    /// Under `--deepspeed-2021` at ZeRO-3: the per-tensor collectives
+    /// that the groups' one reduce-scatter stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_collectives: Option<cost::TensorCollectives>,
     /// Every rule it breaks.
     pub violations: Vec<Violation>,
     /// Where it ranks among the valid layouts (1-based), if valid and a
@@ -583,6 +602,7 @@ impl ExplainReport {
             ranks: cost::rank_costs(pr, l),
             levels: cost::levels::levels(pr.cluster),
             groups: cost::levels::group_traffic(pr, l),
+            tensor_collectives: cost::deepspeed_2021_tensor_collectives(pr, l),
             violations,
             rank_among_valid: None,
             rank_is_row: false,

@@ -5,7 +5,8 @@
 //! (sources in `tests/data/README.md`), built into the binary and priced
 //! once with the shipped profiles by [`crate::validate`]. A plan's regime is
 //! the tuple of [`Regime`]: GPU class, precision class, ZeRO band, CP,
-//! MoE, recompute, micro-batch band and scale band. The rule:
+//! MoE, recompute, micro-batch band, scale band and pricing (DeepSpeed 0.3's
+//! per-tensor ZeRO-3, [`deepspeed_2021`], or today's engines). The rule:
 //!
 //! 1. The rows whose regime equals the plan's on every dimension are its
 //!    validation: the plan's error band is their median and largest
@@ -14,6 +15,11 @@
 //!    those that share the most dimensions with it (ties: all of them), and
 //!    the note names the dimensions in which every nearest row differs
 //!    (e.g. "no measured run with ZeRO 3, m ≥ 64 on a100").
+//! 3. Both draw only on rows priced as the plan is: a plan priced as
+//!    DeepSpeed 0.3's ZeRO-3 (`--deepspeed-2021`, the `engine = deepspeed`
+//!    rows at ZeRO-3) on those rows alone, any other plan never on them
+//!    (their errors hold under that pricing only). With no such row at
+//!    all the plan is extrapolated with no nearest run.
 
 use std::sync::OnceLock;
 
@@ -46,6 +52,9 @@ pub struct Regime {
     pub micro_batches: &'static str,
     /// GPUs: `≤64`, `65–512`, `513–4096`, `>4096`.
     pub scale: &'static str,
+    /// ZeRO-3 priced as DeepSpeed 0.3 ran it ([`deepspeed_2021`]): its
+    /// rows' errors say nothing of today's pricing, nor the reverse.
+    pub deepspeed_2021: bool,
 }
 
 impl Regime {
@@ -61,11 +70,12 @@ impl Regime {
             recompute: l.recompute,
             micro_batches: micro_batch_band(m),
             scale: scale_band(gpus),
+            deepspeed_2021: false,
         }
     }
 
     /// `(dimension, value)` in a fixed order, as the notes name them.
-    fn dims(&self) -> [(&'static str, String); 8] {
+    fn dims(&self) -> [(&'static str, String); 9] {
         [
             ("gpu", self.gpu.clone()),
             ("precision", self.precision.to_string()),
@@ -75,6 +85,15 @@ impl Regime {
             ("recompute", self.recompute.to_string()),
             ("m", self.micro_batches.to_string()),
             ("scale", self.scale.to_string()),
+            (
+                "pricing",
+                if self.deepspeed_2021 {
+                    "DeepSpeed 0.3 ZeRO-3 pricing"
+                } else {
+                    "today's ZeRO pricing"
+                }
+                .to_string(),
+            ),
         ]
     }
 
@@ -99,6 +118,17 @@ impl Regime {
             _ => value.to_string(),
         }
     }
+}
+
+/// Whether `job` at layout `l` is priced as DeepSpeed 0.3's ZeRO-3 (one
+/// synchronous collective per tensor, [`crate::spec::DeepSpeedZero3::per_tensor_sync`]):
+/// ZeRO-3 under the flag; at ZeRO 0-2 the flag changes no price.
+pub fn deepspeed_2021(job: &crate::spec::Job, l: &Layout) -> bool {
+    l.zero >= 3
+        && job
+            .engine_memory
+            .deepspeed_zero3
+            .is_some_and(|d| d.per_tensor_sync)
 }
 
 /// Precision class of a job: `16-bit` (bf16 or fp16 GEMMs) or the
@@ -343,6 +373,7 @@ impl Record {
             }
             let regime = Regime {
                 precision,
+                deepspeed_2021: deepspeed_2021(&case.job, &case.layout),
                 ..Regime::of(
                     &case.gpu,
                     &case.layout,
@@ -388,7 +419,13 @@ impl Record {
 
     /// The trust of a plan in `regime` (the rule in the module docs).
     pub fn trust(&self, regime: &Regime) -> Trust {
-        let exact: Vec<&Measured> = self.runs.iter().filter(|m| m.regime == *regime).collect();
+        // Only rows priced as the plan is (rule 3 of the module docs).
+        let priced_alike = || {
+            self.runs
+                .iter()
+                .filter(|m| m.regime.deepspeed_2021 == regime.deepspeed_2021)
+        };
+        let exact: Vec<&Measured> = priced_alike().filter(|m| m.regime == *regime).collect();
         if !exact.is_empty() {
             let abs: Vec<f64> = exact.iter().map(|m| m.error.abs()).collect();
             return Trust {
@@ -400,15 +437,11 @@ impl Record {
                 envelope: None,
             };
         }
-        let best = self
-            .runs
-            .iter()
+        let best = priced_alike()
             .map(|m| m.regime.shared(regime))
             .max()
             .unwrap_or(0);
-        let nearest: Vec<&Measured> = self
-            .runs
-            .iter()
+        let nearest: Vec<&Measured> = priced_alike()
             .filter(|m| m.regime.shared(regime) == best)
             .collect();
         // The plan's dimensions, phrased, in which every nearest run

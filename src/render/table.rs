@@ -16,7 +16,7 @@ pub struct Table;
 fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
     writeln!(
         w,
-        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}{}, usable {:.1} GiB/GPU",
+        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}{}, usable {:.1} GiB/GPU{}",
         c.model,
         c.gpus,
         c.gpu,
@@ -30,7 +30,11 @@ fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
         } else {
             format!(", {}", c.precision_note)
         },
-        c.usable_gib
+        c.usable_gib,
+        match c.zero3_pricing {
+            Some(p) => format!(", ZeRO-3 priced as {p}"),
+            None => String::new(),
+        }
     )
 }
 
@@ -399,6 +403,17 @@ impl Exporter for Table {
         if !r.groups.is_empty() {
             writeln!(w)?;
             super::extras::group_levels(w, &r.levels, &r.groups)?;
+            if let Some(t) = &r.tensor_collectives {
+                writeln!(
+                    w,
+                    "Under --deepspeed-2021 the ZeRO-3 collectives are per tensor, not the one dp reduce-scatter above: {:.0} all-gathers and {:.0} reduce-scatters per micro-batch ({:.0} per step), {:.1} ms per micro-batch ({:.2} s per step), all exposed.",
+                    t.gathers,
+                    t.reduce_scatters,
+                    (t.gathers + t.reduce_scatters) * t.micro_batches as f64,
+                    t.seconds * 1e3,
+                    t.seconds * t.micro_batches as f64
+                )?;
+            }
         }
         if let Some(c) = &r.checkpoint {
             writeln!(w)?;
