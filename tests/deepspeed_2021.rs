@@ -349,3 +349,39 @@ fn unused_ffn_of_an_all_moe_card_does_not_move_the_price() {
         &[4096.0, 25_165_824.0, 16_777_216.0, 4096.0, 32_768.0]
     );
 }
+
+/// Fix 4: a narrow (FP8) parameter gather narrows each unit's bytes, not
+/// its time. Llama 3 8B on 64 H100s, ZeRO-3, FP8: the embedding (no
+/// low-precision GEMM) gathers exactly what it gathers in bf16 — the old
+/// rank-wide time ratio shrank it too — and a layer's gather is its bf16
+/// gather's latency plus a shrunken bandwidth part, so more than the old
+/// `ratio · bf16` time (latency kept) and less than the bf16 time.
+#[test]
+fn narrow_param_gather_scales_bytes_not_latency() {
+    use meshplan::spec::Precision;
+    let costs = |narrow: bool| {
+        let mut s = Setup::new("llama3-8b", "dgx-h100-64", None);
+        s.job.precision = Precision::Fp8;
+        s.job.fp8_param_gather = narrow;
+        let pr = s.problem();
+        let l = Layout {
+            zero: 3,
+            ..Layout::dense(64, 1, 1, 1)
+        };
+        let pl = Placement::of(&l, pr.cluster);
+        layer::layer_costs(&pr, &l, &pl)
+    };
+    let (wide, narrow) = (costs(false), costs(true));
+    assert!(wide.embedding.gather > 0.0);
+    assert_eq!(narrow.embedding.gather, wide.embedding.gather);
+    assert_eq!(narrow.output.gather, wide.output.gather);
+    // Layer bytes: the norms stay bf16, the GEMM weights go to 1 byte, so
+    // the ratio of bytes is just above ½.
+    let d = &wide.dense;
+    let ratio = ((d.params - d.low_params) * 2.0 + d.low_params) / (2.0 * d.params);
+    assert!(ratio > 0.5 && ratio < 0.51, "{ratio}");
+    let g = narrow.dense.gather;
+    assert!(g < wide.dense.gather && g > ratio * wide.dense.gather, "{g} vs {}", wide.dense.gather);
+    // The reduce-scatter (gradients, never narrowed) does not move.
+    assert_eq!(narrow.dense.reduce_scatter, wide.dense.reduce_scatter);
+}

@@ -746,6 +746,30 @@ mod tests {
     }
 
     #[test]
+    fn narrow_unit_gather_bytes_by_hand() {
+        // The doc example: bf16 weights (2 bytes), FP8 (1 byte, per-tensor
+        // delayed scaling: no block scales), 100 M dense parameters of
+        // which 90 M in low-precision GEMMs: 10 M·2 + 90 M·1 = 110 MB.
+        let it = crate::cost::layer::ItemCost {
+            params: 100e6,
+            low_params: 90e6,
+            ..Default::default()
+        };
+        let lp = fp8(Fp8Recipe::Delayed);
+        let r = crate::spec::Recipe::MEGATRON_BF16;
+        assert_eq!(narrow_unit_gather_bytes(&it, &lp, &r, 4096), (110e6, 0.0));
+        // With 8 M expert parameters (all low precision): the dense share is
+        // 98 − 8 = 90 M again, the experts 8 M·1 byte.
+        let it = crate::cost::layer::ItemCost {
+            params: 100e6,
+            low_params: 98e6,
+            expert_params: 8e6,
+            ..Default::default()
+        };
+        assert_eq!(narrow_unit_gather_bytes(&it, &lp, &r, 4096), (110e6, 8e6));
+    }
+
+    #[test]
     fn saved_input_element_bytes_te_and_bf16() {
         // bf16 (no low precision): 2 bytes.
         assert_eq!(saved_input_element_bytes(None, 2048.0), 2.0);
