@@ -381,7 +381,11 @@ fn narrow_param_gather_scales_bytes_not_latency() {
     let ratio = ((d.params - d.low_params) * 2.0 + d.low_params) / (2.0 * d.params);
     assert!(ratio > 0.5 && ratio < 0.51, "{ratio}");
     let g = narrow.dense.gather;
-    assert!(g < wide.dense.gather && g > ratio * wide.dense.gather, "{g} vs {}", wide.dense.gather);
+    assert!(
+        g < wide.dense.gather && g > ratio * wide.dense.gather,
+        "{g} vs {}",
+        wide.dense.gather
+    );
     // The reduce-scatter (gradients, never narrowed) does not move.
     assert_eq!(narrow.dense.reduce_scatter, wide.dense.reduce_scatter);
 }
