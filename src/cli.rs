@@ -243,8 +243,8 @@ struct JobArgs {
     /// Table 2; `validate` sets it for `engine = deepspeed` rows). Implies
     /// `--no-flash-attention` (2021 had none). Refuses what DeepSpeed 0.3
     /// could not run: MoE models, FP8/MXFP8/NVFP4, `--recipe megatron`,
-    /// C > 1, and ZeRO-3 with p > 1; `search` then tries ZeRO-3 at p = C = 1
-    /// only, and `generate` refuses it. At ZeRO 0-2 it changes nothing (a
+    /// C > 1, SP, and ZeRO-3 with p > 1; `search` then tries ZeRO-3 at
+    /// p = C = 1 without SP only, and `generate` refuses it. At ZeRO 0-2 it changes nothing (a
     /// note says so). Without it, ZeRO-3 is priced per unit with
     /// overlapped gathers.
     #[arg(long)]
@@ -920,14 +920,20 @@ fn deepspeed_2021_job(a: &JobArgs, model: &Model) -> Result<()> {
 }
 
 /// What `--deepspeed-2021` cannot price for layout `l`: context parallelism
-/// (DeepSpeed 0.3 had none) and ZeRO-3 under its pipeline engine (which
-/// refused ZeRO-2 and -3); an error naming the flag. At ZeRO 0-2 the flag
+/// (DeepSpeed 0.3 had none), sequence parallelism (2022) and ZeRO-3 under
+/// its pipeline engine (which refused ZeRO-2 and -3); an error naming the
+/// flag. At ZeRO 0-2 the flag
 /// changes nothing: `Some(note)` says so.
 fn deepspeed_2021_layout(l: &Layout) -> Result<Option<String>> {
     if l.cp > 1 {
         bail!(
             "--deepspeed-2021 with C = {}: DeepSpeed 0.3 (early 2021) had no context parallelism",
             l.cp
+        );
+    }
+    if l.sp && l.tp > 1 {
+        bail!(
+            "--deepspeed-2021 with --sp: sequence parallelism (Korthikanti et al., 2022) postdates DeepSpeed 0.3 (early 2021)"
         );
     }
     if l.zero >= 3 && l.pp > 1 {
@@ -959,8 +965,14 @@ fn space(a: &SearchArgs) -> Result<Space> {
         filter.cp_comm = Some(c);
     }
     // `--deepspeed-2021` searches what DeepSpeed 0.3's ZeRO-3 ran: ZeRO-3
-    // at p = C = 1 (`deepspeed_2021_layout`).
+    // at p = C = 1, no SP (`deepspeed_2021_layout`).
     if a.job.deepspeed_2021 {
+        if filter.sp == Some(true) {
+            bail!(
+                "--deepspeed-2021 searches without sequence parallelism (it postdates DeepSpeed 0.3), and --fix asks sp=on"
+            );
+        }
+        filter.sp = Some(false);
         for (key, fixed, only) in [
             ("zero", filter.zero.map(u32::from), 3),
             ("pp", filter.pp, 1),

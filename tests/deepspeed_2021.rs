@@ -161,6 +161,14 @@ fn refuses_what_deepspeed_0_3_could_not_run() {
     let cases = [
         (with(&dp768, "--pp", "2"), "pipeline engine"),
         (with(&dp768, "--cp", "2"), "context parallelism"),
+        (
+            with(
+                &with(&with(T2_03, "--tp", "8"), "--dp", "192"),
+                "--sp",
+                "on",
+            ),
+            "sequence parallelism",
+        ),
         (with(T2_03, "--precision", "fp8"), "--precision fp8"),
         (with(T2_03, "--recipe", "megatron"), "--recipe megatron"),
     ];
@@ -225,6 +233,23 @@ fn refuses_what_deepspeed_0_3_could_not_run() {
     let o = run(&search, &["--fix", "pp=2"]);
     assert!(!o.status.success());
     assert!(stderr_of(&o).contains("--deepspeed-2021 searches ZeRO-3 at pp=1 cp=1 only"));
+    let o = run(&search, &["--fix", "sp=on"]);
+    assert!(!o.status.success());
+    assert!(stderr_of(&o).contains("without sequence parallelism"));
+    // What it does search: ZeRO-3, p = C = 1, SP off, every row.
+    let o = run(&search, &["--format", "json", "--top", "5"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        let l = &r["layout"];
+        assert_eq!(
+            (&l["zero"], &l["pp"], &l["cp"], &l["sp"]),
+            (&3.into(), &1.into(), &1.into(), &false.into()),
+            "{l}"
+        );
+    }
     let o = run(&search, &["--target", "deepspeed"]);
     assert!(!o.status.success());
     assert!(stderr_of(&o).contains("--deepspeed-2021 with --target deepspeed"));
