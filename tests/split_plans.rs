@@ -468,3 +468,73 @@ fn command_line_splits() {
         &["64 pipeline stages", "only 32 transformer layers"],
     );
 }
+
+/// `explain --auto-split` solves a layout with the solver the search used
+/// for it, so it prints the search row's split. DeepSeek-V3 (three dense
+/// layers, then MoE layers) is not a uniform-layer problem, and at v = 1
+/// the search uses the exact DP; the ILP finds other splits with the same
+/// prices (the objectives tie), so before `split::solve` used the DP the
+/// two commands printed different splits for one layout. The oracle is the
+/// search's own row.
+#[test]
+fn auto_split_prints_the_search_rows_split_for_mixed_layers() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800-2048",
+        "--fix",
+        "tp=1,pp=16,ep=8,mbs=2,recompute=full,zero=1",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let row = &v["rows"][0]["layout"];
+    let searched: Vec<u64> = row["split"]
+        .as_array()
+        .expect("an uneven split")
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(searched.iter().sum::<u64>(), 61, "{row}");
+    let dp = row["dp"].to_string();
+    let o = meshplan(&[
+        "explain",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800-2048",
+        "--dp",
+        &dp,
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--mbs",
+        "2",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--sp",
+        if row["sp"] == true { "on" } else { "off" },
+        "--auto-split",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let explained: Vec<u64> = e["layout"]["split"]
+        .as_array()
+        .expect("the auto split")
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(explained, searched);
+}

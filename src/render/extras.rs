@@ -102,13 +102,17 @@ pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
 /// # Errors
 /// I/O errors of `w`.
 pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
+    // A plan ranked behind a better-validated winner in its tie group can
+    // be predicted faster than it: say "slower", never "-4.5% faster".
+    let (pct, word) = if g.winner_faster < 0.0 {
+        (-100.0 * g.winner_faster / (1.0 + g.winner_faster), "slower")
+    } else {
+        (100.0 * g.winner_faster, "faster")
+    };
     writeln!(
         w,
-        "Gap to the winner: step {:.3} s vs {:.3} s ({:+.3} s, the winner is {:.1}% faster), part by part:",
-        g.this_step_s,
-        g.winner_step_s,
-        g.delta_s,
-        100.0 * g.winner_faster
+        "Gap to the winner: step {:.3} s vs {:.3} s ({:+.3} s, the winner is {:.1}% {word}), part by part:",
+        g.this_step_s, g.winner_step_s, g.delta_s, pct
     )?;
     let mut t = table();
     t.set_header(vec!["part", "winner s", "this s", "Δ s", "share of gap"]);
@@ -505,5 +509,43 @@ mod tests {
         ] {
             assert_eq!(super::duration(s), want);
         }
+    }
+
+    #[test]
+    fn a_slower_winner_is_called_slower() {
+        // A plan ranked behind a better-validated winner of its tie group
+        // can be the faster one: winner 10 s, this 9.5 s, so the winner
+        // takes 10/9.5 − 1 = 5.3% longer; the old line said "-5.0% faster".
+        let g = crate::explain::Gap {
+            winner_step_s: 10.0,
+            this_step_s: 9.5,
+            delta_s: -0.5,
+            winner_faster: 9.5 / 10.0 - 1.0,
+            parts: Vec::new(),
+        };
+        let mut out = Vec::new();
+        super::gap(&mut out, &g).unwrap();
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.starts_with(
+                "Gap to the winner: step 9.500 s vs 10.000 s (-0.500 s, the winner is 5.3% slower)"
+            ),
+            "{line}"
+        );
+        // And the usual case: winner 8 s, this 10 s: 25.0% faster.
+        let g = crate::explain::Gap {
+            winner_step_s: 8.0,
+            this_step_s: 10.0,
+            delta_s: 2.0,
+            winner_faster: 10.0 / 8.0 - 1.0,
+            parts: Vec::new(),
+        };
+        let mut out = Vec::new();
+        super::gap(&mut out, &g).unwrap();
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.contains("(+2.000 s, the winner is 25.0% faster)"),
+            "{line}"
+        );
     }
 }

@@ -208,7 +208,7 @@ impl Exporter for Table {
                 w,
                 "  {} more layouts might beat row {} with an uneven split but were not re-split (solve budget spent).",
                 r.stats.split_skipped,
-                r.rows.len()
+                crate::search::Space::default().top_k
             )?;
         }
         if cp {

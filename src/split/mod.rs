@@ -690,9 +690,13 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     })
 }
 
-/// Solve the stage split of layout `l`: with the exact uniform-layer
-/// solver when every layer is alike ([`uniform::solve`], the split the
-/// search picks for the same layout), else with the ILP ([`ilp::solve`]).
+/// Solve the stage split of layout `l` with the solver the search uses for
+/// the same layout, so `explain --auto-split` prints the search's split:
+/// the exact uniform-layer solver when every layer is alike
+/// ([`uniform::solve`]), else the exact DP for v = 1 ([`dp::solve`]), else
+/// the ILP ([`ilp::solve`]). Where the objectives tie, each solver's own
+/// tie rule picks among equally good splits, so a different solver could
+/// print a different split with the same prices.
 ///
 /// # Errors
 /// [`SplitError`]: more stages than layers, no split fits (naming the stage
@@ -701,6 +705,9 @@ pub fn solve(pr: &Problem, l: &Layout) -> Result<Split, SplitError> {
     let sp = SplitProblem::for_layout(pr, l);
     if uniform::qualifies(&sp) {
         return uniform::solve(&sp);
+    }
+    if sp.vpp == 1 {
+        return dp::solve(&sp);
     }
     ilp::solve(&sp, &ilp::Options::default())
 }
