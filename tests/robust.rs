@@ -616,7 +616,7 @@ fn counters_add_up_in_every_output() {
     };
     let o = run_v(&with("search", &JOB, &[]));
     let out = String::from_utf8_lossy(&o.stdout);
-    let head = "Considered 36490 layouts = 22653 priced + 10919 pruned by exact memory bounds + 2918 bounded (one rule broken; an upper bound on tokens/s below that rule's near-miss); ";
+    let head = "Considered 36490 layouts = 22653 priced + 10919 pruned by exact memory bounds + 2918 bounded (one rule broken; their tokens/s bound under that rule's near-miss); ";
     let (v0, d0, t0) = numbers(&out, head, "distinct; ");
     assert_eq!(v0, d0 + t0, "{out}");
     assert!(out.contains(

@@ -548,7 +548,7 @@ pub fn counters_line(st: &crate::search::Stats) -> String {
     };
     let bounded = if st.near_miss_bounded > 0 {
         format!(
-            " + {} bounded (one rule broken; an upper bound on tokens/s below that rule's near-miss)",
+            " + {} bounded (one rule broken; their tokens/s bound under that rule's near-miss)",
             st.near_miss_bounded
         )
     } else {
