@@ -236,8 +236,9 @@ pub struct Space {
     pub top_k: usize,
     /// Keep every valid candidate (for why-not ranks and Pareto plots).
     pub keep_all: bool,
-    /// Drop layouts that exact bounds prove invalid without pricing them
-    /// (off only to check the bounds against brute force).
+    /// Drop layouts that exact bounds prove invalid, and skip pricing
+    /// those that cannot be a near-miss, without pricing them (off only to
+    /// check the bounds against brute force).
     pub prune: bool,
 }
 
@@ -271,7 +272,7 @@ pub struct Rejections {
 }
 
 /// Counters of one search. They add up: `considered = pruned + evaluated
-/// + unpriced`; `valid − twins` layouts are distinct, and the `ranked` of
+/// + unpriced + near_miss_bounded`; `valid − twins` layouts are distinct, and the `ranked` of
 /// them predicted at least [`RANKED_FLOOR`] of the fastest's tokens/s can
 /// be listed (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -287,6 +288,11 @@ pub struct Stats {
     /// Layouts rejected without pricing because they break two or more
     /// structural rules.
     pub unpriced: u64,
+    /// Layouts that break one structural rule, left unpriced because an
+    /// upper bound on their tokens/s (every stage equally loaded, no
+    /// data-parallel or optimizer time) is below the fastest such layout
+    /// already priced: they cannot be that rule's near-miss.
+    pub near_miss_bounded: u64,
     /// Layouts that pass every rule.
     pub valid: u64,
     /// Valid layouts that differ from another valid one only in the rank
@@ -593,6 +599,7 @@ impl Acc {
         self.stats.pruned += o.stats.pruned;
         self.stats.evaluated += o.stats.evaluated;
         self.stats.unpriced += o.stats.unpriced;
+        self.stats.near_miss_bounded += o.stats.near_miss_bounded;
         self.stats.valid += o.stats.valid;
         self.stats.twins += o.stats.twins;
         self
@@ -810,6 +817,11 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
         )
         .total()
 }
+
+/// Slack on [`balanced_bound`] before it skips pricing a near-miss
+/// candidate: far above floating-point rounding (the bound is checked to
+/// 1e-12 against [`cost::evaluate`]), far below any real gap.
+const NEAR_MISS_BOUND_MARGIN: f64 = 1.0 + 1e-9;
 
 /// Most distinct stage-split ILPs (interleaved layouts, milliseconds
 /// each) one search solves.
@@ -1198,6 +1210,9 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             // One layout of each pruned (mesh, ZeRO stage) is still priced,
             // so a memory rejection can name its near-miss with numbers.
             let mut sampled = [false; 4];
+            // Fastest priced layout of this mesh that fits and breaks only
+            // the one structural rule, by rule (see the bound below).
+            let mut mesh_near = [f64::NEG_INFINITY; Rule::ALL.len()];
             // Valid layouts of this mesh by everything but the rank order
             // and by their predictions: a second one is a twin.
             let mut seen = std::mem::take(&mut acc.seen);
@@ -1229,9 +1244,33 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 }
                 let pl = crate::layout::Placement::of(&l, pr.cluster);
                 let lc = cost::layer::layer_costs(pr, &l, &pl);
+                // A layout that breaks one structural rule is priced only to
+                // name that rule's near-miss (the fastest such layout): one
+                // whose balanced-split bound is below a near-miss already
+                // priced on this mesh cannot be it (the bound never
+                // undercuts its price, see
+                // `pipeline_bounds_never_undercut_evaluate`). Per mesh, not
+                // per worker, so the counters do not depend on how the
+                // meshes fall to the threads. The split-only rule is left
+                // out: its layouts may be re-split.
+                let single = structural.first().filter(|&r| r != Rule::LayersPp);
+                if let Some(r) = single
+                    && space.prune
+                    && balanced_bound(pr, &l, &lc) * NEAR_MISS_BOUND_MARGIN < mesh_near[r as usize]
+                {
+                    acc.stats.near_miss_bounded += 1;
+                    acc.reject(r, None);
+                    return;
+                }
                 let e = cost::evaluate_with(pr, &l, &pl, &lc);
                 acc.stats.evaluated += 1;
                 let fits = e.fits();
+                if let Some(r) = single
+                    && fits
+                {
+                    let best = &mut mesh_near[r as usize];
+                    *best = best.max(e.tokens_per_s);
+                }
                 // Only the split stands between these and validity; keep
                 // those whose balanced-split bound beats this worker's K-th
                 // best (a lower bound on the final threshold).
@@ -1362,7 +1401,7 @@ mod tests {
         for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
             with_problem(name, "dgx64", None, seq, |pr| {
                 let space = Space::default();
-                for mesh in meshes(pr, &space).into_iter().filter(|m| m.pp > 1) {
+                for mesh in meshes(pr, &space) {
                     for_each_layout(pr, &space, mesh, |l| {
                         let pl = crate::layout::Placement::of(&l, pr.cluster);
                         let lc = cost::layer::layer_costs(pr, &l, &pl);
@@ -1384,7 +1423,7 @@ mod tests {
                             e.tokens_per_s,
                             l.short()
                         );
-                        if e.fits() {
+                        if e.fits() && l.pp > 1 {
                             let b = split_bound(pr, &l, &lc);
                             assert!(
                                 b.is_some_and(|b| b * tol >= e.tokens_per_s),

@@ -549,14 +549,22 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
     Ok(())
 }
 
-/// The footer's counters: what was considered, split into priced, pruned
-/// and rejected unpriced (they add up), and the valid layouts with their
+/// The footer's counters: what was considered, split into priced, pruned,
+/// rejected unpriced and near-miss bounded (they add up), and the valid layouts with their
 /// rank-order twins (listed once).
 pub fn counters_line(st: &crate::search::Stats) -> String {
     let unpriced = if st.unpriced > 0 {
         format!(
             " + {} rejected unpriced (two or more rules broken)",
             st.unpriced
+        )
+    } else {
+        String::new()
+    };
+    let bounded = if st.near_miss_bounded > 0 {
+        format!(
+            " + {} bounded (one rule broken; their tokens/s bound under that rule's near-miss)",
+            st.near_miss_bounded
         )
     } else {
         String::new()
@@ -581,7 +589,7 @@ pub fn counters_line(st: &crate::search::Stats) -> String {
         String::new()
     };
     format!(
-        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}; {} valid{twins}{ranked} ({:.0} ms).",
+        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}{bounded}; {} valid{twins}{ranked} ({:.0} ms).",
         st.considered,
         st.evaluated,
         st.pruned,
