@@ -513,39 +513,34 @@ mod tests {
 
     #[test]
     fn a_slower_winner_is_called_slower() {
-        // A plan ranked behind a better-validated winner of its tie group
-        // can be the faster one: winner 10 s, this 9.5 s, so the winner
-        // takes 10/9.5 − 1 = 5.3% longer; the old line said "-5.0% faster".
-        let g = crate::explain::Gap {
-            winner_step_s: 10.0,
-            this_step_s: 9.5,
-            delta_s: -0.5,
-            winner_faster: 9.5 / 10.0 - 1.0,
-            parts: Vec::new(),
-        };
-        let mut out = Vec::new();
-        super::gap(&mut out, &g).unwrap();
-        let line = String::from_utf8(out).unwrap();
-        assert!(
-            line.starts_with(
-                "Gap to the winner: step 9.500 s vs 10.000 s (-0.500 s, the winner is 5.3% slower)"
+        // (winner s, this s, the line's words). A plan ranked behind a
+        // better-validated winner of its tie group can be the faster one:
+        // winner 10 s, this 9.5 s, so the winner takes 10/9.5 − 1 = 5.3%
+        // longer (the old line said "-5.0% faster"). The usual case: winner
+        // 8 s, this 10 s: 10/8 − 1 = 25.0% faster.
+        for (winner, this, want) in [
+            (
+                10.0,
+                9.5,
+                "step 9.500 s vs 10.000 s (-0.500 s, the winner is 5.3% slower)",
             ),
-            "{line}"
-        );
-        // And the usual case: winner 8 s, this 10 s: 25.0% faster.
-        let g = crate::explain::Gap {
-            winner_step_s: 8.0,
-            this_step_s: 10.0,
-            delta_s: 2.0,
-            winner_faster: 10.0 / 8.0 - 1.0,
-            parts: Vec::new(),
-        };
-        let mut out = Vec::new();
-        super::gap(&mut out, &g).unwrap();
-        let line = String::from_utf8(out).unwrap();
-        assert!(
-            line.contains("(+2.000 s, the winner is 25.0% faster)"),
-            "{line}"
-        );
+            (
+                8.0,
+                10.0,
+                "step 10.000 s vs 8.000 s (+2.000 s, the winner is 25.0% faster)",
+            ),
+        ] {
+            let g = crate::explain::Gap {
+                winner_step_s: winner,
+                this_step_s: this,
+                delta_s: this - winner,
+                winner_faster: this / winner - 1.0,
+                parts: Vec::new(),
+            };
+            let mut out = Vec::new();
+            super::gap(&mut out, &g).unwrap();
+            let line = String::from_utf8(out).unwrap();
+            assert!(line.contains(want), "{line}");
+        }
     }
 }
