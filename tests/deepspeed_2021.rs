@@ -8,35 +8,7 @@ use meshplan::cost::{self, layer};
 use meshplan::layout::{Layout, Placement, Recompute};
 use meshplan::spec::{Catalog, DeepSpeedZero3};
 
-/// NAR21-T2-03's layout: GPT-3 175B on 1,536 A100s, D = 1,536, one
-/// micro-batch, full recompute, ZeRO-3, DeepSpeed's recipe.
-const T2_03: &[&str] = &[
-    "explain",
-    "--model",
-    "gpt3-175b",
-    "--cluster",
-    "dgx-a100-3072",
-    "--gpus",
-    "1536",
-    "--global-batch",
-    "1536",
-    "--seq-len",
-    "2048",
-    "--recipe",
-    "deepspeed",
-    "--dp",
-    "1536",
-    "--tp",
-    "1",
-    "--pp",
-    "1",
-    "--mbs",
-    "1",
-    "--recompute",
-    "full",
-    "--zero",
-    "3",
-];
+use common::NAR21_T2_03 as T2_03;
 
 /// `base` with flag `key` set to `value` (replaced in place, or added).
 fn with<'a>(base: &[&'a str], key: &'a str, value: &'a str) -> Vec<&'a str> {

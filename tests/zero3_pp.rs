@@ -120,36 +120,11 @@ fn deepspeed_layer_tensors_of_gpt3() {
 /// flag the same layout hides most of its gathers (per-unit prefetch).
 #[test]
 fn explain_prices_deepspeed_2021_as_validate_does() {
-    let args = [
-        "explain",
-        "--model",
-        "gpt3-175b",
-        "--cluster",
-        "dgx-a100-3072",
-        "--gpus",
-        "1536",
-        "--global-batch",
-        "1536",
-        "--seq-len",
-        "2048",
-        "--recipe",
-        "deepspeed",
-        "--no-flash-attention",
-        "--dp",
-        "1536",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--mbs",
-        "1",
-        "--recompute",
-        "full",
-        "--zero",
-        "3",
-        "--format",
-        "json",
-    ];
+    let args: Vec<&str> = [
+        common::NAR21_T2_03,
+        &["--no-flash-attention", "--format", "json"],
+    ]
+    .concat();
     let json = |extra: &[&str]| -> serde_json::Value {
         let mut a: Vec<&str> = args.to_vec();
         a.extend_from_slice(extra);

@@ -299,3 +299,34 @@ global_batch = 512
         ffn = 4 * hidden
     ))
 }
+
+/// NAR21-T2-03's layout: GPT-3 175B on 1,536 A100s, D = 1,536, one
+/// micro-batch, full recompute, ZeRO-3, DeepSpeed's recipe.
+#[allow(dead_code)]
+pub const NAR21_T2_03: &[&str] = &[
+    "explain",
+    "--model",
+    "gpt3-175b",
+    "--cluster",
+    "dgx-a100-3072",
+    "--gpus",
+    "1536",
+    "--global-batch",
+    "1536",
+    "--seq-len",
+    "2048",
+    "--recipe",
+    "deepspeed",
+    "--dp",
+    "1536",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--mbs",
+    "1",
+    "--recompute",
+    "full",
+    "--zero",
+    "3",
+];
