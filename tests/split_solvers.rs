@@ -130,23 +130,7 @@ fn all_splits(p: &SplitProblem) -> Vec<(f64, f64, f64, bool)> {
 /// least slowest chunk, then least largest bytes; or, if none fits, the
 /// least largest bytes.
 fn brute(p: &SplitProblem) -> Result<(f64, f64), f64> {
-    let all = all_splits(p);
-    let fit: Vec<_> = all.iter().filter(|x| x.3).collect();
-    if fit.is_empty() {
-        return Err(all.iter().map(|x| x.2).fold(f64::INFINITY, f64::min));
-    }
-    let t = fit.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
-    let c = fit
-        .iter()
-        .filter(|x| x.0 == t)
-        .map(|x| x.1)
-        .fold(f64::INFINITY, f64::min);
-    let m = fit
-        .iter()
-        .filter(|x| x.0 == t && x.1 == c)
-        .map(|x| x.2)
-        .fold(f64::INFINITY, f64::min);
-    Ok((t, m))
+    brute3(p).map(|(t, _, m)| (t, m))
 }
 
 fn check_split(p: &SplitProblem, s: &Split) {
