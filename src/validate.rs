@@ -1292,6 +1292,8 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 grad_bytes: if bf16opt { 6.0 } else { 2.0 },
                 optimizer_bytes: 12.0,
                 grad_reduce_bytes: 2.0,
+                // BF16Optimizer's fp32 accumulation buffer persists.
+                step_grad_bytes: 0.0,
             };
             megatron_2021_software(&mut job, recipe, false);
             assume.push(format!(
@@ -1364,6 +1366,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                     grad_bytes: 2.0,
                     optimizer_bytes: 4.0,
                     grad_reduce_bytes: 4.0,
+                    step_grad_bytes: 0.0,
                 };
                 job.engine_memory.unsharded_grad_accum_bytes = 4.0;
                 job.engine_memory.loss = LossBuffers::TorchBf16Gathered;

@@ -206,9 +206,10 @@ parts! {
         /// Working weights.
         Weights => ("weights", "weights",
             "src/cost/memory.rs: model_states", "rajbhandari-2020"),
-        /// Gradients as the optimizer keeps them.
+        /// Gradients as the optimizer keeps them (with the step-only ones
+        /// when the optimizer step is the peak).
         Gradients => ("grads", "gradients",
-            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
+            "src/cost/memory.rs: model_states, peak_at_optimizer_step", "rajbhandari-2020"),
         /// Optimizer state (fp32 master weights, Adam moments).
         Optimizer => ("optimizer", "optimizer",
             "src/cost/memory.rs: model_states", "rajbhandari-2020"),

@@ -16,6 +16,7 @@
 
 use serde::Serialize;
 
+use crate::cost::breakdown::{MemoryBreakdown, MemoryDetail, MemoryPart};
 use crate::layout::Recompute;
 use crate::spec::{LossBuffers, Model, Recipe};
 
@@ -24,16 +25,28 @@ use crate::spec::{LossBuffers, Model, Recipe};
 pub struct ModelStates {
     /// Working weights (`b_w` per held parameter, plus ZeRO-3's gathered unit).
     pub weights: f64,
-    /// Gradients (`b_g` per held gradient).
+    /// Gradients held while activations are (`b_g − b_step` per held
+    /// gradient).
     pub grads: f64,
     /// Optimizer state (`b_o` per held parameter: fp32 master, Adam m and v).
     pub optimizer: f64,
+    /// Gradients that exist only during the optimizer step (`b_step` per
+    /// gradient the optimizer updates: DeepSpeed's fp32 partition,
+    /// [`Recipe::step_grad_bytes`]); not in [`ModelStates::total`].
+    pub step_grads: f64,
 }
 
 impl ModelStates {
-    /// Sum of the three, bytes.
+    /// The states held through forward and backward, bytes: weights,
+    /// gradients and optimizer state, without [`ModelStates::step_grads`].
     pub fn total(&self) -> f64 {
         self.weights + self.grads + self.optimizer
+    }
+
+    /// The states at the optimizer step, bytes: [`ModelStates::total`] plus
+    /// the step-only gradients.
+    pub fn at_step(&self) -> f64 {
+        self.total() + self.step_grads
     }
 }
 
@@ -45,6 +58,11 @@ impl ModelStates {
 /// Example ([ref:case-m1], [ref:megatron-dist-optimizer]): P = 7e9,
 /// Megatron recipe 2/4/12, ZeRO-1, D' = 8:
 /// `(2+4)·7e9 + 12·7e9/8 = 52.5e9` bytes.
+///
+/// The recipe's step-only gradient bytes `b_step` ([`Recipe::step_grad_bytes`])
+/// leave `grads` for `step_grads`, sharded like the optimizer state it
+/// feeds (DeepSpeed builds the fp32 partition of the rank's own shard,
+/// [ref:deepspeed-zero-optimizer]).
 pub fn model_states(
     params: f64,
     recipe: &Recipe,
@@ -52,34 +70,84 @@ pub fn model_states(
     shard: f64,
     unit_params: f64,
 ) -> ModelStates {
-    let (w, g, o) = (
+    let (w, o, step) = (
         recipe.weight_bytes,
-        recipe.grad_bytes,
         recipe.optimizer_bytes,
+        recipe.step_grad_bytes,
     );
+    let g = recipe.grad_bytes - step;
     let d = shard.max(1.0);
+    let step_shard = if zero == 0 { 1.0 } else { d };
+    let step_grads = step * params / step_shard;
     match zero {
         0 => ModelStates {
             weights: w * params,
             grads: g * params,
             optimizer: o * params,
+            step_grads,
         },
         1 => ModelStates {
             weights: w * params,
             grads: g * params,
             optimizer: o * params / d,
+            step_grads,
         },
         2 => ModelStates {
             weights: w * params,
             grads: g * params / d,
             optimizer: o * params / d,
+            step_grads,
         },
         _ => ModelStates {
             weights: w * params / d + w * unit_params,
             grads: g * params / d,
             optimizer: o * params / d,
+            step_grads,
         },
     }
+}
+
+/// The rank's peak when the recipe keeps gradients only for the optimizer
+/// step ([`ModelStates::step_grads`], DeepSpeed's fp32 gradient partition,
+/// [ref:deepspeed-zero-optimizer]): two moments, bytes.
+///
+/// - backward: everything in `mem` (the states without the step-only
+///   gradients, plus activations, logits and temporaries);
+/// - optimizer step: the states (weights, gradients, optimizer, FP8/FP4
+///   copies) plus `step_grads`; the activations, logits and temporaries of
+///   the last backward are freed by then. The weights keep ZeRO-3's
+///   gathered unit and the gradients their unsharded buckets (an upper
+///   bound: DeepSpeed releases gathered parameters after backward).
+///
+/// `mem` becomes the larger moment, so its parts still add up to the peak.
+/// Example (NAR21-T2-04's layout, [`tests`]): 530B on D = 640, ZeRO-3:
+/// backward 76.26 GiB against a step of 4.76 + 5.60 + 9.25 + 3.08 = 22.7 GiB.
+pub fn peak_at_optimizer_step(mem: &mut MemoryBreakdown, step_grads: f64) {
+    let states = mem.model_states() + mem[MemoryPart::LowPrecisionWeights];
+    if states + step_grads <= mem.total() {
+        return;
+    }
+    let kept = [
+        MemoryPart::Weights,
+        MemoryPart::Gradients,
+        MemoryPart::Optimizer,
+        MemoryPart::LowPrecisionWeights,
+    ];
+    let mut step = MemoryBreakdown::default();
+    for p in kept {
+        step[p] = mem[p];
+    }
+    for d in [
+        MemoryDetail::ExpertWeights,
+        MemoryDetail::ExpertGradients,
+        MemoryDetail::ExpertOptimizer,
+        MemoryDetail::ScalingState,
+        MemoryDetail::UnshardedGradients,
+    ] {
+        step[d] = mem[d];
+    }
+    step[MemoryPart::Gradients] += step_grads;
+    *mem = step;
 }
 
 /// Saved-activation bytes per token of one layer, split by how they shard.
@@ -384,6 +452,40 @@ mod tests {
         assert_eq!(model_states(p, &r, 2, 8.0, 0.0).total(), 3.75e9);
         // ZeRO-3: 16P/8 + 2·P_u, P_u = 1e8 → 2.2e9.
         assert_eq!(model_states(p, &r, 3, 8.0, 1e8).total(), 2.2e9);
+    }
+
+    #[test]
+    fn deepspeed_step_only_gradients() {
+        // P = 1e9, DeepSpeed 2/(2+4)/12, D = 8.
+        let r = Recipe::DEEPSPEED;
+        let p = 1e9;
+        // ZeRO-1: held 2P + 2P + 12P/8 = 5.5e9; the step adds 4P/8 = 0.5e9.
+        let z1 = model_states(p, &r, 1, 8.0, 0.0);
+        assert_eq!((z1.total(), z1.step_grads), (5.5e9, 0.5e9));
+        // ZeRO-2 at the step: 2P + 18P/8 = 4.25e9 ([ref:case-m2]'s 2P + 18P/N).
+        assert_eq!(model_states(p, &r, 2, 8.0, 0.0).at_step(), 4.25e9);
+        // ZeRO-0 (no partition): the fp32 copy of all P, 4e9.
+        assert_eq!(model_states(p, &r, 0, 8.0, 0.0).step_grads, 4e9);
+
+        // Backward is the peak: 4 + 2 + 12 + 30 + 10 = 58 against a step of
+        // 4 + 2 + 12 + 4 = 22, so nothing changes.
+        let mut m = MemoryBreakdown::default();
+        m[MemoryPart::Weights] = 4.0;
+        m[MemoryPart::Gradients] = 2.0;
+        m[MemoryPart::Optimizer] = 12.0;
+        m[MemoryPart::Activations] = 30.0;
+        m[MemoryPart::Temporaries] = 10.0;
+        let before = m;
+        peak_at_optimizer_step(&mut m, 4.0);
+        assert_eq!(m, before);
+        // The step is the peak: activations 1 and temporaries 1 give a
+        // backward of 20 against 22; the breakdown becomes the step's.
+        m[MemoryPart::Activations] = 1.0;
+        m[MemoryPart::Temporaries] = 1.0;
+        peak_at_optimizer_step(&mut m, 4.0);
+        assert_eq!(m.total(), 22.0);
+        assert_eq!(m[MemoryPart::Gradients], 6.0);
+        assert_eq!(m[MemoryPart::Activations], 0.0);
     }
 
     fn llama31_8b() -> Model {

@@ -18,6 +18,15 @@ pub struct Recipe {
     pub optimizer_bytes: f64,
     /// Bytes per element of gradients on the wire in data-parallel reductions.
     pub grad_reduce_bytes: f64,
+    /// Of `b_g`, the bytes per parameter that exist only during the
+    /// optimizer step, not while activations are held: DeepSpeed's fp32
+    /// gradient partition, which ZeRO-1/2 and ZeRO-3 build from the fp16
+    /// gradients inside `step()` and free after it (`stage_1_and_2.py`
+    /// `step`, `stage3.py` `_prepare_fp32_grad_for_sub_group` /
+    /// `_release_sub_group` [ref:deepspeed-zero-optimizer]). 0 for engines whose
+    /// gradient buffer persists (Megatron's fp32 `main_grad`).
+    #[serde(default)]
+    pub step_grad_bytes: f64,
 }
 
 impl Recipe {
@@ -30,6 +39,7 @@ impl Recipe {
         grad_bytes: 4.0,
         optimizer_bytes: 12.0,
         grad_reduce_bytes: 4.0,
+        step_grad_bytes: 0.0,
     };
 
     /// Mixed-precision Adam at 16 bytes per parameter, the ZeRO paper's
@@ -41,16 +51,21 @@ impl Recipe {
         grad_bytes: 2.0,
         optimizer_bytes: 12.0,
         grad_reduce_bytes: 2.0,
+        step_grad_bytes: 0.0,
     };
 
     /// DeepSpeed mixed precision: fp16/bf16 weights (2), fp16 gradients (2)
     /// plus the fp32 gradient partition the optimizer reads (4), fp32
-    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` ([ref:case-m2]).
+    /// master + Adam (12). ZeRO-2 keeps `2P + 18P/N` ([ref:case-m2]) in its
+    /// optimizer step; the fp32 partition exists only there
+    /// (`step_grad_bytes`), so while activations are held the states are
+    /// `2P + 14P/N`.
     pub const DEEPSPEED: Recipe = Recipe {
         weight_bytes: 2.0,
         grad_bytes: 6.0,
         optimizer_bytes: 12.0,
         grad_reduce_bytes: 2.0,
+        step_grad_bytes: 4.0,
     };
 
     /// Total bytes per parameter when nothing is sharded.
