@@ -178,6 +178,7 @@ pub fn fewer_gpus(pr: &Problem, space: &Space, result: &SearchResult) -> Option<
     let probe_space = Space {
         top_k: 1,
         keep_all: false,
+        best_only: true,
         ..space.clone()
     };
     let requested = count_result(n, result);

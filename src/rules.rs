@@ -81,6 +81,24 @@ impl Rule {
         !matches!(self, Rule::Batch | Rule::Interleave | Rule::MeshSize)
     }
 
+    /// Whether the rule depends only on the mesh (D, T, p, C, E, ETP), the
+    /// model, the job and the policy: a mesh that breaks it has no valid
+    /// layout, whatever b, v, recompute, ZeRO stage, SP, rank order or CP
+    /// exchange ([`crate::search::Space::best_only`] skips such meshes).
+    pub const fn mesh_level(self) -> bool {
+        matches!(
+            self,
+            Rule::MeshSize
+                | Rule::TpDomain
+                | Rule::HeadsTp
+                | Rule::KvHeadsTp
+                | Rule::FfnTp
+                | Rule::CpSeq
+                | Rule::CpAttention
+                | Rule::MaxSeq
+        )
+    }
+
     /// Every rule, in check order.
     pub const ALL: [Rule; 18] = [
         Rule::MeshSize,

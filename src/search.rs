@@ -240,6 +240,17 @@ pub struct Space {
     /// those that cannot be a near-miss, without pricing them (off only to
     /// check the bounds against brute force).
     pub prune: bool,
+    /// Only the best `top_k` matter (the nearby-count probes of
+    /// [`crate::gpu_count`]): a layout that breaks no rule is not priced
+    /// when its balanced-split bound is under the 2K-th best kept so far,
+    /// since no split can bring it into the best K (counted in
+    /// [`Stats::top_k_bounded`]; whether it fits is then unknown, so the
+    /// valid and memory counts leave it out), and a mesh that breaks a
+    /// mesh-level rule ([`Rule::mesh_level`]) is not enumerated at all, so
+    /// the counters cover only the meshes enumerated; nor is a layout that
+    /// breaks a rule other than the split rule (no near-misses are named).
+    /// Off for every search whose counts or ranking are shown.
+    pub best_only: bool,
 }
 
 impl Default for Space {
@@ -255,6 +266,7 @@ impl Default for Space {
             top_k: 10,
             keep_all: false,
             prune: true,
+            best_only: false,
         }
     }
 }
@@ -272,7 +284,7 @@ pub struct Rejections {
 }
 
 /// Counters of one search. They add up: `considered = pruned + evaluated
-/// + unpriced + near_miss_bounded`; `valid − twins` layouts are distinct, and the `ranked` of
+/// + unpriced + near_miss_bounded + top_k_bounded`; `valid − twins` layouts are distinct, and the `ranked` of
 /// them predicted at least [`RANKED_FLOOR`] of the fastest's tokens/s can
 /// be listed (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -293,6 +305,10 @@ pub struct Stats {
     /// data-parallel or optimizer time) is below the fastest such layout
     /// already priced: they cannot be that rule's near-miss.
     pub near_miss_bounded: u64,
+    /// Layouts that break no structural rule, left unpriced by a
+    /// [`Space::best_only`] search because their tokens/s bound is under
+    /// the 2K-th best already kept; 0 otherwise.
+    pub top_k_bounded: u64,
     /// Layouts that pass every rule.
     pub valid: u64,
     /// Valid layouts that differ from another valid one only in the rank
@@ -496,6 +512,33 @@ struct Acc {
 }
 
 impl Acc {
+    /// Keep `l`, which only its stage split (`rule`: the split rule, or
+    /// memory) keeps from validity, for the re-split pass when its
+    /// balanced-split bound, then its layer-count relaxation, beats this
+    /// worker's K-th best (a lower bound on the final threshold).
+    fn consider_resplit(
+        &mut self,
+        pr: &Problem,
+        l: &Layout,
+        lc: &cost::layer::LayerCosts,
+        rule: Rule,
+        k: usize,
+    ) {
+        let beats = |x: f64| self.top.len() < k || x > self.top[k - 1].eval.tokens_per_s;
+        if !beats(balanced_bound(pr, l, lc)) {
+            return;
+        }
+        if let Some(bound) = split_bound(pr, l, lc)
+            && beats(bound)
+        {
+            self.pending.push(Pending {
+                bound,
+                rule,
+                layout: l.clone(),
+            });
+        }
+    }
+
     fn push_valid(&mut self, c: Candidate, k: usize, keep_all: bool) {
         let enters = self.top.len() < k
             || self
@@ -600,6 +643,7 @@ impl Acc {
         self.stats.evaluated += o.stats.evaluated;
         self.stats.unpriced += o.stats.unpriced;
         self.stats.near_miss_bounded += o.stats.near_miss_bounded;
+        self.stats.top_k_bounded += o.stats.top_k_bounded;
         self.stats.valid += o.stats.valid;
         self.stats.twins += o.stats.twins;
         self
@@ -793,11 +837,12 @@ pub fn judge(pr: &Problem, policy: &Policy, l: &Layout) -> (RuleSet, Evaluation)
     (set, e)
 }
 
-/// Lower bound on the worst rank's bytes for a mesh and ZeRO stage: the
-/// model states of an average pipeline rank (L/p layers, no embedding or
-/// output) with nothing else. The worst rank holds at least the average, for
-/// any split, micro-batch, recompute or SP choice.
-fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
+/// Lower bound on the worst rank's bytes for a mesh at each ZeRO stage
+/// 0–3: the model states of an average pipeline rank (L/p layers, no
+/// embedding or output) with nothing else. The worst rank holds at least
+/// the average, for any split, micro-batch, recompute or SP choice. `l` is
+/// any layout of the mesh (parameter counts do not depend on the rest).
+fn states_lower_bounds(pr: &Problem, l: &Layout) -> [f64; 4] {
     let pl = crate::layout::Placement::of(l, pr.cluster);
     let lc = cost::layer::layer_costs(pr, l, &pl);
     let layers = pr.model.architecture.layers;
@@ -807,15 +852,19 @@ fn states_lower_bound(pr: &Problem, l: &Layout) -> f64 {
     let params = frac * (dense * lc.dense.params + moe * lc.moe.params);
     let expert = frac * moe * lc.moe.expert_params;
     let unit = 2.0 * lc.dense.params.max(lc.moe.params);
-    cost::memory::model_states(params, &pr.job.recipe, l.zero, (l.dp * l.cp) as f64, unit).total()
-        + cost::memory::model_states(
-            expert,
-            &pr.job.recipe,
-            l.zero,
-            l.edp() as f64,
-            2.0 * lc.moe.expert_params,
-        )
-        .total()
+    let recipe = &pr.job.recipe;
+    std::array::from_fn(|z| {
+        let z = z as u8;
+        cost::memory::model_states(params, recipe, z, (l.dp * l.cp) as f64, unit).total()
+            + cost::memory::model_states(
+                expert,
+                recipe,
+                z,
+                l.edp() as f64,
+                2.0 * lc.moe.expert_params,
+            )
+            .total()
+    })
 }
 
 /// Slack on [`balanced_bound`] before it skips pricing a near-miss
@@ -1195,18 +1244,27 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         .fold(Acc::default, |mut acc, &mesh| {
             // Exact prune per ZeRO stage: states alone overflow.
             let usable = pr.usable_bytes();
-            let mut overflow = [false; 4];
-            for z in 0..4u8 {
-                let probe = Layout {
-                    ep: mesh.ep,
-                    etp: mesh.etp,
-                    recompute: Recompute::Full,
-                    zero: z,
-                    sp: true,
-                    ..Layout::dense(mesh.dp, mesh.tp, mesh.pp, mesh.cp)
-                };
-                overflow[z as usize] = space.prune && states_lower_bound(pr, &probe) > usable;
+            let probe = Layout {
+                ep: mesh.ep,
+                etp: mesh.etp,
+                recompute: Recompute::Full,
+                sp: true,
+                ..Layout::dense(mesh.dp, mesh.tp, mesh.pp, mesh.cp)
+            };
+            // A best-only search wants no counts: a mesh that breaks a
+            // mesh-level rule has no valid layout to enumerate.
+            if space.best_only
+                && rules::violations(pr, &space.policy, &probe)
+                    .iter()
+                    .any(Rule::mesh_level)
+            {
+                return acc;
             }
+            let overflow: [bool; 4] = if space.prune {
+                states_lower_bounds(pr, &probe).map(|b| b > usable)
+            } else {
+                [false; 4]
+            };
             // One layout of each pruned (mesh, ZeRO stage) is still priced,
             // so a memory rejection can name its near-miss with numbers.
             let mut sampled = [false; 4];
@@ -1217,6 +1275,10 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             // and by their predictions: a second one is a twin.
             let mut seen = std::mem::take(&mut acc.seen);
             seen.clear();
+            // A placement depends only on the mesh and the rank order
+            // (`Placement::of`): computed once per order of this mesh.
+            let mut placements: Vec<(crate::layout::RankOrder, crate::layout::Placement)> =
+                Vec::with_capacity(2);
             for_each_layout(pr, space, mesh, |l| {
                 acc.stats.considered += 1;
                 let structural = rules::violations(pr, &space.policy, &l);
@@ -1237,12 +1299,25 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 }
                 // Price layouts that are valid or break exactly one
                 // structural rule (near-miss candidates).
-                if structural.len() > 1 {
+                // A best-only search names no near-misses: of the layouts
+                // that break a rule, only those a re-split can make valid
+                // (the split rule alone) are worth pricing.
+                let hopeless = space.best_only
+                    && !structural.is_empty()
+                    && structural.first() != Some(Rule::LayersPp);
+                if structural.len() > 1 || hopeless {
                     acc.stats.unpriced += 1;
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
                     return;
                 }
-                let pl = crate::layout::Placement::of(&l, pr.cluster);
+                let pl = match placements.iter().find(|(o, _)| *o == l.order) {
+                    Some(&(_, pl)) => pl,
+                    None => {
+                        let pl = crate::layout::Placement::of(&l, pr.cluster);
+                        placements.push((l.order, pl));
+                        pl
+                    }
+                };
                 let lc = cost::layer::layer_costs(pr, &l, &pl);
                 // A layout that breaks one structural rule is priced only to
                 // name that rule's near-miss (the fastest such layout): one
@@ -1260,6 +1335,27 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 {
                     acc.stats.near_miss_bounded += 1;
                     acc.reject(r, None);
+                    return;
+                }
+                // A best-only search skips a rule-abiding layout whose
+                // bound (any split) cannot beat the 2K-th best kept.
+                if structural.is_empty()
+                    && space.best_only
+                    && acc.top.len() >= k2
+                    && balanced_bound(pr, &l, &lc) * NEAR_MISS_BOUND_MARGIN
+                        < acc.top[k2 - 1].eval.tokens_per_s
+                {
+                    acc.stats.top_k_bounded += 1;
+                    return;
+                }
+                // A best-only search names no near-miss, so a layout only
+                // the split rule stands against goes straight to the
+                // re-split candidates, unpriced.
+                if space.best_only && structural.first() == Some(Rule::LayersPp) {
+                    acc.stats.unpriced += 1;
+                    if l.pp > 1 {
+                        acc.consider_resplit(pr, &l, &lc, Rule::LayersPp, k);
+                    }
                     return;
                 }
                 let e = cost::evaluate_with(pr, &l, &pl, &lc);
@@ -1280,19 +1376,8 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         Some(Rule::LayersPp) => Some(Rule::LayersPp),
                         _ => None,
                     };
-                    let beats = |x: f64| acc.top.len() < k || x > acc.top[k - 1].eval.tokens_per_s;
-                    // First a bound with perfectly balanced stages (cheap),
-                    // then the layer-count relaxation.
-                    let rule = rule.filter(|_| beats(balanced_bound(pr, &l, &lc)));
-                    if let Some((rule, bound)) =
-                        rule.and_then(|r| split_bound(pr, &l, &lc).map(|b| (r, b)))
-                        && beats(bound)
-                    {
-                        acc.pending.push(Pending {
-                            bound,
-                            rule,
-                            layout: l.clone(),
-                        });
+                    if let Some(rule) = rule {
+                        acc.consider_resplit(pr, &l, &lc, rule, k);
                     }
                 }
                 let cand = Candidate { layout: l, eval: e };

@@ -74,7 +74,27 @@ fn compare(model: &str, cluster: &str, gpus: u64, job: Job) -> u64 {
             + pruned.stats.pruned
             + pruned.stats.unpriced
             + pruned.stats.near_miss_bounded
+            + pruned.stats.top_k_bounded
     );
+    assert_eq!(pruned.stats.top_k_bounded, 0);
+    // A best-only search (the nearby-count probes: no counts, no
+    // near-misses, mesh-level rules skip whole meshes, rule-abiding layouts
+    // bounded by the 2K-th best) finds the brute force's winner at the
+    // same price.
+    let best = search(
+        &pr,
+        &Space {
+            top_k: 1,
+            best_only: true,
+            ..Space::default()
+        },
+    );
+    let first = |r: &meshplan::search::SearchResult| {
+        r.top
+            .first()
+            .map(|c| (c.layout.clone(), c.eval.tokens_per_s))
+    };
+    assert_eq!(first(&best), first(&brute), "{model} on {gpus}: best-only");
     pruned.stats.near_miss_bounded
 }
 
