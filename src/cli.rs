@@ -1135,11 +1135,12 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         let st = &result.stats;
         let _ = writeln!(
             std::io::stderr(),
-            "stats: considered {} layouts = priced {} + pruned {} + rejected unpriced {} + near-miss bounded {}; valid {} ({} distinct, {} rank-order twins); search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
+            "stats: considered {} layouts = priced {} + pruned {} + rejected unpriced {} + unpriceable {} + near-miss bounded {}; valid {} ({} distinct, {} rank-order twins); search {:.1} ms ({:.2e} priced layouts/s on {} threads)",
             st.considered,
             st.evaluated,
             st.pruned,
             st.unpriced,
+            st.unpriceable,
             st.near_miss_bounded,
             st.valid,
             st.valid - st.twins,

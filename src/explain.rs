@@ -561,10 +561,13 @@ pub fn why_not(
     if out.best.is_some() || out.unranked.is_some() {
         return Ok(out);
     }
-    // Nothing matching is valid: find the best near-miss.
+    // Nothing matching is valid: find the best near-miss, among the rules
+    // under which a price means something (the others' examples are
+    // unpriced, [`crate::rules::Rule::price_holds`]).
     let mut candidates: Vec<Candidate> = sub
         .rejections
         .iter()
+        .filter(|r| r.rule.price_holds())
         .filter_map(|r| r.near_miss.clone())
         .collect();
     if sub.stats.considered == 0 {
@@ -588,7 +591,12 @@ pub fn why_not(
             ));
             // Prefer layouts whose only fault is the domain rule.
             if r.top.is_empty() {
-                candidates.extend(r.rejections.iter().filter_map(|x| x.near_miss.clone()));
+                candidates.extend(
+                    r.rejections
+                        .iter()
+                        .filter(|x| x.rule.price_holds())
+                        .filter_map(|x| x.near_miss.clone()),
+                );
             } else {
                 candidates.extend(r.top.iter().cloned());
             }

@@ -284,7 +284,7 @@ pub struct Rejections {
 }
 
 /// Counters of one search. They add up: `considered = pruned + evaluated
-/// + unpriced + near_miss_bounded + top_k_bounded`; `valid − twins` layouts are distinct, and the `ranked` of
+/// + unpriced + unpriceable + near_miss_bounded + top_k_bounded`; `valid − twins` layouts are distinct, and the `ranked` of
 /// them predicted at least [`RANKED_FLOOR`] of the fastest's tokens/s can
 /// be listed (all of them with a large enough `--top`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -300,6 +300,11 @@ pub struct Stats {
     /// Layouts rejected without pricing because they break two or more
     /// structural rules.
     pub unpriced: u64,
+    /// Layouts that break only a rule under which a price means nothing
+    /// ([`Rule::price_holds`]: the batch, interleave and mesh-size rules),
+    /// left unpriced; the first of each such rule in enumeration order is
+    /// kept as its example.
+    pub unpriceable: u64,
     /// Layouts that break one structural rule, left unpriced because an
     /// upper bound on their tokens/s (every stage equally loaded, no
     /// data-parallel or optimizer time) is below the fastest such layout
@@ -642,6 +647,7 @@ impl Acc {
         self.stats.pruned += o.stats.pruned;
         self.stats.evaluated += o.stats.evaluated;
         self.stats.unpriced += o.stats.unpriced;
+        self.stats.unpriceable += o.stats.unpriceable;
         self.stats.near_miss_bounded += o.stats.near_miss_bounded;
         self.stats.top_k_bounded += o.stats.top_k_bounded;
         self.stats.valid += o.stats.valid;
@@ -1308,6 +1314,23 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                 if structural.len() > 1 || hopeless {
                     acc.stats.unpriced += 1;
                     acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
+                    return;
+                }
+                // A layout whose one broken rule makes any price
+                // meaningless (a fractional micro-batch count, an
+                // interleaved schedule that does not exist) is named as
+                // that rule's example without pricing: the first one met,
+                // so the example does not depend on the threads.
+                if let Some(r) = structural.first().filter(|r| !r.price_holds()) {
+                    acc.stats.unpriceable += 1;
+                    let i = r as usize;
+                    acc.counts[i] += 1;
+                    if acc.near[i].is_none() {
+                        acc.near[i] = Some(Candidate {
+                            layout: l,
+                            eval: Evaluation::default(),
+                        });
+                    }
                     return;
                 }
                 let pl = match placements.iter().find(|(o, _)| *o == l.order) {

@@ -55,7 +55,7 @@ fn compare(model: &str, cluster: &str, gpus: u64, job: Job) -> u64 {
     let near = |r: &meshplan::search::SearchResult| {
         r.rejections
             .iter()
-            .filter(|x| x.rule != meshplan::rules::Rule::Memory)
+            .filter(|x| x.rule != meshplan::rules::Rule::Memory && x.rule.price_holds())
             .map(|x| {
                 x.near_miss
                     .as_ref()
@@ -68,11 +68,27 @@ fn compare(model: &str, cluster: &str, gpus: u64, job: Job) -> u64 {
         near(&brute),
         "{model} on {gpus}: near-misses"
     );
+    // A rule under which no price holds (batch, interleave, mesh size) is
+    // named by an unpriced example that breaks that rule alone among the
+    // structural rules (memory unchecked: it is not priced, and a pruned
+    // mesh's layouts never reach it).
+    for r in pruned.rejections.iter().chain(&brute.rejections) {
+        if let Some(c) = r.near_miss.as_ref().filter(|_| !r.rule.price_holds()) {
+            let broken = meshplan::rules::violations(&pr, &Default::default(), &c.layout);
+            assert_eq!(
+                broken.iter().collect::<Vec<_>>(),
+                [r.rule],
+                "{:?}",
+                c.layout
+            );
+        }
+    }
     assert_eq!(
         pruned.stats.considered,
         pruned.stats.evaluated
             + pruned.stats.pruned
             + pruned.stats.unpriced
+            + pruned.stats.unpriceable
             + pruned.stats.near_miss_bounded
             + pruned.stats.top_k_bounded
     );

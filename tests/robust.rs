@@ -561,7 +561,12 @@ fn counters_add_up_in_every_output() {
     );
     assert_eq!(
         n("considered"),
-        n("evaluated") + n("pruned") + n("unpriced") + n("near_miss_bounded")
+        n("evaluated")
+            + n("pruned")
+            + n("unpriced")
+            + n("unpriceable")
+            + n("near_miss_bounded")
+            + n("top_k_bounded")
     );
     // One row per ranked layout: the distinct valid layouts (valid less
     // rank-order twins) predicted at least half the fastest's tokens/s
@@ -624,7 +629,7 @@ fn counters_add_up_in_every_output() {
     ));
     let o = run_v(&with("search", &JOB, &["--top", "1", "--stats"]));
     let err = stderr(&o);
-    let head = "stats: considered 36490 layouts = priced 22653 + pruned 10919 + rejected unpriced 0 + near-miss bounded 2918; valid ";
+    let head = "stats: considered 36490 layouts = priced 22653 + pruned 10919 + rejected unpriced 0 + unpriceable 0 + near-miss bounded 2918; valid ";
     let (v1, d1, t1) = numbers(&err, head, "distinct, ");
     assert_eq!(v1, d1 + t1, "{err}");
 
@@ -680,7 +685,12 @@ fn counters_add_up_on_moe() {
     assert!(n("considered") > 0 && n("valid") > 0);
     assert_eq!(
         n("considered"),
-        n("evaluated") + n("pruned") + n("unpriced") + n("near_miss_bounded")
+        n("evaluated")
+            + n("pruned")
+            + n("unpriced")
+            + n("unpriceable")
+            + n("near_miss_bounded")
+            + n("top_k_bounded")
     );
     assert!(n("ranked") <= n("valid") - n("twins"));
     assert_eq!(v["rows"].as_array().unwrap().len() as u64, n("ranked"));

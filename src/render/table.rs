@@ -550,13 +550,21 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
 }
 
 /// The footer's counters: what was considered, split into priced, pruned,
-/// rejected unpriced and near-miss bounded (they add up), and the valid layouts with their
+/// rejected unpriced, unpriceable and near-miss bounded (they add up), and the valid layouts with their
 /// rank-order twins (listed once).
 pub fn counters_line(st: &crate::search::Stats) -> String {
     let unpriced = if st.unpriced > 0 {
         format!(
             " + {} rejected unpriced (two or more rules broken)",
             st.unpriced
+        )
+    } else {
+        String::new()
+    };
+    let unpriceable = if st.unpriceable > 0 {
+        format!(
+            " + {} unpriceable (one rule broken under which no price holds: batch, interleave, mesh size)",
+            st.unpriceable
         )
     } else {
         String::new()
@@ -589,7 +597,7 @@ pub fn counters_line(st: &crate::search::Stats) -> String {
         String::new()
     };
     format!(
-        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}{bounded}; {} valid{twins}{ranked} ({:.0} ms).",
+        "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}{unpriceable}{bounded}; {} valid{twins}{ranked} ({:.0} ms).",
         st.considered,
         st.evaluated,
         st.pruned,
