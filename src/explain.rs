@@ -450,6 +450,10 @@ pub struct NearMiss {
     pub fixes: Fixes,
     /// Where it would rank among the valid layouts if it were allowed.
     pub rank_if_allowed: usize,
+    /// Whether `eval` means anything: false for the unpriced example of a
+    /// rule under which no price holds ([`crate::rules::Rule::price_holds`]),
+    /// named only when no priced near-miss exists.
+    pub priced: bool,
 }
 
 /// The answer to "why not this partial layout?" (`search --why-not`).
@@ -563,13 +567,19 @@ pub fn why_not(
     }
     // Nothing matching is valid: find the best near-miss, among the rules
     // under which a price means something (the others' examples are
-    // unpriced, [`crate::rules::Rule::price_holds`]).
+    // unpriced, [`crate::rules::Rule::price_holds`]; one of them is named,
+    // unpriced, when nothing else is).
     let mut candidates: Vec<Candidate> = sub
         .rejections
         .iter()
         .filter(|r| r.rule.price_holds())
         .filter_map(|r| r.near_miss.clone())
         .collect();
+    let unpriced = sub
+        .rejections
+        .iter()
+        .filter(|r| !r.rule.price_holds())
+        .find_map(|r| r.near_miss.clone());
     if sub.stats.considered == 0 {
         let dom = pr.cluster.fast_domain();
         // Not enumerated because T crosses the NVLink domain: price them on
@@ -626,7 +636,9 @@ pub fn why_not(
         }
     }
     // The fastest near-miss (each breaks exactly one rule).
-    if let Some(c) = candidates.into_iter().min_by(better) {
+    let best = candidates.into_iter().min_by(better);
+    let priced = best.is_some();
+    if let Some(c) = best.or(unpriced) {
         let violations = rules::explain(pr, &space.policy, &c.layout, memory_note(&c.eval));
         let fixes = smallest_fixes(pr, &space.policy, &c.layout);
         out.near_miss = Some(NearMiss {
@@ -635,6 +647,7 @@ pub fn why_not(
             eval: c.eval,
             violations,
             fixes,
+            priced,
         });
     }
     Ok(out)

@@ -804,7 +804,7 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                                 continue;
                             }
                             for &cp_comm in cp_comms {
-                                if flt.cp_comm.is_some_and(|x| x != cp_comm) {
+                                if mesh.cp > 1 && flt.cp_comm.is_some_and(|x| x != cp_comm) {
                                     continue;
                                 }
                                 f(Layout {
@@ -857,19 +857,43 @@ fn states_lower_bounds(pr: &Problem, l: &Layout) -> [f64; 4] {
     let frac = per_rank / layers as f64;
     let params = frac * (dense * lc.dense.params + moe * lc.moe.params);
     let expert = frac * moe * lc.moe.expert_params;
-    let unit = 2.0 * lc.dense.params.max(lc.moe.params);
+    // ZeRO-3's gathered units as `cost::zero3_transients` holds them at
+    // least: two whole layers, except under DeepSpeed's live-parameter cap
+    // (`deepspeed_zero3_transients` can hold far less than two layers, so
+    // none is counted).
+    let capped = pr.job.engine_memory.deepspeed_zero3.is_some();
+    let (unit, expert_unit) = if capped {
+        (0.0, 0.0)
+    } else {
+        (
+            2.0 * lc.dense.params.max(lc.moe.params),
+            2.0 * lc.moe.expert_params,
+        )
+    };
     let recipe = &pr.job.recipe;
+    // Without a working-precision shard (torchtitan's fp32 shards,
+    // `EngineMemory::fp32_shards_only`) ZeRO-3 holds no `b_w·P/D'`.
+    let held = |s: cost::memory::ModelStates, z: u8, p: f64, d: f64| {
+        if z >= 3 && pr.job.engine_memory.fp32_shards_only {
+            s.total() - recipe.weight_bytes * p / d.max(1.0)
+        } else {
+            s.total()
+        }
+    };
     std::array::from_fn(|z| {
         let z = z as u8;
-        cost::memory::model_states(params, recipe, z, (l.dp * l.cp) as f64, unit).total()
-            + cost::memory::model_states(
-                expert,
-                recipe,
-                z,
-                l.edp() as f64,
-                2.0 * lc.moe.expert_params,
-            )
-            .total()
+        let (d, e) = ((l.dp * l.cp) as f64, l.edp() as f64);
+        held(
+            cost::memory::model_states(params, recipe, z, d, unit),
+            z,
+            params,
+            d,
+        ) + held(
+            cost::memory::model_states(expert, recipe, z, e, expert_unit),
+            z,
+            expert,
+            e,
+        )
     })
 }
 

@@ -1096,3 +1096,45 @@ fn ranking_rows_agree_across_commands() {
         "{groups:?}"
     );
 }
+
+/// `--why-not` whose only near-misses break the batch rule (64 GPUs of
+/// D = 64 cannot split a global batch of 96 into D·b rows: 96 / 64 is not
+/// whole for b = 1, and b > 1 is worse): that rule's price means nothing, so
+/// the near-miss is named unpriced, with its violation and the priced
+/// smallest fixes, and the listing calls it an example, not the best.
+#[test]
+fn why_not_names_an_unpriced_batch_near_miss() {
+    let args = [
+        "search",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx64",
+        "--global-batch",
+        "96",
+        "--why-not",
+        "dp=64",
+    ];
+    let v: serde_json::Value =
+        serde_json::from_slice(&meshplan(&[&args[..], &["--format", "json"]].concat()).stdout)
+            .unwrap();
+    let n = &v["why_not"]["near_miss"];
+    assert_eq!(n["priced"], false);
+    assert_eq!(n["layout"]["dp"], 64);
+    let codes: Vec<&str> = n["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["batch"]);
+    // The cheapest fix halves D (T 1 → 2 makes D = 32, and 96 = 32·3).
+    assert_eq!(n["fixes"]["fixes"][0]["changes"][0], "T 1 → 2 (D 64 → 32)");
+    let text = stdout(&meshplan(&args));
+    assert!(text.contains("Near-miss: dp=64 "), "{text}");
+    assert!(
+        text.contains("not priced: it cannot run as laid out"),
+        "{text}"
+    );
+    assert!(!text.contains("best: dp=64"), "{text}");
+}

@@ -626,3 +626,41 @@ fn search_target_lists_what_generate_target_takes() {
         assert_eq!(plan["layout"], row["layout"], "row {}", k + 1);
     }
 }
+
+/// `search --target torchtitan` fixes the CP exchange to all-gather (what
+/// PyTorch's context_parallel does); that fix must not drop the C = 1
+/// layouts, which have no exchange. Before the fix every C = 1 layout was
+/// filtered out: `--no-cp` considered 0 layouts, and without it only C = 2
+/// rows were ranked.
+#[test]
+fn torchtitan_search_keeps_layouts_without_cp() {
+    let rows = |extra: &[&str]| -> Vec<Value> {
+        let mut a = vec![
+            "search",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx64",
+            "--target",
+            "torchtitan",
+            "--format",
+            "json",
+        ];
+        a.extend_from_slice(extra);
+        let o = meshplan(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["rows"].as_array().unwrap().clone()
+    };
+    let no_cp = rows(&["--no-cp"]);
+    assert!(!no_cp.is_empty());
+    assert!(no_cp.iter().all(|r| r["layout"]["cp"] == 1));
+    let all = rows(&["--top", "1000"]);
+    assert!(all.iter().any(|r| r["layout"]["cp"] == 1));
+    // C > 1 rows still exchange K/V by all-gather only.
+    assert!(
+        all.iter()
+            .filter(|r| r["layout"]["cp"].as_u64().unwrap() > 1)
+            .all(|r| r["layout"]["cp_comm"] == "all-gather")
+    );
+}

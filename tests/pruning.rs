@@ -166,3 +166,15 @@ fn pruned_equals_brute_force_70b_fp8_on_32() {
     // The near-miss bound skipped some (363 to 6863 on these spaces).
     assert!(compare("70b", "dgx-h100-64", 32, job) > 0);
 }
+
+#[test]
+fn pruned_equals_brute_force_deepspeed_zero3_capped_gathers() {
+    // DeepSpeed ZeRO-3 gathers under its live-parameter cap (3.5e9 B for
+    // the 530B model, not two 10e9-B layers): the states bound used to
+    // count two whole layers and pruned dp=128 tp=1 ZeRO-3, which fits at
+    // 71.8 GiB (1142 tokens/s, the fourth-fastest valid layout).
+    let mut job = Job::new(128, 512);
+    job.recipe = meshplan::spec::Recipe::ADAM_16B;
+    job.engine_memory.deepspeed_zero3 = Some(meshplan::spec::DeepSpeedZero3::DEFAULTS_2021);
+    compare("gpt-529.6b", "dgx-a100-3072", 128, job);
+}

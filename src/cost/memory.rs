@@ -119,10 +119,13 @@ pub fn model_states(
 ///   gathered unit and the gradients their unsharded buckets (an upper
 ///   bound: DeepSpeed releases gathered parameters after backward).
 ///
-/// `mem` becomes the larger moment, so its parts still add up to the peak.
+/// `mem` becomes the larger moment, so its parts still add up to the peak;
+/// `dense` and `expert` are the step-only gradients of the dense and the
+/// expert parameters (the expert share also goes to its detail).
 /// Example (NAR21-T2-04's layout, [`tests`]): 530B on D = 640, ZeRO-3:
 /// backward 76.26 GiB against a step of 4.76 + 5.60 + 9.25 + 3.08 = 22.7 GiB.
-pub fn peak_at_optimizer_step(mem: &mut MemoryBreakdown, step_grads: f64) {
+pub fn peak_at_optimizer_step(mem: &mut MemoryBreakdown, dense: f64, expert: f64) {
+    let step_grads = dense + expert;
     let states = mem.model_states() + mem[MemoryPart::LowPrecisionWeights];
     if states + step_grads <= mem.total() {
         return;
@@ -147,6 +150,7 @@ pub fn peak_at_optimizer_step(mem: &mut MemoryBreakdown, step_grads: f64) {
         step[d] = mem[d];
     }
     step[MemoryPart::Gradients] += step_grads;
+    step[MemoryDetail::ExpertGradients] += expert;
     *mem = step;
 }
 
@@ -476,15 +480,19 @@ mod tests {
         m[MemoryPart::Activations] = 30.0;
         m[MemoryPart::Temporaries] = 10.0;
         let before = m;
-        peak_at_optimizer_step(&mut m, 4.0);
+        peak_at_optimizer_step(&mut m, 4.0, 0.0);
         assert_eq!(m, before);
         // The step is the peak: activations 1 and temporaries 1 give a
         // backward of 20 against 22; the breakdown becomes the step's.
         m[MemoryPart::Activations] = 1.0;
         m[MemoryPart::Temporaries] = 1.0;
-        peak_at_optimizer_step(&mut m, 4.0);
+        // Of the 4 step-only bytes, 1 is the experts': their detail 0.5
+        // held + 1.
+        m[MemoryDetail::ExpertGradients] = 0.5;
+        peak_at_optimizer_step(&mut m, 3.0, 1.0);
         assert_eq!(m.total(), 22.0);
         assert_eq!(m[MemoryPart::Gradients], 6.0);
+        assert_eq!(m[MemoryDetail::ExpertGradients], 1.5);
         assert_eq!(m[MemoryPart::Activations], 0.0);
     }
 

@@ -490,9 +490,8 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     mem[MemoryDetail::RoutedActivations] = moe_layers as f64 * lc.routed_activation * in_flight;
     mem[MemoryDetail::DispatchBuffers] = dispatch;
     mem[MemoryDetail::CpBuffers] = lc.cp_buffers;
-    let step_grads = dense_states.step_grads + expert_states.step_grads;
-    if step_grads > 0.0 {
-        memory::peak_at_optimizer_step(&mut mem, step_grads);
+    if dense_states.step_grads + expert_states.step_grads > 0.0 {
+        memory::peak_at_optimizer_step(&mut mem, dense_states.step_grads, expert_states.step_grads);
     }
     RankCost {
         rank,

@@ -216,14 +216,22 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                 false,
             )?;
             if let Some(n) = &q.near_miss {
-                writeln!(
-                    w,
-                    "Best near-miss: {} — {:.0} tokens/s, peak {:.1} GiB; if it were valid, {} of the ranked layouts would be predicted faster",
-                    n.layout.short(),
-                    n.eval.tokens_per_s,
-                    n.eval.peak_bytes / GIB,
-                    n.rank_if_allowed.saturating_sub(1)
-                )?;
+                if n.priced {
+                    writeln!(
+                        w,
+                        "Best near-miss: {} — {:.0} tokens/s, peak {:.1} GiB; if it were valid, {} of the ranked layouts would be predicted faster",
+                        n.layout.short(),
+                        n.eval.tokens_per_s,
+                        n.eval.peak_bytes / GIB,
+                        n.rank_if_allowed.saturating_sub(1)
+                    )?;
+                } else {
+                    writeln!(
+                        w,
+                        "Near-miss: {} — not priced: it cannot run as laid out",
+                        n.layout.short()
+                    )?;
+                }
                 for v in &n.violations {
                     writeln!(w, "  [{}] {}", v.code, v.message)?;
                 }

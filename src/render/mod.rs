@@ -64,7 +64,12 @@ fn rejection_lines(
                 "  {:<12} {:>8}  e.g.: {} (not priced: it cannot run as laid out)",
                 r.code, r.count, n
             )?,
-            (Some(n), _) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
+            (Some(n), Some(_)) => writeln!(w, "  {:<12} {:>8}  best: {}", r.code, r.count, n)?,
+            (Some(n), None) => writeln!(
+                w,
+                "  {:<12} {:>8}  e.g.: {} (not priced)",
+                r.code, r.count, n
+            )?,
             (None, _) => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
         }
     }

@@ -267,12 +267,15 @@ macro_rules! each_field {
 }
 
 impl Filter {
-    /// Whether `l` matches every fixed value.
+    /// Whether `l` matches every fixed value. The CP exchange only exists
+    /// with C > 1: a C = 1 layout matches any fixed `cp_comm` (a target
+    /// that runs CP by all-gather still runs C = 1).
     pub fn matches(&self, l: &Layout) -> bool {
         let mut all = true;
         macro_rules! check {
             ($field:ident, $key:literal) => {
-                all &= self.$field.is_none_or(|x| x == l.$field);
+                all &= self.$field.is_none_or(|x| x == l.$field)
+                    || (stringify!($field) == "cp_comm" && l.cp <= 1);
             };
         }
         each_field!(check);

@@ -271,11 +271,14 @@ impl SplitProblem {
         let cap = cost::working_set_cap(lc);
         let item = |ic: &layer::ItemCost, is_layer: bool, expert: bool| Item {
             time: ic.time(),
-            // The states at the optimizer step with the backward's
-            // activations: above both of `rank_cost`'s moments
-            // (`memory::peak_at_optimizer_step`), so a split that fits here fits.
-            states: memory::model_states(ic.params, recipe, l.zero, shard, 0.0).at_step()
-                + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).at_step()
+            // The states held through backward: the split is chosen for
+            // the backward moment. The optimizer step's moment (states plus
+            // step-only gradients, no activations,
+            // `memory::peak_at_optimizer_step`) is checked by `rank_cost`
+            // on the split chosen; adding the step's gradients to the
+            // backward's activations here refused splits that fit.
+            states: memory::model_states(ic.params, recipe, l.zero, shard, 0.0).total()
+                + memory::model_states(ic.expert_params, recipe, l.zero, edp, 0.0).total()
                 + low_item_bytes(pr, l, ic),
             activation: ic.activation,
             working_set: ic.working_set.min(cap),
