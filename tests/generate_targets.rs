@@ -576,8 +576,14 @@ fn cli_target_limits_the_search() {
 /// checked against the data-parallel size; it fails a config edited to
 /// B = 2049), and torchtitan's `Trainer.Config` checks, CUDA-graph rules
 /// and `ParallelDims` (it fails the file edited to keep CUDA graphs with
-/// p = 2). Megatron-Bridge's recipes load the model's configuration from
-/// the Hugging Face hub, so its check needs network access as well.
+/// p = 2). Megatron-Bridge runs in a Python 3.12 environment of its own
+/// (`MESHPLAN_BRIDGE_PYTHON`; `scripts/setup-launch-checks` builds it:
+/// Bridge 0.6.2, Megatron-Core 0.19.2, Transformer Engine 2.17.1, torch
+/// 2.13): the library recipe built offline (its Hugging Face config.json
+/// from tests/data/hf), the script's overrides applied by Bridge's
+/// `process_config_with_overrides` and its `runtime_config_update` run
+/// (`cfg.validate()`), which passes; it fails the script edited to
+/// B = 2049 or with an unknown key.
 #[test]
 fn targets_own_parsers_accept_the_files() {
     let mut ran = 0;
@@ -596,8 +602,15 @@ fn targets_own_parsers_accept_the_files() {
         generate::write(&b.files, &dir).unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check-launch-target");
         // MESHPLAN_CHECK_PYTHON names an interpreter with the packages
-        // (e.g. a virtual environment's python); python3 otherwise.
-        let python = std::env::var("MESHPLAN_CHECK_PYTHON").unwrap_or_else(|_| "python3".into());
+        // (e.g. a virtual environment's python), MESHPLAN_BRIDGE_PYTHON
+        // Megatron-Bridge's (Python 3.12); python3 otherwise.
+        let var = |name: &str| std::env::var(name).ok();
+        let python = if target == Target::MegatronBridge {
+            var("MESHPLAN_BRIDGE_PYTHON").or_else(|| var("MESHPLAN_CHECK_PYTHON"))
+        } else {
+            var("MESHPLAN_CHECK_PYTHON")
+        }
+        .unwrap_or_else(|| "python3".into());
         let out = match Command::new(&python)
             .args([script, &target.to_string(), dir.to_str().unwrap()])
             .output()
