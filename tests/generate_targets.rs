@@ -451,6 +451,47 @@ fn bridge_overrides_carry_every_megatron_layout_flag() {
     }
 }
 
+#[test]
+fn bridge_layout_split_states_its_v() {
+    // The interleaved split `generate --model 70b --cluster dgx-b200-64
+    // --precision mxfp8 --fp8-param-gather --target megatron-bridge` picks:
+    // D8 T2 p4 v4, 16 chunks in model order 4,6,6,5, 5×12, 4 (4 + 6 + 6 +
+    // 5·12 + 4 = 80 layers). Rank 0 holds 4 then 5 layers, so it is no
+    // first/last split: Megatron's layout string carries it, and Megatron-LM
+    // derives v from the layout, so its script has no v flag. Bridge starts
+    // from the llama3_70b recipe, which sets v = 5; Megatron-Core's
+    // TransformerConfig asserts v == the layout's 16 stages / p = 4 = 4
+    // (Bridge 0.6.2 failed the script without the override: "(v=5,
+    // detected_vpp_size=4)"). So the overrides state v = 4.
+    let mut s = Setup::new("70b", "dgx-b200-64", None);
+    let l = Layout {
+        vpp: 4,
+        split: Some(vec![4, 6, 6, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 4]),
+        ..Layout::dense(8, 2, 4, 1)
+    };
+    let b = render(&mut s, &l, Target::MegatronBridge).unwrap_or_else(|e| panic!("{e}"));
+    let ov = megatron_bridge::overrides(&b.plan);
+    let get = |k: &str| -> Vec<&str> {
+        ov.iter()
+            .filter(|o| o.key == k)
+            .map(|o| o.value.as_str())
+            .collect()
+    };
+    assert_eq!(
+        get("model.pipeline_model_parallel_layout"),
+        [format!("\"E,t*4|t*6|t*6|{}t*4,L\"", "t*5|".repeat(12))]
+    );
+    assert_eq!(get("model.virtual_pipeline_model_parallel_size"), ["4"]);
+    let m = megatron::megatron(&b.plan);
+    assert!(
+        !m.groups
+            .iter()
+            .flat_map(|g| &g.args)
+            .any(|a| a.text.starts_with("--num-virtual-stages-per-pipeline-rank")),
+        "the Megatron script leaves v to the layout"
+    );
+}
+
 /// Overrides whose value is not a bare word, number, `[list]` or a
 /// double-quoted string (Hydra's override grammar for the values written).
 fn regex_lite(ov: &[megatron_bridge::Override]) -> Vec<String> {
@@ -535,8 +576,14 @@ fn cli_target_limits_the_search() {
 /// checked against the data-parallel size; it fails a config edited to
 /// B = 2049), and torchtitan's `Trainer.Config` checks, CUDA-graph rules
 /// and `ParallelDims` (it fails the file edited to keep CUDA graphs with
-/// p = 2). Megatron-Bridge's recipes load the model's configuration from
-/// the Hugging Face hub, so its check needs network access as well.
+/// p = 2). Megatron-Bridge runs in a Python 3.12 environment of its own
+/// (`MESHPLAN_BRIDGE_PYTHON`; `scripts/setup-launch-checks` builds it:
+/// Bridge 0.6.2, Megatron-Core 0.19.2, Transformer Engine 2.17.1, torch
+/// 2.13): the library recipe built offline (its Hugging Face config.json
+/// from tests/data/hf), the script's overrides applied by Bridge's
+/// `process_config_with_overrides` and its `runtime_config_update` run
+/// (`cfg.validate()`), which passes; it fails the script edited to
+/// B = 2049 or with an unknown key.
 #[test]
 fn targets_own_parsers_accept_the_files() {
     let mut ran = 0;
@@ -555,8 +602,15 @@ fn targets_own_parsers_accept_the_files() {
         generate::write(&b.files, &dir).unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check-launch-target");
         // MESHPLAN_CHECK_PYTHON names an interpreter with the packages
-        // (e.g. a virtual environment's python); python3 otherwise.
-        let python = std::env::var("MESHPLAN_CHECK_PYTHON").unwrap_or_else(|_| "python3".into());
+        // (e.g. a virtual environment's python), MESHPLAN_BRIDGE_PYTHON
+        // Megatron-Bridge's (Python 3.12); python3 otherwise.
+        let var = |name: &str| std::env::var(name).ok();
+        let python = if target == Target::MegatronBridge {
+            var("MESHPLAN_BRIDGE_PYTHON").or_else(|| var("MESHPLAN_CHECK_PYTHON"))
+        } else {
+            var("MESHPLAN_CHECK_PYTHON")
+        }
+        .unwrap_or_else(|| "python3".into());
         let out = match Command::new(&python)
             .args([script, &target.to_string(), dir.to_str().unwrap()])
             .output()

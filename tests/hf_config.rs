@@ -77,6 +77,22 @@ const PUBLISHED: &[(&str, f64, Option<f64>, &str)] = &[
         None,
         "HF hub meta-llama/Llama-3.1-70B",
     ),
+    // Hugging Face hub, meta-llama/Meta-Llama-3-8B and -70B: "8.03B" and
+    // "70.6B params", the Llama 3.1 counts (the same layers; 3.1 changed
+    // the RoPE scaling and context length only). Megatron-Bridge's Llama 3
+    // recipes load these two (scripts/check-launch-target).
+    (
+        "meta-llama-3-8b",
+        8.03e9,
+        None,
+        "HF hub meta-llama/Meta-Llama-3-8B",
+    ),
+    (
+        "meta-llama-3-70b",
+        70.6e9,
+        None,
+        "HF hub meta-llama/Meta-Llama-3-70B",
+    ),
     // Llama Team 2024, "The Llama 3 Herd of Models", arXiv:2407.21783:
     // 405B; the formula gives the checkpoint's 405,853,388,800 (+0.21%).
     ("llama-3.1-405b", 405e9, None, "arXiv:2407.21783"),

@@ -313,6 +313,21 @@ pub fn overrides(plan: &Plan) -> Vec<Override> {
     }
     if !matches!(megatron::split(plan), megatron::Split::Layout { .. }) {
         push("model.pipeline_model_parallel_layout", "null".into(), None);
+    } else if mesh.vpp > 1 {
+        // The Megatron script leaves v to the layout (Megatron-LM derives
+        // it), but a recipe's own v would stay beside it, and Megatron-Core's
+        // TransformerConfig asserts that the two agree (the 70B recipe
+        // sets 5).
+        push(
+            "model.virtual_pipeline_model_parallel_size",
+            mesh.vpp.to_string(),
+            Some(format!(
+                "v = {}, as the layout's {} stages over p = {} imply",
+                mesh.vpp,
+                mesh.vpp * mesh.pp,
+                mesh.pp
+            )),
+        );
     }
     if plan.recompute.mode == crate::layout::Recompute::None {
         push("model.recompute_granularity", "null".into(), None);
