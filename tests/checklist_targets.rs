@@ -159,7 +159,34 @@ fn assert_no_megatron_flags(target: &str, checklist: &str, megatron: &BTreeSet<S
 
 #[test]
 fn torchtitan_checklist_matches_its_files() {
-    let dir = generate_main_job("torchtitan", &[]);
+    // The layout the main job's torchtitan search ranked first before C = 1
+    // layouts were searched for torchtitan too (now its row 1 of D4 T2 p4
+    // C2), pinned so the file's structure below stays worked by hand.
+    let dir = generate_main_job(
+        "torchtitan",
+        &[
+            "--dp",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--cp",
+            "2",
+            "--cp-comm",
+            "all-gather",
+            "--zero",
+            "2",
+            "--mbs",
+            "1",
+            "--recompute",
+            "none",
+            "--sp",
+            "on",
+            "--split",
+            "19,21,21,19",
+        ],
+    );
     let check = read(&dir, generate::CHECKLIST);
     let py = read(&dir, generate::TORCHTITAN_CONFIG);
     // The file's single-line assignments, `config.X = V`.

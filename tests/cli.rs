@@ -933,9 +933,10 @@ fn calibrate_warns_about_a_degenerate_fit() {
 /// torchtitan's checkpoint is its fp32 model and the Adam moments (DCP saves
 /// `ModelWrapper(model_parts)` and the optimizer, no bf16 copy): 12 B/param
 /// for `search --target torchtitan`, 14 for Megatron-LM (was 14 for both).
-/// Llama-3 70B, P = 70,553,706,496 (the best layouts have T ≤ 2, where
-/// V = 128,256 = 1002·128 needs no padding); 64 ranks × 16 KiB small state
-/// = 1,048,576: 12·P + 1,048,576 = 846,645,526,528 bytes.
+/// Llama-3 70B, 70,553,706,496 parameters unpadded; torchtitan's #1 has
+/// T = 4, where V = 128,256 pads to 128,512 (a multiple of 128·4), so
+/// P = 70,553,706,496 + 2·8192·256 = 70,557,900,800; 64 ranks × 16 KiB
+/// small state = 1,048,576: 12·P + 1,048,576 = 846,695,858,176 bytes.
 #[test]
 fn torchtitan_checkpoint_holds_no_bf16_copy() {
     let ckpt = |target: &str| {
@@ -953,15 +954,16 @@ fn torchtitan_checkpoint_holds_no_bf16_copy() {
         assert!(o.status.success(), "{}", stderr(&o));
         json(&o)["checkpoint"].clone()
     };
-    let p = 70_553_706_496.0;
+    let p = 70_557_900_800.0;
     let c = ckpt("torchtitan");
     assert_eq!(c["params"].as_f64(), Some(p));
     assert_eq!(c["weights_bytes"].as_f64(), Some(0.0));
     assert_eq!(c["master_bytes"].as_f64(), Some(4.0 * p));
     assert_eq!(c["moments_bytes"].as_f64(), Some(8.0 * p));
-    assert_eq!(c["total_bytes"].as_f64(), Some(846_645_526_528.0));
+    assert_eq!(c["total_bytes"].as_f64(), Some(846_695_858_176.0));
+    // Megatron-LM's #1 has T = 2: no padding (128,256 = 1002·128).
     let c = ckpt("megatron");
-    assert_eq!(c["weights_bytes"].as_f64(), Some(2.0 * p));
+    assert_eq!(c["weights_bytes"].as_f64(), Some(2.0 * 70_553_706_496.0));
 }
 
 /// torchtitan at the API meshplan writes (quantization converters on the
