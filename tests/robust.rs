@@ -559,15 +559,7 @@ fn counters_add_up_in_every_output() {
         ),
         (36490, 22653, 10919, 0, 2918)
     );
-    assert_eq!(
-        n("considered"),
-        n("evaluated")
-            + n("pruned")
-            + n("unpriced")
-            + n("unpriceable")
-            + n("near_miss_bounded")
-            + n("top_k_bounded")
-    );
+    assert_counters_add_up(&v);
     // One row per ranked layout: the distinct valid layouts (valid less
     // rank-order twins) predicted at least half the fastest's tokens/s
     // (at the time of writing 8336 − 284 = 8052 distinct, 7249 ranked).
@@ -683,15 +675,7 @@ fn counters_add_up_on_moe() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let n = |k: &str| v[k].as_u64().unwrap();
     assert!(n("considered") > 0 && n("valid") > 0);
-    assert_eq!(
-        n("considered"),
-        n("evaluated")
-            + n("pruned")
-            + n("unpriced")
-            + n("unpriceable")
-            + n("near_miss_bounded")
-            + n("top_k_bounded")
-    );
+    assert_counters_add_up(&v);
     assert!(n("ranked") <= n("valid") - n("twins"));
     assert_eq!(v["rows"].as_array().unwrap().len() as u64, n("ranked"));
 }
@@ -813,4 +797,19 @@ fn impossible_near_misses_carry_no_price() {
             "{line}"
         );
     }
+}
+
+/// A search's JSON counters add up: every layout considered is priced,
+/// pruned, rejected unpriced, unpriceable or bounded (near-miss or top-K).
+fn assert_counters_add_up(v: &serde_json::Value) {
+    let n = |k: &str| v[k].as_u64().unwrap();
+    assert_eq!(
+        n("considered"),
+        n("evaluated")
+            + n("pruned")
+            + n("unpriced")
+            + n("unpriceable")
+            + n("near_miss_bounded")
+            + n("top_k_bounded")
+    );
 }
