@@ -479,6 +479,9 @@ fn router_norm_and_rope_flags_match_the_card_field_by_field() {
     );
     assert_eq!(args.contains_key("--qk-layernorm"), a.qk_layernorm);
     assert_eq!(get("--norm-epsilon"), a.norm_epsilon.map(|e| e.to_string()));
+    // MLA: the backend is left to Megatron-Core, as its MLA examples and
+    // Megatron-Bridge's DeepSeek recipes do, not forced to flash.
+    assert_eq!(get("--attention-backend").as_deref(), Some("auto"));
     // The card's values themselves (so the comparison above is not empty).
     assert_eq!(
         (

@@ -597,7 +597,14 @@ pub fn megatron(plan: &Plan) -> Megatron {
             );
         }
     }
-    precision.push(if job.flash_attention {
+    precision.push(if job.flash_attention && m.mla.is_some() {
+        // Megatron's own MLA examples and Megatron-Bridge's DeepSeek recipes
+        // leave the backend to Megatron-Core (`attention_backend = None`,
+        // `recipes/deepseek/h100/deepseek_v3.py`), which takes Transformer
+        // Engine's fused kernel for MLA's unequal Q/K and V head widths.
+        val("--attention-backend", "auto")
+            .note("Megatron-Core picks a fused kernel for MLA: no s×s score matrix stored")
+    } else if job.flash_attention {
         val("--attention-backend", "flash").note("fused attention: no s×s score matrix stored")
     } else {
         val("--attention-backend", "unfused")
