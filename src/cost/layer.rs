@@ -74,7 +74,12 @@ impl ItemCost {
     }
 
     /// Add `n` times `other`; the working set is the larger of the two.
+    /// Adding none changes nothing (and is skipped: a pipeline chunk of an
+    /// all-MoE or all-dense model adds one of its two layer kinds zero times).
     pub fn add(&mut self, other: &ItemCost, n: f64) {
+        if n == 0.0 {
+            return;
+        }
         self.time.add_scaled(&other.time, n);
         self.fwd_compute += n * other.fwd_compute;
         self.params += n * other.params;
