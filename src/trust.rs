@@ -97,13 +97,24 @@ impl Regime {
         ]
     }
 
-    /// How many dimensions `self` and `other` share.
+    /// How many dimensions ([`Regime::dims`]) `self` and `other` share,
+    /// compared as values (each dimension's phrase is one value's); the
+    /// test `shared_counts_the_dims_alike` checks it against the phrases.
     fn shared(&self, other: &Regime) -> usize {
-        self.dims()
-            .iter()
-            .zip(other.dims().iter())
-            .filter(|(a, b)| a.1 == b.1)
-            .count()
+        [
+            self.gpu == other.gpu,
+            self.precision == other.precision,
+            self.zero == other.zero,
+            self.cp == other.cp,
+            self.moe == other.moe,
+            self.recompute == other.recompute,
+            self.micro_batches == other.micro_batches,
+            self.scale == other.scale,
+            self.deepspeed_2021 == other.deepspeed_2021,
+        ]
+        .into_iter()
+        .filter(|&same| same)
+        .count()
     }
 
     /// A dimension as a note names it after "no measured run with": `ZeRO
@@ -492,5 +503,42 @@ mod tests {
         assert_eq!(micro_batch_band(8), "8 ≤ m < 64");
         assert_eq!(scale_band(64), "≤64");
         assert_eq!(gpu_class("a100-80g"), "a100");
+    }
+
+    /// `shared` compares values; the phrases of `dims` are what the notes
+    /// print. Over every pair of the shipped measured runs' regimes (and
+    /// each with a copy differing in every dimension) both count alike.
+    #[test]
+    fn shared_counts_the_dims_alike() {
+        let by_phrase = |a: &Regime, b: &Regime| {
+            a.dims()
+                .iter()
+                .zip(b.dims().iter())
+                .filter(|(x, y)| x.1 == y.1)
+                .count()
+        };
+        let runs = &Record::shipped().runs;
+        assert!(runs.len() > 100, "{} runs", runs.len());
+        let mut regimes: Vec<Regime> = runs.iter().map(|m| m.regime.clone()).collect();
+        regimes.push(Regime {
+            gpu: "x".into(),
+            precision: "nvfp4",
+            zero: "2",
+            cp: !regimes[0].cp,
+            moe: !regimes[0].moe,
+            recompute: Recompute::Selective,
+            micro_batches: "m < 8",
+            scale: ">4096",
+            deepspeed_2021: !regimes[0].deepspeed_2021,
+        });
+        let mut differing = 0;
+        for a in &regimes {
+            for b in &regimes {
+                let n = a.shared(b);
+                assert_eq!(n, by_phrase(a, b), "{a:?} / {b:?}");
+                differing += usize::from(n < 9);
+            }
+        }
+        assert!(differing > 1000);
     }
 }
