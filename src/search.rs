@@ -291,9 +291,12 @@ pub struct Rejections {
 pub struct Stats {
     /// Layouts enumerated.
     pub considered: u64,
-    /// Layouts dropped by exact memory bounds without pricing (the one of
-    /// each pruned mesh and ZeRO stage priced for its near-miss numbers
-    /// counts as priced, not pruned).
+    /// Layouts rejected for memory without pricing their time: by the
+    /// model-states lower bound of their mesh and ZeRO stage, or, when no
+    /// other rule rejects them and they cannot be memory's near-miss, by
+    /// the exact peak of the first pipeline rank that does not fit
+    /// ([`cost::evaluate_capped`]). The one of each pruned mesh and ZeRO
+    /// stage priced for its near-miss numbers counts as priced, not pruned.
     pub pruned: u64,
     /// Layouts priced by the cost model.
     pub evaluated: u64,
@@ -1297,6 +1300,54 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     acc.stats.splits_solved = splitter.solved + splitter.dp_solved + splitter.uniform_solved;
 }
 
+/// What the near-misses named so far reach, for skipping layouts that
+/// cannot beat them: the fastest tokens/s of each rule's near-miss, and
+/// the smallest peak over usable memory of memory's.
+#[derive(Clone, Copy)]
+struct NearFloor {
+    fastest: [f64; Rule::ALL.len()],
+    memory_share: f64,
+}
+
+impl NearFloor {
+    /// Nothing named yet.
+    const NONE: NearFloor = NearFloor {
+        fastest: [f64::NEG_INFINITY; Rule::ALL.len()],
+        memory_share: f64::INFINITY,
+    };
+
+    /// The near-misses of `acc`.
+    fn of(acc: &Acc) -> NearFloor {
+        let mut f = NearFloor::NONE;
+        for (i, near) in acc.near.iter().enumerate() {
+            if let Some(c) = near {
+                f.fastest[i] = c.eval.tokens_per_s;
+            }
+        }
+        if let Some(c) = &acc.near[Rule::Memory as usize] {
+            f.memory_share = c.eval.peak_bytes / c.eval.usable_bytes;
+        }
+        f
+    }
+}
+
+/// The meshes in chunks searched one after another (the meshes of a chunk
+/// in parallel), 4, 8, 16, … meshes long: each chunk starts from the
+/// near-misses of the chunks before it ([`NearFloor`]), so a layout that
+/// cannot beat them is not priced. The chunks are fixed by the mesh list
+/// alone, so what is priced does not depend on the threads.
+fn mesh_chunks(meshes: &[Mesh]) -> Vec<&[Mesh]> {
+    let mut out = Vec::new();
+    let (mut at, mut len) = (0, 4);
+    while at < meshes.len() {
+        let end = (at + len).min(meshes.len());
+        out.push(&meshes[at..end]);
+        at = end;
+        len *= 2;
+    }
+    out
+}
+
 /// Run the search for `pr` over `space`.
 pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let start = Instant::now();
@@ -1310,196 +1361,241 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let k = space.top_k.max(1);
     // Keep 2K through the fast pass: re-splitting may reorder them.
     let k2 = k.saturating_mul(2);
-    let acc = meshes
-        .par_iter()
-        .fold(Acc::default, |mut acc, &mesh| {
-            // Exact prune per ZeRO stage: states alone overflow.
-            let usable = pr.usable_bytes();
-            let probe = Layout {
-                ep: mesh.ep,
-                etp: mesh.etp,
-                recompute: Recompute::Full,
-                sp: true,
-                ..Layout::dense(mesh.dp, mesh.tp, mesh.pp, mesh.cp)
-            };
-            // A best-only search wants no counts: a mesh that breaks a
-            // mesh-level rule has no valid layout to enumerate.
-            if space.best_only
-                && rules::violations(pr, &space.policy, &probe)
-                    .iter()
-                    .any(Rule::mesh_level)
-            {
-                return acc;
-            }
-            let overflow: [bool; 4] = if space.prune {
-                states_lower_bounds(pr, &probe).map(|b| b > usable)
-            } else {
-                [false; 4]
-            };
-            // One layout of each pruned (mesh, ZeRO stage) is still priced,
-            // so a memory rejection can name its near-miss with numbers.
-            let mut sampled = [false; 4];
-            // Fastest priced layout of this mesh that fits and breaks only
-            // the one structural rule, by rule (see the bound below).
-            let mut mesh_near = [f64::NEG_INFINITY; Rule::ALL.len()];
-            // Valid layouts of this mesh by everything but the rank order
-            // and by their predictions: a second one is a twin.
-            let mut seen = std::mem::take(&mut acc.seen);
-            seen.clear();
-            // A placement depends only on the mesh and the rank order
-            // (`Placement::of`): computed once per order of this mesh.
-            let mut placements: Vec<(crate::layout::RankOrder, crate::layout::Placement)> =
-                Vec::with_capacity(2);
-            let mut item_costs = ItemCostCache::default();
-            for_each_layout(pr, space, mesh, |l| {
-                acc.stats.considered += 1;
-                let structural = rules::violations(pr, &space.policy, &l);
-                if overflow[l.zero as usize] {
-                    let z = l.zero as usize;
-                    if structural.is_empty() && l.recompute == Recompute::Full && !sampled[z] {
-                        sampled[z] = true;
-                        acc.stats.evaluated += 1;
-                        let eval = cost::evaluate(pr, &l);
-                        acc.reject(Rule::Memory, Some(Candidate { layout: l, eval }));
-                        return;
-                    }
-                    acc.stats.pruned += 1;
-                    let mut s = structural;
-                    s.insert(Rule::Memory);
-                    acc.reject(s.first().unwrap_or(Rule::Memory), None);
-                    return;
-                }
-                // Price layouts that are valid or break exactly one
-                // structural rule (near-miss candidates).
-                // A best-only search names no near-misses: of the layouts
-                // that break a rule, only those a re-split can make valid
-                // (the split rule alone) are worth pricing.
-                let hopeless = space.best_only
-                    && !structural.is_empty()
-                    && structural.first() != Some(Rule::LayersPp);
-                if structural.len() > 1 || hopeless {
-                    acc.stats.unpriced += 1;
-                    acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
-                    return;
-                }
-                // A layout whose one broken rule makes any price
-                // meaningless (a fractional micro-batch count, an
-                // interleaved schedule that does not exist) is named as
-                // that rule's example without pricing: the first one met,
-                // so the example does not depend on the threads.
-                if let Some(r) = structural.first().filter(|r| !r.price_holds()) {
-                    acc.stats.unpriceable += 1;
-                    let i = r as usize;
-                    acc.counts[i] += 1;
-                    if acc.near[i].is_none() {
-                        acc.near[i] = Some(Candidate {
-                            layout: l,
-                            eval: Evaluation::default(),
-                        });
-                    }
-                    return;
-                }
-                let pl = match placements.iter().find(|(o, _)| *o == l.order) {
-                    Some(&(_, pl)) => pl,
-                    None => {
-                        let pl = crate::layout::Placement::of(&l, pr.cluster);
-                        placements.push((l.order, pl));
-                        pl
-                    }
-                };
-                let lc = item_costs.get(pr, &l, &pl);
-                // A layout that breaks one structural rule is priced only to
-                // name that rule's near-miss (the fastest such layout): one
-                // whose balanced-split bound is below a near-miss already
-                // priced on this mesh cannot be it (the bound never
-                // undercuts its price, see
-                // `pipeline_bounds_never_undercut_evaluate`). Per mesh, not
-                // per worker, so the counters do not depend on how the
-                // meshes fall to the threads. The split-only rule is left
-                // out: its layouts may be re-split.
-                let single = structural.first().filter(|&r| r != Rule::LayersPp);
-                if let Some(r) = single
-                    && space.prune
-                    && balanced_bound(pr, &l, lc) * NEAR_MISS_BOUND_MARGIN < mesh_near[r as usize]
-                {
-                    acc.stats.near_miss_bounded += 1;
-                    acc.reject(r, None);
-                    return;
-                }
-                // A best-only search skips a rule-abiding layout whose
-                // bound (any split) cannot beat the 2K-th best kept.
-                if structural.is_empty()
-                    && space.best_only
-                    && acc.top.len() >= k2
-                    && balanced_bound(pr, &l, lc) * NEAR_MISS_BOUND_MARGIN
-                        < acc.top[k2 - 1].eval.tokens_per_s
-                {
-                    acc.stats.top_k_bounded += 1;
-                    return;
-                }
-                // A best-only search names no near-miss, so a layout only
-                // the split rule stands against goes straight to the
-                // re-split candidates, unpriced.
-                if space.best_only && structural.first() == Some(Rule::LayersPp) {
-                    acc.stats.unpriced += 1;
-                    if l.pp > 1 {
-                        acc.consider_resplit(pr, &l, lc, Rule::LayersPp, k);
-                    }
-                    return;
-                }
-                let e = cost::evaluate_with(pr, &l, &pl, lc);
-                acc.stats.evaluated += 1;
-                let fits = e.fits();
-                if let Some(r) = single
-                    && fits
-                {
-                    let best = &mut mesh_near[r as usize];
-                    *best = best.max(e.tokens_per_s);
-                }
-                // Only the split stands between these and validity; keep
-                // those whose balanced-split bound beats this worker's K-th
-                // best (a lower bound on the final threshold).
-                if l.pp > 1 {
-                    let rule = match structural.first() {
-                        None if !fits => Some(Rule::Memory),
-                        Some(Rule::LayersPp) => Some(Rule::LayersPp),
-                        _ => None,
+    let mut acc = Acc::default();
+    let mut floor = NearFloor::NONE;
+    for chunk in mesh_chunks(&meshes) {
+        let seed = acc.fastest;
+        let part = chunk
+            .par_iter()
+            .fold(
+                // Each worker starts from the fastest valid layout of the
+                // chunks before, so it keeps no layout below that floor.
+                || Acc {
+                    fastest: seed,
+                    ..Acc::default()
+                },
+                |mut acc, &mesh| {
+                    // Exact prune per ZeRO stage: states alone overflow.
+                    let usable = pr.usable_bytes();
+                    let probe = Layout {
+                        ep: mesh.ep,
+                        etp: mesh.etp,
+                        recompute: Recompute::Full,
+                        sp: true,
+                        ..Layout::dense(mesh.dp, mesh.tp, mesh.pp, mesh.cp)
                     };
-                    if let Some(rule) = rule {
-                        acc.consider_resplit(pr, &l, lc, rule, k);
+                    // A best-only search wants no counts: a mesh that breaks a
+                    // mesh-level rule has no valid layout to enumerate.
+                    if space.best_only
+                        && rules::violations(pr, &space.policy, &probe)
+                            .iter()
+                            .any(Rule::mesh_level)
+                    {
+                        return acc;
                     }
-                }
-                let cand = Candidate { layout: l, eval: e };
-                match (structural.first(), fits) {
-                    (None, true) => {
-                        acc.stats.valid += 1;
-                        // Counted here, folded after the re-split (a twin
-                        // still takes its place among the best 2K, so the
-                        // split budget goes where it went before).
-                        if !seen.insert(twin_key(&cand)) {
-                            acc.stats.twins += 1;
+                    let overflow: [bool; 4] = if space.prune {
+                        states_lower_bounds(pr, &probe).map(|b| b > usable)
+                    } else {
+                        [false; 4]
+                    };
+                    // One layout of each pruned (mesh, ZeRO stage) is still priced,
+                    // so a memory rejection can name its near-miss with numbers.
+                    let mut sampled = [false; 4];
+                    // Fastest priced layout that fits and breaks only the one
+                    // structural rule, by rule, of this mesh or an earlier chunk
+                    // (see the bound below); the smallest peak over usable memory of
+                    // a layout that breaks no structural rule and does not fit.
+                    let mut mesh_near = floor.fastest;
+                    let mut mesh_memory_near = floor.memory_share;
+                    // Valid layouts of this mesh by everything but the rank order
+                    // and by their predictions: a second one is a twin.
+                    let mut seen = std::mem::take(&mut acc.seen);
+                    seen.clear();
+                    // A placement depends only on the mesh and the rank order
+                    // (`Placement::of`): computed once per order of this mesh.
+                    let mut placements: Vec<(crate::layout::RankOrder, crate::layout::Placement)> =
+                        Vec::with_capacity(2);
+                    let mut item_costs = ItemCostCache::default();
+                    for_each_layout(pr, space, mesh, |l| {
+                        acc.stats.considered += 1;
+                        let structural = rules::violations(pr, &space.policy, &l);
+                        if overflow[l.zero as usize] {
+                            let z = l.zero as usize;
+                            if structural.is_empty()
+                                && l.recompute == Recompute::Full
+                                && !sampled[z]
+                            {
+                                sampled[z] = true;
+                                acc.stats.evaluated += 1;
+                                let eval = cost::evaluate(pr, &l);
+                                acc.reject(Rule::Memory, Some(Candidate { layout: l, eval }));
+                                return;
+                            }
+                            acc.stats.pruned += 1;
+                            let mut s = structural;
+                            s.insert(Rule::Memory);
+                            acc.reject(s.first().unwrap_or(Rule::Memory), None);
+                            return;
                         }
-                        acc.push_valid(cand, k2, space.keep_all);
+                        // Price layouts that are valid or break exactly one
+                        // structural rule (near-miss candidates).
+                        // A best-only search names no near-misses: of the layouts
+                        // that break a rule, only those a re-split can make valid
+                        // (the split rule alone) are worth pricing.
+                        let hopeless = space.best_only
+                            && !structural.is_empty()
+                            && structural.first() != Some(Rule::LayersPp);
+                        if structural.len() > 1 || hopeless {
+                            acc.stats.unpriced += 1;
+                            acc.reject(structural.first().unwrap_or(Rule::MeshSize), None);
+                            return;
+                        }
+                        // A layout whose one broken rule makes any price
+                        // meaningless (a fractional micro-batch count, an
+                        // interleaved schedule that does not exist) is named as
+                        // that rule's example without pricing: the first one met,
+                        // so the example does not depend on the threads.
+                        if let Some(r) = structural.first().filter(|r| !r.price_holds()) {
+                            acc.stats.unpriceable += 1;
+                            let i = r as usize;
+                            acc.counts[i] += 1;
+                            if acc.near[i].is_none() {
+                                acc.near[i] = Some(Candidate {
+                                    layout: l,
+                                    eval: Evaluation::default(),
+                                });
+                            }
+                            return;
+                        }
+                        let pl = match placements.iter().find(|(o, _)| *o == l.order) {
+                            Some(&(_, pl)) => pl,
+                            None => {
+                                let pl = crate::layout::Placement::of(&l, pr.cluster);
+                                placements.push((l.order, pl));
+                                pl
+                            }
+                        };
+                        let lc = item_costs.get(pr, &l, &pl);
+                        // A layout that breaks one structural rule is priced only to
+                        // name that rule's near-miss (the fastest such layout): one
+                        // whose balanced-split bound is below a near-miss already
+                        // priced on this mesh cannot be it (the bound never
+                        // undercuts its price, see
+                        // `pipeline_bounds_never_undercut_evaluate`). Per mesh, not
+                        // per worker, so the counters do not depend on how the
+                        // meshes fall to the threads. The split-only rule is left
+                        // out: its layouts may be re-split.
+                        let single = structural.first().filter(|&r| r != Rule::LayersPp);
+                        if let Some(r) = single
+                            && space.prune
+                            && balanced_bound(pr, &l, lc) * NEAR_MISS_BOUND_MARGIN
+                                < mesh_near[r as usize]
+                        {
+                            acc.stats.near_miss_bounded += 1;
+                            acc.reject(r, None);
+                            return;
+                        }
+                        // A best-only search skips a rule-abiding layout whose
+                        // bound (any split) cannot beat the 2K-th best kept.
+                        if structural.is_empty()
+                            && space.best_only
+                            && acc.top.len() >= k2
+                            && balanced_bound(pr, &l, lc) * NEAR_MISS_BOUND_MARGIN
+                                < acc.top[k2 - 1].eval.tokens_per_s
+                        {
+                            acc.stats.top_k_bounded += 1;
+                            return;
+                        }
+                        // A best-only search names no near-miss, so a layout only
+                        // the split rule stands against goes straight to the
+                        // re-split candidates, unpriced.
+                        if space.best_only && structural.first() == Some(Rule::LayersPp) {
+                            acc.stats.unpriced += 1;
+                            if l.pp > 1 {
+                                acc.consider_resplit(pr, &l, lc, Rule::LayersPp, k);
+                            }
+                            return;
+                        }
+                        // A layout that breaks no structural rule and does not fit
+                        // is rejected as soon as one rank's peak shows it, its time
+                        // unpriced, unless it may be memory's near-miss (the
+                        // smallest peak over usable memory, then the fastest): one
+                        // above the smallest share already priced, on this mesh or
+                        // an earlier chunk's, cannot be.
+                        let cap = if !structural.is_empty() || !space.prune {
+                            f64::INFINITY
+                        } else if space.best_only {
+                            usable
+                        } else {
+                            usable * mesh_memory_near.max(1.0)
+                        };
+                        let Some(e) = cost::evaluate_capped(pr, &l, &pl, lc, cap) else {
+                            if l.pp > 1 {
+                                acc.consider_resplit(pr, &l, lc, Rule::Memory, k);
+                            }
+                            acc.stats.pruned += 1;
+                            acc.reject(Rule::Memory, None);
+                            return;
+                        };
+                        acc.stats.evaluated += 1;
+                        let fits = e.fits();
+                        if let Some(r) = single
+                            && fits
+                        {
+                            let best = &mut mesh_near[r as usize];
+                            *best = best.max(e.tokens_per_s);
+                        }
+                        // Only the split stands between these and validity; keep
+                        // those whose balanced-split bound beats this worker's K-th
+                        // best (a lower bound on the final threshold).
+                        if l.pp > 1 {
+                            let rule = match structural.first() {
+                                None if !fits => Some(Rule::Memory),
+                                Some(Rule::LayersPp) => Some(Rule::LayersPp),
+                                _ => None,
+                            };
+                            if let Some(rule) = rule {
+                                acc.consider_resplit(pr, &l, lc, rule, k);
+                            }
+                        }
+                        let cand = Candidate { layout: l, eval: e };
+                        match (structural.first(), fits) {
+                            (None, true) => {
+                                acc.stats.valid += 1;
+                                // Counted here, folded after the re-split (a twin
+                                // still takes its place among the best 2K, so the
+                                // split budget goes where it went before).
+                                if !seen.insert(twin_key(&cand)) {
+                                    acc.stats.twins += 1;
+                                }
+                                acc.push_valid(cand, k2, space.keep_all);
+                            }
+                            (None, false) => {
+                                let share = cand.eval.peak_bytes / cand.eval.usable_bytes;
+                                mesh_memory_near = mesh_memory_near.min(share);
+                                acc.reject(Rule::Memory, Some(cand));
+                            }
+                            (Some(r), true) => acc.reject(r, Some(cand)),
+                            (Some(r), false) => acc.reject(r, None),
+                        }
+                    });
+                    acc.seen = seen;
+                    let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if start.elapsed() > Duration::from_secs(1)
+                        && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                        bar.set_message("searching layouts");
                     }
-                    (None, false) => acc.reject(Rule::Memory, Some(cand)),
-                    (Some(r), true) => acc.reject(r, Some(cand)),
-                    (Some(r), false) => acc.reject(r, None),
-                }
-            });
-            acc.seen = seen;
-            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if start.elapsed() > Duration::from_secs(1)
-                && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                bar.set_message("searching layouts");
-            }
-            bar.set_position(n);
-            acc
-        })
-        .reduce(Acc::default, |a, b| a.merge(b, k2));
+                    bar.set_position(n);
+                    acc
+                },
+            )
+            .reduce(Acc::default, |a, b| a.merge(b, k2));
+        acc = acc.merge(part, k2);
+        floor = NearFloor::of(&acc);
+    }
     bar.finish_and_clear();
-    let mut acc = acc;
     acc.gather_kept();
     refine(pr, space, &mut acc, k);
     if space.keep_all {
@@ -1654,6 +1750,45 @@ mod tests {
             });
         }
         assert!(reused > 1000, "{reused} cache hits");
+    }
+
+    /// `evaluate_capped` stops exactly when the worst rank's peak exceeds
+    /// the cap, and otherwise prices as `evaluate_with` does: every layout
+    /// of 70B on dgx64 (seq 8192 and, with CP, 32768) at caps of 0.8, 1 and
+    /// 1.25 times usable memory.
+    #[test]
+    fn capped_pricing_stops_exactly_above_the_cap() {
+        let (mut stopped, mut priced) = (0, 0);
+        for seq in [8192, 32768] {
+            with_problem("70b", "dgx64", None, seq, |pr| {
+                let space = Space::default();
+                for mesh in meshes(pr, &space) {
+                    for_each_layout(pr, &space, mesh, |l| {
+                        let pl = crate::layout::Placement::of(&l, pr.cluster);
+                        let lc = cost::layer::layer_costs(pr, &l, &pl);
+                        let full = cost::evaluate_with(pr, &l, &pl, &lc);
+                        for f in [0.8, 1.0, 1.25] {
+                            let cap = f * pr.usable_bytes();
+                            match cost::evaluate_capped(pr, &l, &pl, &lc, cap) {
+                                None => {
+                                    assert!(full.peak_bytes > cap, "{}", l.short());
+                                    stopped += 1;
+                                }
+                                Some(e) => {
+                                    assert_eq!(e, full, "{}", l.short());
+                                    assert!(full.peak_bytes <= cap);
+                                    priced += 1;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        assert!(
+            stopped > 1000 && priced > 1000,
+            "{stopped} stopped, {priced} priced"
+        );
     }
 
     #[test]

@@ -117,19 +117,19 @@ fn compare(model: &str, cluster: &str, gpus: u64, job: Job) -> u64 {
 #[test]
 fn pruned_equals_brute_force_70b_on_32() {
     // Tight memory: many meshes are pruned.
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("70b", "dgx64", 32, Job::new(256, 4096)) > 0);
 }
 
 #[test]
 fn pruned_equals_brute_force_13b_on_16() {
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("llama2-13b", "dgx64", 16, Job::new(128, 4096)) > 0);
 }
 
 #[test]
 fn pruned_equals_brute_force_gpt3_on_64() {
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("gpt3-175b", "dgx64", 64, Job::new(64, 2048)) > 0);
 }
 
@@ -137,13 +137,13 @@ fn pruned_equals_brute_force_gpt3_on_64() {
 fn pruned_equals_brute_force_mixtral_on_16() {
     // MoE with E and ETP: the bound must use each mesh's own ETP (expert
     // states shrink with E·ETP but their optimizer shard grows as EDP falls).
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("mixtral-8x7b", "dgx64", 16, Job::new(64, 4096)) > 0);
 }
 
 #[test]
 fn pruned_equals_brute_force_qwen3_moe_on_8() {
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("qwen3-30b-a3b", "h800-8", 8, Job::new(64, 4096)) > 0);
 }
 
@@ -163,7 +163,7 @@ fn pruned_equals_brute_force_70b_fp8_on_32() {
     // pruned.
     let mut job = Job::new(256, 4096);
     job.precision = meshplan::spec::Precision::Fp8;
-    // The near-miss bound skipped some (363 to 6863 on these spaces).
+    // The near-miss bound skipped some (hundreds to thousands on these spaces).
     assert!(compare("70b", "dgx-h100-64", 32, job) > 0);
 }
 

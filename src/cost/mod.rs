@@ -622,6 +622,21 @@ pub fn evaluate(pr: &Problem, l: &Layout) -> Evaluation {
 /// [`evaluate`] with the placement `pl` and the item costs already computed
 /// ([`Placement::new`] of `l`, [`layer::layer_costs`] of both).
 pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) -> Evaluation {
+    // No rank's peak exceeds an infinite cap, so this always prices.
+    evaluate_capped(pr, l, pl, lc, f64::INFINITY).unwrap_or_default()
+}
+
+/// [`evaluate_with`], or `None` as soon as a rank's peak exceeds `cap`
+/// bytes (the worst rank's peak, [`Evaluation::peak_bytes`], is then above
+/// `cap` too): the search stops pricing a layout that does not fit and
+/// cannot be memory's near-miss after the first rank that shows it.
+pub fn evaluate_capped(
+    pr: &Problem,
+    l: &Layout,
+    pl: &Placement,
+    lc: &LayerCosts,
+    cap: f64,
+) -> Option<Evaluation> {
     let m = micro_batches_or_floor(pr, l);
     let mut worst = RankCost::default();
     let mut worst_peak = f64::MIN;
@@ -632,17 +647,12 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
     let mut dp_step = DpTerms::default();
     let mut dp_mb = DpTerms::default();
     let mut opt: f64 = 0.0;
-    let uniform_middle = l.pp > 3 && l.split.is_none() && model_is_uniform_middle(pr, l);
-    let mut rank = 0;
-    while rank < l.pp {
+    for (rank, weight) in priced_ranks(pr, l) {
         let rc = rank_cost(pr, l, lc, rank, m);
-        // Ranks this one stands for.
-        let weight = if uniform_middle && rank == 1 {
-            (l.pp - 2) as f64
-        } else {
-            1.0
-        };
         let peak = rc.memory.total();
+        if peak > cap {
+            return None;
+        }
         if peak > worst_peak {
             worst_peak = peak;
             worst = rc;
@@ -664,11 +674,6 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
             dp_mb = dp.per_micro_batch;
         }
         opt = opt.max(dp.optimizer);
-        rank = if uniform_middle && rank == 1 {
-            l.pp - 1
-        } else {
-            rank + 1
-        };
     }
     // Per-micro-batch data-parallel exposure (ZeRO-2/3) lengthens every
     // stage's micro-batch.
@@ -711,7 +716,7 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
         l.recompute,
         pr.job.flash_attention,
     );
-    Evaluation {
+    Some(Evaluation {
         micro_batches: m,
         worst_rank: worst.rank,
         memory: worst.memory,
@@ -727,7 +732,26 @@ pub fn evaluate_with(pr: &Problem, l: &Layout, pl: &Placement, lc: &LayerCosts) 
             / n
             / (precision::dense_peak_tflops(pr.gpu, pr.job.precision) * 1e12).max(1.0),
         bubble_fraction: bubble / step,
-    }
+    })
+}
+
+/// The pipeline ranks [`evaluate`] prices, in order, each with how many
+/// ranks it stands for: every rank, except that under a uniform split of a
+/// model whose middle ranks are alike rank 1 stands for ranks 1 to p − 2
+/// (see [`evaluate`]).
+fn priced_ranks(pr: &Problem, l: &Layout) -> impl Iterator<Item = (u32, f64)> {
+    let uniform_middle = l.pp > 3 && l.split.is_none() && model_is_uniform_middle(pr, l);
+    let pp = l.pp;
+    (0..pp)
+        .filter(move |&r| !uniform_middle || r <= 1 || r == pp - 1)
+        .map(move |r| {
+            let weight = if uniform_middle && r == 1 {
+                (pp - 2) as f64
+            } else {
+                1.0
+            };
+            (r, weight)
+        })
 }
 
 /// m = B/(D·b), or its floor (at least 1) when D·b does not divide B.
