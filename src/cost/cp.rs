@@ -337,15 +337,7 @@ mod tests {
     use crate::spec::{AttnKernel, Catalog};
 
     fn links() -> Links {
-        Links {
-            intra_bw: 100e9,
-            inter_bw: 10e9,
-            intra_lat: 0.0,
-            inter_lat: 0.0,
-            base_lat: 0.0,
-            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
-            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-        }
+        Links::bandwidths(100e9, 10e9)
     }
 
     /// Uniform steps of `t` seconds each (the old one-number pricing).
