@@ -571,23 +571,23 @@ pub fn counters_line(st: &crate::search::Stats) -> String {
         "bounded (one rule broken; their tokens/s bound under that rule's near-miss)",
     );
     let distinct = st.valid - st.twins;
-    let twins = (st.twins > 0)
-        .then(|| {
-            format!(
-                " ({distinct} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
-                st.twins
-            )
-        })
-        .unwrap_or_default();
-    let ranked = (st.ranked > 0 && st.ranked < distinct)
-        .then(|| {
-            format!(
-                "; the {} predicted at least {:.0}% of the fastest's tokens/s are ranked",
-                st.ranked,
-                100.0 * crate::search::RANKED_FLOOR
-            )
-        })
-        .unwrap_or_default();
+    let twins = if st.twins > 0 {
+        format!(
+            " ({distinct} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
+            st.twins
+        )
+    } else {
+        String::new()
+    };
+    let ranked = if st.ranked > 0 && st.ranked < distinct {
+        format!(
+            "; the {} predicted at least {:.0}% of the fastest's tokens/s are ranked",
+            st.ranked,
+            100.0 * crate::search::RANKED_FLOOR
+        )
+    } else {
+        String::new()
+    };
     format!(
         "Considered {} layouts = {} priced + {} pruned by exact memory bounds{unpriced}{unpriceable}{bounded}; {} valid{twins}{ranked} ({:.0} ms).",
         st.considered,
