@@ -90,21 +90,18 @@ impl LinksOverlay {
     }
 }
 
-/// What the fit saw (written for the reader; ignored when applied).
+/// What the fit saw (written for the reader; ignored when applied). Every
+/// field may be left out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct CalibrationInfo {
     /// Rows used.
-    #[serde(default)]
     pub rows: Vec<String>,
     /// Step-time error per row before the fit, `pred/meas − 1`.
-    #[serde(default)]
     pub error_before: Vec<f64>,
     /// Step-time error per row after the fit.
-    #[serde(default)]
     pub error_after: Vec<f64>,
     /// Iterations of Levenberg–Marquardt.
-    #[serde(default)]
     pub iterations: u32,
 }
 

@@ -43,7 +43,6 @@ use crate::cost::comm::{self, Links};
 use crate::layout::GroupSpan;
 use crate::nccl_tests::{Collective, Run};
 use crate::spec::Cluster;
-use crate::spec::hardware::MAX_TIERS;
 
 /// One fitted level of the network.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -138,16 +137,7 @@ pub fn priced(c: Collective, bytes: f64, g: GroupSpan, links: &Links, choose: &L
 /// Links with one unknown at 1 and the rest off (bandwidth ∞, latency 0,
 /// base latency 0).
 fn unit(which: usize) -> Links {
-    let inf = f64::INFINITY;
-    let mut l = Links {
-        intra_bw: inf,
-        inter_bw: inf,
-        intra_lat: 0.0,
-        inter_lat: 0.0,
-        base_lat: 0.0,
-        oversub: [1.0; MAX_TIERS + 1],
-        tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-    };
+    let mut l = Links::bandwidths(f64::INFINITY, f64::INFINITY);
     match which {
         0 => l.intra_bw = 1.0,
         1 => l.intra_lat = 1.0,
@@ -292,13 +282,8 @@ pub fn fit(runs: &[Run], cluster: &Cluster) -> Result<NetworkFit, String> {
     // Step 1: single-domain runs → intra, less the base latency.
     let intra_runs: Vec<&Run> = runs.iter().filter(|r| !spans(r)).collect();
     let base_only = Links {
-        intra_bw: f64::INFINITY,
-        inter_bw: f64::INFINITY,
-        intra_lat: 0.0,
-        inter_lat: 0.0,
         base_lat: before.base_lat,
-        oversub: [1.0; MAX_TIERS + 1],
-        tier_lat: [0.0; MAX_TIERS + 1],
+        ..Links::bandwidths(f64::INFINITY, f64::INFINITY)
     };
     // A run's time on `links`, the algorithm chosen on the profile's links.
     let priced_on = |links: &Links, r: &Run, bytes: f64| {

@@ -76,6 +76,20 @@ impl Links {
         }
     }
 
+    /// Links of these bandwidths (bytes/s) and nothing else: no latency
+    /// (ring steps, base, tiers) and no oversubscription above the NICs.
+    pub const fn bandwidths(intra_bw: f64, inter_bw: f64) -> Links {
+        Links {
+            intra_bw,
+            inter_bw,
+            intra_lat: 0.0,
+            inter_lat: 0.0,
+            base_lat: 0.0,
+            oversub: [1.0; MAX_TIERS + 1],
+            tier_lat: [0.0; MAX_TIERS + 1],
+        }
+    }
+
     /// NIC bandwidth per GPU for the cross-domain phase of group `g`,
     /// bytes/s: `inter_bw` over the oversubscription up to the outermost
     /// tier it crosses. A ring's throughput is its slowest hop's, and with every
@@ -539,15 +553,9 @@ mod tests {
     /// DGX A100 links as in `hardware/clusters/dgx64.toml`, with efficiency 1
     /// so the numbers can be checked by hand.
     fn dgx_a100() -> Links {
-        Links {
-            intra_bw: 300e9,       // NVLink3: 300 GB/s per GPU per direction
-            inter_bw: 200e9 / 8.0, // one 200 Gb/s HDR NIC per GPU = 25 GB/s
-            intra_lat: 0.0,
-            inter_lat: 0.0,
-            base_lat: 0.0,
-            oversub: [1.0; MAX_TIERS + 1],
-            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-        }
+        // NVLink3: 300 GB/s per GPU per direction; one 200 Gb/s HDR NIC per
+        // GPU = 25 GB/s.
+        Links::bandwidths(300e9, 200e9 / 8.0)
     }
 
     /// [`dgx_a100`] with NCCL's Simple-protocol latencies [nccl-tuning]:

@@ -337,15 +337,27 @@ mod tests {
     use crate::spec::{AttnKernel, Catalog};
 
     fn links() -> Links {
-        Links {
-            intra_bw: 100e9,
-            inter_bw: 10e9,
-            intra_lat: 0.0,
-            inter_lat: 0.0,
-            base_lat: 0.0,
-            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
-            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-        }
+        Links::bandwidths(100e9, 10e9)
+    }
+
+    /// [`exchange_time`] of K/V of 1e8 bytes per step over C = 4 on
+    /// [`links`]: a forward step moves in 1 ms on NVLink, 10 ms on the NIC.
+    fn exchange(
+        kind: CpComm,
+        imp: CpImpl,
+        steps: RingSteps,
+        full_recompute: bool,
+        g: GroupSpan,
+    ) -> Term {
+        exchange_time(kind, imp, 1e8, 4, steps, full_recompute, g, &links())
+    }
+
+    /// Asserts that `t` shows `exposed` of `total` seconds (to 1e-12).
+    fn assert_term(t: Term, exposed: f64, total: f64) {
+        assert!(
+            (t.exposed - exposed).abs() < 1e-12 && (t.total - total).abs() < 1e-12,
+            "{t:?}, want {exposed} of {total}"
+        );
     }
 
     /// Uniform steps of `t` seconds each (the old one-number pricing).
@@ -361,29 +373,20 @@ mod tests {
         let g = GroupSpan::of(4, 1, 8);
         let te = CpImpl::Te;
         // The transfers themselves: 3 steps of 1 ms and 3 of 2 ms, 9 ms.
-        let t = exchange_time(CpComm::Ring, te, 1e8, 4, even(1e-3), false, g, &links());
+        let t = exchange(CpComm::Ring, te, even(1e-3), false, g);
         assert_eq!(t.exposed, 0.0);
-        assert!((t.total - 9e-3).abs() < 1e-12, "{t:?}");
+        assert_term(t, 0.0, 9e-3);
         // With 0.5 ms forward steps (1.25 ms backward): 3·0.5 ms forward
         // and 3·0.75 ms backward: 3.75 ms.
-        let t = exchange_time(CpComm::Ring, te, 1e8, 4, even(0.5e-3), false, g, &links()).exposed;
+        let t = exchange(CpComm::Ring, te, even(0.5e-3), false, g).exposed;
         assert!((t - 3.75e-3).abs() < 1e-12, "{t}");
         // All-gather of 4e8 bytes over 4: 3/4·4e8/100e9 = 3 ms forward, and
         // 6 ms backward (gather + reduce-scatter): 9 ms whatever the compute.
-        let t = exchange_time(
-            CpComm::AllGather,
-            te,
-            1e8,
-            4,
-            even(1e-3),
-            false,
-            g,
-            &links(),
-        );
-        assert!((t.exposed - 9e-3).abs() < 1e-12, "{t:?}");
+        let t = exchange(CpComm::AllGather, te, even(1e-3), false, g);
+        assert_term(t, 9e-3, 9e-3);
         assert_eq!(t.exposed, t.total);
         // Full recompute repeats the forward exchange: 12 ms.
-        let t = exchange_time(CpComm::AllGather, te, 1e8, 4, even(1e-3), true, g, &links()).exposed;
+        let t = exchange(CpComm::AllGather, te, even(1e-3), true, g).exposed;
         assert!((t - 12e-3).abs() < 1e-12, "{t}");
     }
 
@@ -407,10 +410,12 @@ mod tests {
             diag: 0.5e-3,
             off: 0.8e-3,
         };
-        let t = exchange_time(CpComm::Ring, CpImpl::Te, 1e8, 4, steps, false, g, &links());
-        assert!((t.exposed - 1.65e-3).abs() < 1e-12, "{t:?}");
-        assert!((t.total - 9e-3).abs() < 1e-12, "{t:?}");
-        let t = exchange_time(CpComm::Ring, CpImpl::Te, 1e8, 4, steps, true, g, &links());
+        assert_term(
+            exchange(CpComm::Ring, CpImpl::Te, steps, false, g),
+            1.65e-3,
+            9e-3,
+        );
+        let t = exchange(CpComm::Ring, CpImpl::Te, steps, true, g);
         assert!((t.exposed - 2.55e-3).abs() < 1e-12, "{t:?}");
         // PyTorch, all-gather rotater: forward gathers 4·1e8 bytes once,
         // 3/4·4e8/100e9 = 3 ms, under the diagonal: max(0, 3 − 0.5) = 2.5 ms.
@@ -419,18 +424,8 @@ mod tests {
         // dK/dV (2e8 bytes, 2 ms) goes to the next rank: the first three
         // under the next step, max(0, 2 − 2.0) = 0 each, the last exposed,
         // 2 ms → 3.75 ms. Exposed 6.25 ms of 3 + 3 + 4·2 = 14 ms.
-        let t = exchange_time(
-            CpComm::AllGather,
-            CpImpl::Torch,
-            1e8,
-            4,
-            steps,
-            false,
-            g,
-            &links(),
-        );
-        assert!((t.exposed - 6.25e-3).abs() < 1e-12, "{t:?}");
-        assert!((t.total - 14e-3).abs() < 1e-12, "{t:?}");
+        let t = exchange(CpComm::AllGather, CpImpl::Torch, steps, false, g);
+        assert_term(t, 6.25e-3, 14e-3);
     }
 
     #[test]
@@ -550,19 +545,9 @@ mod tests {
         // each: 27 ms forward. Backward 3 transfers of 20 ms under steps of
         // 2.5 ms: 3·17.5 = 52.5 ms. Exposed 79.5 ms.
         let g = GroupSpan::of(4, 8, 8);
-        let t = exchange_time(
-            CpComm::Ring,
-            CpImpl::Te,
-            1e8,
-            4,
-            even(1e-3),
-            false,
-            g,
-            &links(),
-        );
-        assert!((t.exposed - 79.5e-3).abs() < 1e-12, "{t:?}");
         // Forward 3 × 10 ms plus backward 3 × 20 ms on the wire, 90 ms.
-        assert!((t.total - 90e-3).abs() < 1e-12, "{t:?}");
+        let t = exchange(CpComm::Ring, CpImpl::Te, even(1e-3), false, g);
+        assert_term(t, 79.5e-3, 90e-3);
     }
 
     #[test]

@@ -594,15 +594,7 @@ mod tests {
     /// all-gather of 4 GB = 7/8 · 4 = 3.5 s. Windows: forward 2 s,
     /// backward 8 s. 400M parameters, bucket 40M: one bucket is 10 %.
     fn zero_case(zero: u8, grad_reduce: bool, param_gather: bool) -> DataParallel {
-        let links = Links {
-            intra_bw: 1e9,
-            inter_bw: 1e9,
-            intra_lat: 0.0,
-            inter_lat: 0.0,
-            base_lat: 0.0,
-            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
-            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-        };
+        let links = Links::bandwidths(1e9, 1e9);
         let l = crate::layout::Layout::dense(8, 1, 1, 1);
         let pl = Placement::new(&l, 8);
         let v = DpVolumes {
@@ -616,10 +608,7 @@ mod tests {
             backward: 8.0,
             drain: 0.0,
         };
-        let overlap = Overlap {
-            grad_reduce,
-            param_gather,
-        };
+        let overlap = overlap(grad_reduce, param_gather);
         // One unit holding the whole rank: the per-unit timeline degenerates
         // to gather, compute, reduce-scatter.
         let units = [Run {
@@ -638,6 +627,27 @@ mod tests {
             sigma: 0.0,
         };
         data_parallel(&v, zero, 8, 400e6, w, overlap, net, &units)
+    }
+
+    fn overlap(grad_reduce: bool, param_gather: bool) -> Overlap {
+        Overlap {
+            grad_reduce,
+            param_gather,
+        }
+    }
+
+    /// Four units of 10 ms forward / 20 ms backward, gather 6 ms before the
+    /// forward and `backward_gather` before the backward, reduce-scatter
+    /// 8 ms: with 6 ms, the timeline of `fsdp::tests::four_units_by_hand`.
+    fn four_units(backward_gather: f64) -> [Run; 1] {
+        let unit = fsdp::Unit {
+            forward: 10e-3,
+            backward: 20e-3,
+            gather: 6e-3,
+            backward_gather,
+            reduce_scatter: 8e-3,
+        };
+        [Run { unit, count: 4 }]
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -686,18 +696,8 @@ mod tests {
         // reduce-scatters (32 ms): the backward's gathers are 24 of the 56
         // overlapped ms. With σ = 0.1: the hidden 6·3 ms of forward gathers
         // cost 1.8 ms; backward steps k = 0..3 hide 6, 14, 14, 8 ms, 4.2 ms.
-        let u = fsdp::Unit {
-            forward: 10e-3,
-            backward: 20e-3,
-            gather: 6e-3,
-            backward_gather: 6e-3,
-            reduce_scatter: 8e-3,
-        };
-        let runs = [Run { unit: u, count: 4 }];
-        let on = Overlap {
-            grad_reduce: true,
-            param_gather: true,
-        };
+        let runs = four_units(6e-3);
+        let on = overlap(true, true);
         let t = zero3_per_micro_batch(&runs, on, 0.0);
         let share = 24.0 / 56.0;
         assert!(close(t.gather.exposed, 6e-3 + 14e-3 * share), "{t:?}");
@@ -708,10 +708,7 @@ mod tests {
         assert!(close(c.contention, 1.8e-3 + 4.2e-3), "{c:?}");
         // Gathers not overlapped: 2·4·6 = 48 ms before their units; the
         // reduce-scatters alone hide under the backward but the last: 8 ms.
-        let off = Overlap {
-            grad_reduce: true,
-            param_gather: false,
-        };
+        let off = overlap(true, false);
         let t = zero3_per_micro_batch(&runs, off, 0.0);
         assert!(close(t.gather.exposed, 48e-3), "{t:?}");
         assert!(close(t.grad.exposed, 8e-3), "{t:?}");
@@ -722,18 +719,8 @@ mod tests {
         // Four units, gather 6 ms forward and 9 ms backward, reduce-scatter
         // 8 ms, nothing overlapped (DeepSpeed 0.3): everything exposed,
         // gathers 4·(6 + 9) = 60 ms, reduce-scatters 32 ms, no contention.
-        let u = fsdp::Unit {
-            forward: 10e-3,
-            backward: 20e-3,
-            gather: 6e-3,
-            backward_gather: 9e-3,
-            reduce_scatter: 8e-3,
-        };
-        let runs = [Run { unit: u, count: 4 }];
-        let off = Overlap {
-            grad_reduce: false,
-            param_gather: false,
-        };
+        let runs = four_units(9e-3);
+        let off = overlap(false, false);
         let t = zero3_per_micro_batch(&runs, off, 0.15);
         assert!(
             close(t.gather.exposed, 60e-3) && close(t.gather.total, 60e-3),
@@ -747,10 +734,7 @@ mod tests {
         // Overlapped: forward exposes the first gather (6 ms); backward
         // g_0 = 9, then max(20, 0 + 9), 2·max(20, 8 + 9), max(20, 8), then
         // r = 8: 17 ms beyond its 80 ms of compute.
-        let on = Overlap {
-            grad_reduce: true,
-            param_gather: true,
-        };
+        let on = overlap(true, true);
         let t = zero3_per_micro_batch(&runs, on, 0.0);
         assert!(close(t.exposed(), 6e-3 + 17e-3), "{t:?}");
         assert!(close(t.gather.total, 60e-3), "{t:?}");
@@ -797,15 +781,7 @@ mod tests {
     #[test]
     fn deepspeed_2021_unit_by_hand() {
         // The worked example of `deepspeed_2021_collectives`.
-        let links = Links {
-            intra_bw: 100e9,
-            inter_bw: 25e9,
-            intra_lat: 0.0,
-            inter_lat: 0.0,
-            base_lat: 0.0,
-            oversub: [1.0; crate::spec::hardware::MAX_TIERS + 1],
-            tier_lat: [0.0; crate::spec::hardware::MAX_TIERS + 1],
-        };
+        let links = Links::bandwidths(100e9, 25e9);
         let g = GroupSpan::of(2, 1, 8);
         let t = Tensors::of(&[1e4, 6e8, 5e8]);
         let ds = DeepSpeedZero3::DEFAULTS_2021;

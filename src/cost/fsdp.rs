@@ -170,6 +170,14 @@ mod tests {
         }
     }
 
+    /// Asserts that `t` takes `forward` and `backward` seconds (to 1e-12).
+    fn assert_times(t: &Timeline, forward: f64, backward: f64) {
+        assert!(
+            (t.forward - forward).abs() < 1e-12 && (t.backward - backward).abs() < 1e-12,
+            "{t:?}, want forward {forward}, backward {backward}"
+        );
+    }
+
     /// Unit-by-unit simulation of the same schedule with an explicit link
     /// clock (collectives in issue order, compute slowed by `sigma` times
     /// the communication issued while it runs): the oracle for the closed
@@ -223,14 +231,13 @@ mod tests {
         let u = unit(10e-3, 20e-3, 6e-3, 8e-3);
         let runs = [Run { unit: u, count: 4 }];
         let t = timeline(&runs, 0.0);
-        assert!((t.forward - 46e-3).abs() < 1e-12, "{t:?}");
-        assert!((t.backward - 94e-3).abs() < 1e-12, "{t:?}");
+        assert_times(&t, 46e-3, 94e-3);
         // Exposed beyond compute: 6 ms forward, 14 ms backward (first gather
         // and last reduce-scatter).
         assert!((t.forward - 40e-3 - 6e-3).abs() < 1e-12);
         assert!((t.backward - 80e-3 - 14e-3).abs() < 1e-12);
         let s = simulate(&[u; 4], 0.0);
-        assert!((t.forward - s.forward).abs() < 1e-12 && (t.backward - s.backward).abs() < 1e-12);
+        assert_times(&t, s.forward, s.backward);
     }
 
     #[test]
@@ -244,12 +251,8 @@ mod tests {
         // 2·(20 + 2) + (20 + 0.5) + 5 = 106 ms.
         let u = unit(10e-3, 20e-3, 15e-3, 5e-3);
         let runs = [Run { unit: u, count: 4 }];
-        let t = timeline(&runs, 0.0);
-        assert!((t.forward - 70e-3).abs() < 1e-12, "{t:?}");
-        assert!((t.backward - 100e-3).abs() < 1e-12, "{t:?}");
-        let c = timeline(&runs, 0.1);
-        assert!((c.forward - 70e-3).abs() < 1e-12, "{c:?}");
-        assert!((c.backward - 106e-3).abs() < 1e-12, "{c:?}");
+        assert_times(&timeline(&runs, 0.0), 70e-3, 100e-3);
+        assert_times(&timeline(&runs, 0.1), 70e-3, 106e-3);
     }
 
     #[test]
@@ -282,10 +285,8 @@ mod tests {
         units.extend([layer; 5]);
         units.push(out);
         for sigma in [0.0, 0.15] {
-            let t = timeline(&runs, sigma);
             let s = simulate(&units, sigma);
-            assert!((t.forward - s.forward).abs() < 1e-12, "{t:?} {s:?}");
-            assert!((t.backward - s.backward).abs() < 1e-12, "{t:?} {s:?}");
+            assert_times(&timeline(&runs, sigma), s.forward, s.backward);
         }
     }
 

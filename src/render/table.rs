@@ -553,40 +553,32 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
 /// rejected unpriced, unpriceable and near-miss bounded (they add up), and the valid layouts with their
 /// rank-order twins (listed once).
 pub fn counters_line(st: &crate::search::Stats) -> String {
-    let unpriced = if st.unpriced > 0 {
-        format!(
-            " + {} rejected unpriced (two or more rules broken)",
-            st.unpriced
-        )
-    } else {
-        String::new()
+    // A ` + N what` term of the sum, left out when N is 0.
+    let plus = |n: u64, what: &str| {
+        if n > 0 {
+            format!(" + {n} {what}")
+        } else {
+            String::new()
+        }
     };
-    let unpriceable = if st.unpriceable > 0 {
-        format!(
-            " + {} unpriceable (one rule broken under which no price holds: batch, interleave, mesh size)",
-            st.unpriceable
-        )
-    } else {
-        String::new()
-    };
-    let bounded = if st.near_miss_bounded > 0 {
-        format!(
-            " + {} bounded (one rule broken; their tokens/s bound under that rule's near-miss)",
-            st.near_miss_bounded
-        )
-    } else {
-        String::new()
-    };
+    let unpriced = plus(st.unpriced, "rejected unpriced (two or more rules broken)");
+    let unpriceable = plus(
+        st.unpriceable,
+        "unpriceable (one rule broken under which no price holds: batch, interleave, mesh size)",
+    );
+    let bounded = plus(
+        st.near_miss_bounded,
+        "bounded (one rule broken; their tokens/s bound under that rule's near-miss)",
+    );
+    let distinct = st.valid - st.twins;
     let twins = if st.twins > 0 {
         format!(
-            " ({} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
-            st.valid - st.twins,
+            " ({distinct} distinct; {} rank-order twins, same layout and predictions in another rank order, listed once)",
             st.twins
         )
     } else {
         String::new()
     };
-    let distinct = st.valid - st.twins;
     let ranked = if st.ranked > 0 && st.ranked < distinct {
         format!(
             "; the {} predicted at least {:.0}% of the fastest's tokens/s are ranked",
