@@ -159,7 +159,9 @@ parts! {
             "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
         /// Casts of the low-precision linears' operands to FP8/FP4 on the
         /// slowest stage: reads, amax passes, transposed copies and scale
-        /// factors on HBM (zero in bf16).
+        /// factors on HBM (zero in bf16; zero for the dense linears of
+        /// torchao's row-wise FP8 on Hopper, whose measured time in the
+        /// compute part holds their casts, `precision::rowwise_table_pass_times`).
         LowPrecisionCast => ("low_precision_cast", "FP8/FP4 casts (cast, transpose, amax)",
             "src/cost/precision.rs: linear_cast_bytes, grouped_linear_cast, cast_bytes, weight_casts", "te-fp8-primer"),
         /// Idle time of the slowest stage while the pipeline fills and drains.

@@ -162,6 +162,14 @@ pub struct Linear {
     /// Row-parallel under SP: the output gradient arrives by the SP
     /// all-gather in backward.
     pub gathered_grad: bool,
+    /// Output widths on this rank of the separate projections this GEMM
+    /// stands for where the model's reference code keeps them apart (Llama:
+    /// `wq`, `wk`, `wv`; gate and up, `w1`, `w3`), summing to `n`; all zero
+    /// for one projection. Only the per-shape pricing of torchao's row-wise
+    /// float8 reads them ([`precision::rowwise_table_pass_times`]); the
+    /// roofline prices the fused `n`. Single precision keeps the struct
+    /// small on the hot path (widths are integers well below 2²⁴).
+    pub parts: [f32; 3],
 }
 
 /// The linear GEMMs of one layer on one rank (see [`layer_forward`] for the
@@ -208,14 +216,25 @@ pub fn linear_gemms(
         } else {
             model.kv_width() as f64 / t
         };
-        push(col(tok, q / t + 2.0 * kv_local, h));
+        push(Linear {
+            parts: [(q / t) as f32, kv_local as f32, kv_local as f32],
+            ..col(tok, q / t + 2.0 * kv_local, h)
+        });
         push(row(tok, h, q / t));
     }
     // MLP (dense) or shared experts (MoE).
     let mats = if a.gated_mlp { 2.0 } else { 1.0 };
     let ffn = dense_mlp_width(model, moe);
     if ffn > 0.0 {
-        push(col(tok, mats * ffn / t, h));
+        let parts = if a.gated_mlp {
+            [(ffn / t) as f32, (ffn / t) as f32, 0.0]
+        } else {
+            [0.0; 3]
+        };
+        push(Linear {
+            parts,
+            ..col(tok, mats * ffn / t, h)
+        });
         push(row(tok, h, ffn / t));
     }
     // Routed experts: the rank's token-expert pairs through fc1 and fc2 of
@@ -236,7 +255,9 @@ pub fn linear_gemms(
 }
 
 /// Time of one linear GEMM in the job's precision, seconds: [`gemm_time`]
-/// in bf16, [`precision::gemm_time`] when the recipe narrows it.
+/// in bf16, [`precision::gemm_time`] when the recipe narrows it, and
+/// torchao's measured row-wise speed-up over the bf16 time on Hopper
+/// ([`precision::rowwise_table_pass_times`]).
 pub fn linear_time(lin: &Linear, r: &Rates) -> f64 {
     linear_pass_times(lin, r).0
 }
@@ -253,6 +274,7 @@ pub fn linear_backward_time(lin: &Linear, r: &Rates) -> f64 {
 pub fn linear_pass_times(lin: &Linear, r: &Rates) -> (f64, f64) {
     match &r.low {
         None => gemm_pass_times(lin.m, lin.n, lin.k, r),
+        Some(lp) if lp.rowwise_table && !lin.expert => precision::rowwise_table_pass_times(lin, r),
         Some(lp) => (
             precision::gemm_time(lin.m, lin.n, lin.k, lp, r),
             precision::gemm_backward_time(lin.m, lin.n, lin.k, lp, r),

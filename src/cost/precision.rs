@@ -76,6 +76,10 @@ pub struct LowPrecision {
     /// Contraction length at which a narrow GEMM runs at half its
     /// asymptotic rate ([`half_k`]), elements.
     pub half_k: f64,
+    /// The dense linears (casts included) are priced from torchao's
+    /// published row-wise table ([`torchao_rowwise_measured`],
+    /// [`torchao_rowwise_speedup`]) instead of the narrow roofline.
+    pub rowwise_table: bool,
 }
 
 impl LowPrecision {
@@ -99,6 +103,7 @@ impl LowPrecision {
             operand_bytes: operand_bytes(job.precision),
             amax_reads: amax_reads_of(job),
             half_k: half_k(gpu, job.precision),
+            rowwise_table: torchao_rowwise_measured(gpu, job),
         }))
     }
 
@@ -115,6 +120,7 @@ impl LowPrecision {
             operand_bytes: operand_bytes(job.precision),
             amax_reads: amax_reads_of(job),
             half_k: 0.0,
+            rowwise_table: false,
         }
     }
 
@@ -329,6 +335,159 @@ pub fn gemm_backward_time(m: f64, n: f64, k: f64, lp: &LowPrecision, r: &Rates) 
     gemm_time(m, k, n, lp, r) + gemm_time(k, n, m, lp, r)
 }
 
+/// Forward GEMM sizes of [`TORCHAO_ROWWISE_SPEEDUP`] along each of M, K
+/// and N, elements.
+pub const TORCHAO_ROWWISE_DIMS: [f64; 6] = [1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0];
+
+/// torchao's published speed-up of its row-wise float8 linear over bf16 on
+/// one NVIDIA H100, dimensionless, indexed `[M][K][N]` by the forward shape
+/// `[M×K]·[K×N]` at [`TORCHAO_ROWWISE_DIMS`] ([ref:torchao-rowwise-table]:
+/// pytorch/ao `docs/static/fp8-rowwise-perf.png`, added by PR #2312 at
+/// commit fdddb2cf, 2025-06-06, and linked from `torchao/float8/README.md`
+/// "Rowwise scaling" at 6243040, the torchao commit of torchtitan's
+/// async-TP benchmark; "Speedup observed vs bfloat16 for LayerNorm ->
+/// Linear -> Sigmoid fwd + bwd by forward M, K, N, dynamic row-wise
+/// scaling, PyTorch version 2.8.0a0+git48807d5", produced by
+/// `benchmarks/float8/float8_roofline.py`: both models under
+/// `torch.compile`, so the float8 time holds every cast and amax the
+/// compiled recipe runs, the CUTLASS row-wise forward GEMM and the
+/// tensor-wise cuBLAS backward GEMMs with their separate rescale
+/// (`torchao/float8/float8_ops.py` `addmm_float8_unwrapped`: "The rowwise
+/// CUTLASS-based kernel is so slow without fast-accum that we'd rather use
+/// the tensorwise cuBLAS-based kernel and do the scaling manually
+/// afterwards"; the recipe runs the backward GEMMs without fast
+/// accumulation, `torchao/float8/config.py`). Transcribed from the image,
+/// two decimals as printed.
+pub const TORCHAO_ROWWISE_SPEEDUP: [[[f64; 6]; 6]; 6] = [
+    // M = 1024
+    [
+        [0.42, 0.42, 0.50, 0.51, 0.56, 0.56],
+        [0.40, 0.38, 0.42, 0.50, 0.50, 0.56],
+        [0.48, 0.43, 0.46, 0.53, 0.57, 0.60],
+        [0.45, 0.48, 0.54, 0.62, 0.60, 0.62],
+        [0.46, 0.48, 0.54, 0.60, 0.60, 0.61],
+        [0.45, 0.50, 0.55, 0.60, 0.62, 0.65],
+    ],
+    // M = 2048
+    [
+        [0.43, 0.43, 0.48, 0.55, 0.62, 0.65],
+        [0.38, 0.45, 0.58, 0.65, 0.72, 0.75],
+        [0.43, 0.50, 0.68, 0.78, 0.81, 0.82],
+        [0.46, 0.58, 0.73, 0.82, 0.87, 0.89],
+        [0.48, 0.62, 0.75, 0.83, 0.84, 0.85],
+        [0.50, 0.64, 0.75, 0.84, 0.83, 0.99],
+    ],
+    // M = 4096
+    [
+        [0.45, 0.47, 0.57, 0.66, 0.72, 0.76],
+        [0.43, 0.53, 0.70, 0.83, 0.90, 0.91],
+        [0.44, 0.64, 0.84, 1.01, 1.01, 1.04],
+        [0.53, 0.72, 0.91, 1.01, 1.07, 1.13],
+        [0.53, 0.74, 0.92, 1.05, 1.10, 1.18],
+        [0.54, 0.75, 0.93, 1.02, 1.17, 1.18],
+    ],
+    // M = 8192
+    [
+        [0.48, 0.52, 0.65, 0.77, 0.83, 0.84],
+        [0.45, 0.64, 0.82, 1.01, 1.03, 1.06],
+        [0.52, 0.76, 1.00, 1.13, 1.17, 1.19],
+        [0.59, 0.85, 1.05, 1.20, 1.31, 1.41],
+        [0.58, 0.82, 1.03, 1.22, 1.37, 1.40],
+        [0.59, 0.82, 1.04, 1.30, 1.36, 1.46],
+    ],
+    // M = 16384
+    [
+        [0.48, 0.58, 0.73, 0.86, 0.85, 0.89],
+        [0.51, 0.70, 0.90, 1.05, 1.07, 1.15],
+        [0.57, 0.79, 1.02, 1.20, 1.26, 1.40],
+        [0.61, 0.87, 1.08, 1.33, 1.39, 1.49],
+        [0.59, 0.83, 1.07, 1.34, 1.42, 1.55],
+        [0.60, 0.85, 1.16, 1.35, 1.48, 1.72],
+    ],
+    // M = 32768
+    [
+        [0.51, 0.62, 0.77, 0.87, 0.88, 0.94],
+        [0.54, 0.73, 0.91, 1.08, 1.14, 1.27],
+        [0.59, 0.81, 1.04, 1.28, 1.35, 1.49],
+        [0.63, 0.87, 1.11, 1.41, 1.50, 1.62],
+        [0.60, 0.83, 1.16, 1.39, 1.49, 1.73],
+        [0.63, 0.93, 1.16, 1.48, 1.70, 1.52],
+    ],
+];
+
+/// Position of `x` on [`TORCHAO_ROWWISE_DIMS`]: the lower index and the
+/// fraction towards the next, linear in log₂ and clamped to the table.
+fn rowwise_axis(x: f64) -> (usize, f64) {
+    let t = (x.max(1.0).log2() - 10.0).clamp(0.0, 5.0); // log₂ 1024 = 10
+    let i = (t.floor() as usize).min(4);
+    (i, t - i as f64)
+}
+
+/// Speed-up of torchao's row-wise float8 linear over bf16 for the forward
+/// shape `[m×k]·[k×n]`, dimensionless: [`TORCHAO_ROWWISE_SPEEDUP`],
+/// trilinear in log₂ of each size between the measured points and clamped
+/// to its edges: below 1024 the 1024 value (optimistic: the table falls
+/// towards small K and N), above 32768 the 32768 value (pessimistic in M,
+/// where it still rises).
+///
+/// Example: Llama-3.1-8B's FC1 (gate and up) at TP 8, 12 × 8192 tokens
+/// gathered by SP: M = 98,304 → 32768 row; K = 4096; N = 2·14336/8 = 3584,
+/// log₂ 3584 = 11.807, between 2048 (0.81) and 4096 (1.04):
+/// 0.81 + 0.807·0.23 = 0.9957.
+pub fn torchao_rowwise_speedup(m: f64, k: f64, n: f64) -> f64 {
+    let (im, fm) = rowwise_axis(m);
+    let (ik, fk) = rowwise_axis(k);
+    let (i_n, f_n) = rowwise_axis(n);
+    let t = &TORCHAO_ROWWISE_SPEEDUP;
+    let along_n = |a: usize, b: usize| t[a][b][i_n] + f_n * (t[a][b][i_n + 1] - t[a][b][i_n]);
+    let along_k = |a: usize| along_n(a, ik) + fk * (along_n(a, ik + 1) - along_n(a, ik));
+    along_k(im) + fm * (along_k(im + 1) - along_k(im))
+}
+
+/// Whether `job`'s dense linears are priced from torchao's row-wise table
+/// ([`torchao_rowwise_speedup`]): FP8 row-wise scaling run by torchao
+/// (torchtitan) on a GPU of the table's kind, FP8 tensor cores without
+/// block-scaled MMA (Hopper; the table was measured on an H100, whose
+/// row-wise `_scaled_mm` is a CUTLASS kernel). On Blackwell the narrow
+/// roofline stays.
+pub fn torchao_rowwise_measured(gpu: &Gpu, job: &Job) -> bool {
+    job.precision == Precision::Fp8
+        && job.fp8_recipe == Fp8Recipe::Rowwise
+        && job.fp8_kernels == Fp8Kernels::Torchao
+        && gpu.peak_tflops_fp8 > 0.0
+        && !gpu.block_scaled_mma
+}
+
+/// Forward and backward time of one dense linear under torchao's row-wise
+/// float8 on Hopper, seconds: for each projection it stands for
+/// ([`Linear::parts`]: torchtitan's Llama runs `wq`, `wk`, `wv` and `w1`,
+/// `w3` as separate `Float8Linear`s), its bf16 GEMMs
+/// ([`crate::cost::compute::gemm_pass_times`]) over the published speed-up
+/// of its own shape ([`torchao_rowwise_speedup`]), both passes by the same
+/// ratio (the table gives forward plus backward only). The table's float8
+/// time includes the casts, so [`linear_cast_bytes`] adds none for these
+/// linears; its LayerNorm and sigmoid, in both timings, make the ratio
+/// slightly closer to 1 than the linear's own.
+///
+/// Example: Llama-3.1-8B's gate and up projections at TP 8 (M = 98,304,
+/// K = 4096, two parts of N = 1792): each its bf16 time over
+/// 0.59 + 0.807·(0.81 − 0.59) = 0.7675.
+pub fn rowwise_table_pass_times(lin: &Linear, r: &Rates) -> (f64, f64) {
+    let one = |n: f64| {
+        let (f, b) = crate::cost::compute::gemm_pass_times(lin.m, n, lin.k, r);
+        let s = torchao_rowwise_speedup(lin.m, lin.k, n);
+        (f / s, b / s)
+    };
+    if lin.parts.iter().all(|&w| w <= 0.0) {
+        return one(lin.n);
+    }
+    lin.parts
+        .iter()
+        .filter(|&&w| w > 0.0)
+        .map(|&w| one(f64::from(w)))
+        .fold((0.0, 0.0), |(f, b), (df, db)| (f + df, b + db))
+}
+
 /// HBM bytes of casting one bf16 tensor of `elements` to the narrow format:
 /// the tensor is read `1 + amax_reads` times ([`amax_reads`]) and `copies`
 /// narrow copies are written with `scale` bytes of scale factors per
@@ -388,8 +547,14 @@ impl CastWork {
 /// input and the weight; backward casts the output gradient twice (one
 /// layout per GEMM; tensor-wise shares the amax, row-wise scales along
 /// other axes and reads it again), and casts the saved bf16 input and the
-/// weight again.
+/// weight again. Where the linears are priced from torchao's row-wise table
+/// ([`LowPrecision::rowwise_table`]) the casts are inside that measured
+/// time: none here.
 pub fn linear_cast_bytes(lin: &Linear, weight_casts: f64, tp: f64, lp: &LowPrecision) -> CastWork {
+    if lp.rowwise_table && !lin.expert {
+        // In the measured time of [`rowwise_table_pass_times`].
+        return CastWork::default();
+    }
     let x_rows = if lin.gathered_input {
         lin.m / tp
     } else {
@@ -742,6 +907,7 @@ mod tests {
             operand_bytes: 1.0,
             amax_reads: amax_reads(Precision::Fp8, recipe),
             half_k: 0.0,
+            rowwise_table: false,
         }
     }
 
@@ -839,6 +1005,109 @@ mod tests {
         assert_eq!(
             grouped_linear_cast(&lin, wc, 1.0, 1.0, &cur),
             linear_cast_bytes(&lin, wc, 1.0, &cur)
+        );
+    }
+
+    #[test]
+    fn rowwise_table_reads_its_points_and_interpolates_in_log2() {
+        // Measured points come back as printed: M 8192, K 4096, N 4096 is
+        // 1.00; M 32768, K 1024, N 4096 is 0.77.
+        assert!((torchao_rowwise_speedup(8192.0, 4096.0, 4096.0) - 1.00).abs() < 1e-12);
+        assert!((torchao_rowwise_speedup(32768.0, 1024.0, 4096.0) - 0.77).abs() < 1e-12);
+        // Between two N: M 32768, K 4096, N 1792, log₂ 1792 = 10.807:
+        // 0.59 + 0.807·(0.81 − 0.59) = 0.7675 (the doc example).
+        let f = 1792f64.log2() - 10.0;
+        let want = 0.59 + f * (0.81 - 0.59);
+        assert!((want - 0.7675).abs() < 5e-4);
+        assert!((torchao_rowwise_speedup(32768.0, 4096.0, 1792.0) - want).abs() < 1e-12);
+        // Between two K as well, at the midpoint in log₂ (K = 2896.3 =
+        // 2^11.5, N = 2^12.5): the mean of the four corners
+        // (0.91, 1.08; 1.04, 1.28) = 1.0775.
+        let k = 2f64.powf(11.5);
+        let n = 2f64.powf(12.5);
+        assert!((torchao_rowwise_speedup(32768.0, k, n) - 1.0775).abs() < 1e-12);
+        // Clamped: M beyond 32768 reads the 32768 row (the doc example,
+        // FC1 fused at N = 3584: 0.81 + 0.807·0.23 = 0.9957), sizes below
+        // 1024 the 1024 column.
+        let fused = torchao_rowwise_speedup(98_304.0, 4096.0, 3584.0);
+        assert!((fused - (0.81 + (3584f64.log2() - 11.0) * 0.23)).abs() < 1e-12);
+        assert!((fused - 0.9957).abs() < 5e-4);
+        assert_eq!(
+            torchao_rowwise_speedup(98_304.0, 512.0, 128.0),
+            torchao_rowwise_speedup(32768.0, 1024.0, 1024.0)
+        );
+        assert!((torchao_rowwise_speedup(98_304.0, 512.0, 128.0) - 0.51).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rowwise_table_prices_each_projection_at_its_own_shape() {
+        // Flat rates (no depth curve): 1e15 FLOP/s bf16, 1e12 B/s HBM, no
+        // launch cost. Llama-3.1-8B QKV at TP 8 and 98,304 tokens: wq
+        // N = 512, wk and wv N = 128, K = 4096, each clamped to N = 1024 in
+        // the table (0.59); the fused roofline's FLOPs split in proportion.
+        let r = Rates {
+            gemm_flops: 1e15,
+            attn_flops: 1e15,
+            hbm: 1e12,
+            overhead: 0.0,
+            attn_flops_misaligned: 1e15,
+            low: None,
+            grouped_half_tokens: 0.0,
+            gemm_half_k: 0.0,
+        };
+        let m = 98_304.0;
+        let qkv = Linear {
+            m,
+            n: 768.0,
+            k: 4096.0,
+            parts: [512.0, 128.0, 128.0],
+            ..Linear::default()
+        };
+        let (f, b) = rowwise_table_pass_times(&qkv, &r);
+        // wq: 2·98304·512·4096 = 4.123e11 FLOP → 0.4123 ms against
+        // (98304·4096 + 4096·512 + 98304·512)·2 = 910,163,968 bytes →
+        // 0.9102 ms of HBM: memory-bound in this toy profile; wk, wv:
+        // (98304·4096 + 4096·128 + 98304·128)·2 = 831,520,768 bytes,
+        // 0.8315 ms each.
+        let wq = 2.0 * (m * 4096.0 + 4096.0 * 512.0 + m * 512.0) / 1e12;
+        let wkv = 2.0 * (m * 4096.0 + 4096.0 * 128.0 + m * 128.0) / 1e12;
+        let want = (wq + 2.0 * wkv) / 0.59;
+        assert!((f - want).abs() < 1e-12 * want.max(1.0), "{f} vs {want}");
+        // Backward: two GEMMs of the same bytes each.
+        assert!((b - 2.0 * want).abs() < 1e-12, "{b} vs {}", 2.0 * want);
+        // No parts: one GEMM of width n.
+        let one = Linear {
+            parts: [0.0; 3],
+            ..qkv
+        };
+        let (f1, _) = rowwise_table_pass_times(&one, &r);
+        let bytes = 2.0 * (m * 4096.0 + 4096.0 * 768.0 + m * 768.0) / 1e12;
+        assert!((f1 - bytes / 0.59).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rowwise_table_linears_carry_no_separate_casts() {
+        let lin = Linear {
+            m: 98_304.0,
+            n: 3584.0,
+            k: 4096.0,
+            gathered_input: true,
+            ..Linear::default()
+        };
+        let mut lp = fp8(Fp8Recipe::Rowwise);
+        lp.kernels = Fp8Kernels::Torchao;
+        let priced = linear_cast_bytes(&lin, 1.0, 8.0, &lp);
+        assert!(priced.forward_bytes > 0.0 && priced.backward_kernels > 0.0);
+        lp.rowwise_table = true;
+        assert_eq!(linear_cast_bytes(&lin, 1.0, 8.0, &lp), CastWork::default());
+        // Expert GEMMs are not in the table: their casts stay.
+        let expert = Linear {
+            expert: true,
+            ..lin
+        };
+        assert_eq!(
+            linear_cast_bytes(&expert, 1.0, 8.0, &lp).forward_bytes,
+            priced.forward_bytes
         );
     }
 
