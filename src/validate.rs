@@ -1096,6 +1096,66 @@ fn megatron_2021_software(job: &mut Job, recipe: Recipe, async_tp_backward: bool
     job.async_tp_backward = async_tp_backward;
 }
 
+/// A Megatron-LM commit that measurement notes name, with what its code
+/// does with the data-parallel gradient reduction and parameter gather.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MegatronLmCommit {
+    /// Abbreviated hash, as the notes give it.
+    pub sha: &'static str,
+    /// Commit date.
+    pub date: &'static str,
+    /// Whether the reduction and gather overlap the compute.
+    pub dp_overlap: bool,
+    /// The code's behaviour, for the assumptions.
+    pub what: &'static str,
+}
+
+/// The Megatron-LM commits named by rows of the shipped table
+/// (`Megatron-LM commit <sha>` in `notes`), each read from its code.
+pub const MEGATRON_LM_COMMITS: &[MegatronLmCommit] = &[MegatronLmCommit {
+    // megatron/training.py `train_step` at 285068c8: forward-backward,
+    // then `optimizer.reduce_model_grads` (the distributed optimizer's
+    // `_reduce_scatter_base` of the whole gradient buffer, fp32 under bf16,
+    // megatron/optimizer/distrib_optimizer.py), the step, then
+    // `gather_model_params` (`_all_gather_base` of the parameters); none
+    // overlaps compute. `--overlap-grad-reduce` came with 2d5220a4
+    // (2023-08-16).
+    sha: "285068c8",
+    date: "2023-01-11",
+    dp_overlap: false,
+    what: "reduce-scatters the gradients after the last backward and all-gathers the parameters after the step, neither overlapped (train_step; --overlap-grad-reduce came in 2d5220a4, 2023-08-16)",
+}];
+
+/// The Megatron-LM commit `notes` name (`Megatron-LM commit <sha>`), if
+/// any; a commit that is not in [`MEGATRON_LM_COMMITS`] leaves the row
+/// unpriced rather than priced with today's defaults.
+fn megatron_lm_commit(notes: &str) -> Result<Option<MegatronLmCommit>, Unpriced> {
+    const KEY: &str = "Megatron-LM commit ";
+    let Some(at) = notes.find(KEY) else {
+        return Ok(None);
+    };
+    let rest = &notes[at + KEY.len()..];
+    let sha: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+    MEGATRON_LM_COMMITS
+        .iter()
+        .find(|c| !sha.is_empty() && (c.sha.starts_with(&sha) || sha.starts_with(c.sha)))
+        .copied()
+        .map(Some)
+        .ok_or_else(|| {
+            Unpriced::new(
+                "software: unknown Megatron-LM commit",
+                format!(
+                    "notes name Megatron-LM commit `{sha}`, whose data-parallel overlap meshplan has not read (known: {})",
+                    MEGATRON_LM_COMMITS
+                        .iter()
+                        .map(|c| c.sha)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+}
+
 /// Build the case of `row`, or say why it cannot be predicted.
 ///
 /// Every stated column is used: `card` (the project's model card),
@@ -1378,6 +1438,15 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         _ => {
             job.overlap_grad_reduce = has("--overlap-grad-reduce") || fam == Family::Other;
             job.overlap_param_gather = has("--overlap-param-gather") || fam == Family::Other;
+            if let Some(commit) = megatron_lm_commit(notes)? {
+                // The code the run used decides, not today's defaults.
+                job.overlap_grad_reduce = commit.dp_overlap;
+                job.overlap_param_gather = commit.dp_overlap;
+                assume.push(format!(
+                    "data parallel: Megatron-LM {} ({}) {}",
+                    commit.sha, commit.date, commit.what
+                ));
+            }
             job.tp_comm_overlap = has("--tp-comm-overlap");
             if matches!(engine, Some("nemo" | "megatron-bridge"))
                 && row.tp > 1
@@ -3367,5 +3436,66 @@ mod plan_ratio_tests {
         rejected.rank = None;
         plans.push(rejected);
         assert_eq!(plan_ratio_bins(&plans), [1, 2, 0, 1, 0, 1]);
+    }
+}
+
+#[cfg(test)]
+mod megatron_commit_tests {
+    use super::*;
+    use crate::cost::TimePart;
+
+    #[test]
+    fn named_commits_are_read_or_refused() {
+        let c = megatron_lm_commit("Megatron-LM commit 285068c8 baseline; x")
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.sha, c.dp_overlap), ("285068c8", false));
+        // The full hash names the same commit.
+        assert_eq!(
+            megatron_lm_commit("Megatron-LM commit 285068c8108e0e8e6538f54fe27c3ee86c5217a2")
+                .unwrap(),
+            Some(c)
+        );
+        assert_eq!(
+            megatron_lm_commit("method=Megatron-LM. conf=high").unwrap(),
+            None
+        );
+        let e = megatron_lm_commit("Megatron-LM commit abc1234 baseline").unwrap_err();
+        assert!(
+            e.reason.contains("`abc1234`") && e.reason.contains("285068c8"),
+            "{e}"
+        );
+        assert!(megatron_lm_commit("Megatron-LM commit  x").is_err());
+    }
+
+    /// The MegaScale Megatron-LM baseline rows (Jiang et al. 2024 Table 2,
+    /// Megatron-LM 285068c8) price their data-parallel reduce-scatter and
+    /// all-gather unhidden: exposed = total. At 1,024 GPUs (D = 16, 175B
+    /// over T·p = 64 ranks, 2.74e9 parameters a rank): the fp32 gradient
+    /// reduce-scatter moves 15/16 · 4 B · 2.74e9 = 10.3 GB a GPU and the
+    /// bf16 gather half that, so the gradient part is twice the gather.
+    #[test]
+    fn megascale_baseline_rows_expose_their_dp_traffic() {
+        let cat = Catalog::shipped().unwrap();
+        let table = read_table(
+            include_str!("../tests/data/published-dev-v2.csv"),
+            std::path::Path::new("published-dev-v2.csv"),
+        )
+        .unwrap();
+        let mut seen = 0;
+        for row in table.rows.iter().filter(|r| r.id.starts_with("MEGASCALE-")) {
+            let case = build_case(row, &cat, None).unwrap();
+            assert!(!case.job.overlap_grad_reduce && !case.job.overlap_param_gather);
+            let (_, e) = compare(&case);
+            let (g, a) = (e.time[TimePart::DpGrad], e.time[TimePart::ParamGather]);
+            assert!(g.exposed > 0.0 && g.exposed == g.total, "{}", row.id);
+            assert!(a.exposed > 0.0 && a.exposed == a.total, "{}", row.id);
+            if row.id == "MEGASCALE-175B-MLM-1024" {
+                let ratio = g.total / a.total;
+                assert!((ratio - 2.0).abs() < 0.01, "{ratio}");
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 8);
     }
 }
