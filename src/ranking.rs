@@ -316,6 +316,7 @@ mod tests {
                 micro_batches: "",
                 scale: "",
                 deepspeed_2021: false,
+                rowwise_table: false,
             },
             error: e,
         };

@@ -1527,7 +1527,11 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         } else if space.best_only {
                             usable
                         } else {
-                            usable * mesh_memory_near.max(1.0)
+                            // The margin keeps a layout whose share equals the
+                            // best's, up to the rounding of share × usable,
+                            // priced for the tie-break (the faster of equal
+                            // shares; `memory_near_miss_ties_reach_the_tie_break`).
+                            usable * mesh_memory_near.max(1.0) * NEAR_MISS_BOUND_MARGIN
                         };
                         let Some(e) = cost::evaluate_capped(pr, &l, &pl, lc, cap) else {
                             if l.pp > 1 {

@@ -55,6 +55,10 @@ pub struct Regime {
     /// ZeRO-3 priced as DeepSpeed 0.3 ran it ([`deepspeed_2021`]): its
     /// rows' errors say nothing of today's pricing, nor the reverse.
     pub deepspeed_2021: bool,
+    /// Dense linears priced from torchao's measured row-wise FP8 table
+    /// (`cost::precision::torchao_rowwise_measured`) instead of the
+    /// roofline: likewise a pricing of its own.
+    pub rowwise_table: bool,
 }
 
 impl Regime {
@@ -71,6 +75,18 @@ impl Regime {
             micro_batches: micro_batch_band(m),
             scale: scale_band(gpus),
             deepspeed_2021: false,
+            rowwise_table: false,
+        }
+    }
+
+    /// The pricing dimension's phrase: how the plan's time is priced where
+    /// engines differ in kind ([`Regime::deepspeed_2021`],
+    /// [`Regime::rowwise_table`]).
+    fn pricing(&self) -> &'static str {
+        match (self.deepspeed_2021, self.rowwise_table) {
+            (true, _) => "DeepSpeed 0.3 ZeRO-3 pricing",
+            (false, true) => "torchao row-wise FP8 table pricing",
+            (false, false) => "today's pricing",
         }
     }
 
@@ -85,15 +101,7 @@ impl Regime {
             ("recompute", self.recompute.to_string()),
             ("m", self.micro_batches.to_string()),
             ("scale", self.scale.to_string()),
-            (
-                "pricing",
-                if self.deepspeed_2021 {
-                    "DeepSpeed 0.3 ZeRO-3 pricing"
-                } else {
-                    "today's ZeRO pricing"
-                }
-                .to_string(),
-            ),
+            ("pricing", self.pricing().to_string()),
         ]
     }
 
@@ -110,7 +118,7 @@ impl Regime {
             self.recompute == other.recompute,
             self.micro_batches == other.micro_batches,
             self.scale == other.scale,
-            self.deepspeed_2021 == other.deepspeed_2021,
+            self.pricing() == other.pricing(),
         ]
         .into_iter()
         .filter(|&same| same)
@@ -385,6 +393,9 @@ impl Record {
             let regime = Regime {
                 precision,
                 deepspeed_2021: deepspeed_2021(&case.job, &case.layout),
+                rowwise_table: crate::cost::precision::torchao_rowwise_measured(
+                    &case.gpu, &case.job,
+                ),
                 ..Regime::of(
                     &case.gpu,
                     &case.layout,
@@ -434,7 +445,7 @@ impl Record {
         let priced_alike = || {
             self.runs
                 .iter()
-                .filter(|m| m.regime.deepspeed_2021 == regime.deepspeed_2021)
+                .filter(|m| m.regime.pricing() == regime.pricing())
         };
         let exact: Vec<&Measured> = priced_alike().filter(|m| m.regime == *regime).collect();
         if !exact.is_empty() {
@@ -530,6 +541,7 @@ mod tests {
             micro_batches: "m < 8",
             scale: ">4096",
             deepspeed_2021: !regimes[0].deepspeed_2021,
+            rowwise_table: !regimes[0].rowwise_table,
         });
         let mut differing = 0;
         for a in &regimes {
