@@ -362,8 +362,9 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
 /// (`precision::torchao_rowwise_speedup`; no constant fitted to these
 /// rows): at TP 8 every per-rank shape sits below 1 in that table (FC1's
 /// gate and up, M 98,304 × K 4096 × N 1792: 0.77). Were +54.3% and +69.5%;
-/// now +4.5% and +9.1%, so within 10% and 12%, and the FP8/bf16 ratio
-/// within 6% of the measured one (−4.8%, −3.4%). The casts of these
+/// +4.5% and +9.1% with the table, +3.8% and +8.4% since per-op SAC reruns
+/// its matmuls (`compute::op_sac_recompute`), so within 10% and 12%, and
+/// the FP8/bf16 ratio within 6% of the measured one (−4.8%, −3.3%). The casts of these
 /// linears are inside the measured time: no cast part.
 #[test]
 fn torchao_rowwise_rows_follow_the_published_speedup_table() {
@@ -418,6 +419,67 @@ fn torchao_rowwise_rows_follow_the_published_speedup_table() {
         e.time[TimePart::Compute].total,
         b.time[TimePart::Compute].total
     );
+}
+
+/// torchtitan's per-op selective checkpointing reruns the 2nd, 4th and 6th
+/// matmul of every block and its element-wise ops in backward
+/// (`compute::op_sac_recompute`, [ref:torchtitan-op-sac] in
+/// docs/references.md); it was priced as no recompute. Published
+/// measurements, each with its tolerance:
+/// - the H200 rows (Trainy/WhiteFiber, Llama 3.1 8B, FSDP 32 and 64, local
+///   batch 2, compile, Float8 tensor-wise with FP8 all-gather; 10,938 and
+///   10,753 tokens/s/GPU; no row of this table fitted on h200): +23.0% and
+///   +24.4% before, +12.8% and +14.2% now, so within +16%;
+/// - the async-TP benchmark's tensor-wise rows (FSDP 8 × TP 8, local batch
+///   12; 5078.1 and 5570.1 tokens/s/GPU): +18.0% and +20.6% before, +16.3%
+///   and +18.6% now, so within the issue's 20%;
+/// - h100-96g's `gemm`, refitted on its two named rows (TT-8B-8-a,
+///   TT-8B-128-a, both per-op SAC) to 0.365: both within 1.5%.
+///
+/// On the H200 row the rerun is 10.0% of the compute part (0.110 s of
+/// 1.097 s): `wk`, `wo`, `w3` in FP8, 36.5% of the forward's linear FLOPs
+/// (about 0.08 s), and the forward's element-wise kernels (about 0.03 s:
+/// 3.6 GB per layer at 3.84 TB/s, 32 layers).
+#[test]
+fn torchtitan_op_sac_reruns_every_second_matmul() {
+    let cat = Catalog::shipped().unwrap();
+    let t = validate::read_table(V2, Path::new(FILE)).unwrap();
+    let r = validate::validate_table(&t, &cat, None);
+    let err = |id: &str| -> f64 {
+        r.rows
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.speed_error)
+            .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
+    };
+    for id in ["TT-8B-H200-32", "TT-8B-H200-64"] {
+        assert!(err(id) > 0.0 && err(id) <= 0.16, "{id}: {:+.3}", err(id));
+    }
+    for id in [
+        "TT-8B-asyncTP-fp8-tensorwise-vanillaTP",
+        "TT-8B-asyncTP-fp8-tensorwise-asyncTP",
+    ] {
+        assert!(err(id).abs() <= 0.20, "{id}: {:+.3}", err(id));
+    }
+    for id in ["TT-8B-8-a", "TT-8B-128-a"] {
+        assert!(err(id).abs() <= 0.015, "{id}: {:+.3}", err(id));
+    }
+    // The rerun is its own time part: 8–12% of compute on the H200 row.
+    let part = |id: &str| {
+        let row = t.rows.iter().find(|x| x.id == id).unwrap();
+        let case = validate::build_case(row, &cat, None).unwrap();
+        let e = cost::evaluate(&case.problem(), &case.layout);
+        (
+            e.time[TimePart::Recompute].total,
+            e.time[TimePart::Compute].total,
+        )
+    };
+    let (rc, c) = part("TT-8B-H200-32");
+    assert!(rc / c > 0.08 && rc / c < 0.12, "{rc} of {c}");
+    // Megatron's selective recompute (Korthikanti et al.; KOR22-1b, no
+    // flash attention) still reruns the attention core only, not matmuls.
+    let (rc_meg, c_meg) = part("KOR22-1b");
+    assert!(rc_meg > 0.0 && rc_meg / c_meg < 0.10, "{rc_meg} of {c_meg}");
 }
 
 /// `search --model llama3-70b --cluster dgx-h100-64 --precision fp8`: the

@@ -502,16 +502,23 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
     // moved the four multi-node checks by −0.2 points each (more
     // latency, slower): −1.2% → −1.4%, +2.6% → +2.4%, +6.2% → +6.0%,
     // +5.4% → +5.3%; the four others moved by under 0.01 points.
+    // torchtitan's per-op SAC rerunning its matmuls
+    // (`compute::op_sac_recompute`) refitted h100-96g's `gemm` on its two
+    // selective eager rows, 0.32 → 0.365; the CP rows run full recompute,
+    // which that term does not touch, so the faster GEMMs move them
+    // optimistic: TT-8B-CP-2 −1.1% → +2.9%, CP-3 +45.3% → +48.8%, CP-4
+    // +61.1% → +63.3%. `cp::RING_STEP_RATE` is not refitted: its other
+    // calibration row is NeMo's, which this change must not move.
     let pins = [
         // Calibration rows.
-        ("TT-8B-CP-2", -0.013, 0.01),
+        ("TT-8B-CP-2", 0.029, 0.01),
         ("NEMO2407-LLAMA3-8B-8", 0.026, 0.01),
         // Checks. TT-8B-CP-3 and -4 (C = 4 and 8) stay far too fast: their
         // later ring steps cost about twice what C = 2 shows per step, which
         // no priced mechanism (kernel curve, exchange, fp32 merges) explains
         // (docs/fidelity.md); pinned so that a fix shows up here.
-        ("TT-8B-CP-3", 0.451, 0.02),
-        ("TT-8B-CP-4", 0.610, 0.02),
+        ("TT-8B-CP-3", 0.488, 0.02),
+        ("TT-8B-CP-4", 0.633, 0.02),
         ("NEMO2407-LLAMA3-70B-64", -0.014, 0.01),
         (
             "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",

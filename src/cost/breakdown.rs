@@ -156,7 +156,7 @@ parts! {
             "src/cost/compute.rs: layer_forward, layer_backward; src/cost/cp.rs: split_overhead; src/cost/mtp.rs: elementwise_bytes_per_token", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
-            "src/cost/compute.rs: layer_recompute", "korthikanti-2022"),
+            "src/cost/compute.rs: layer_recompute, op_sac_recompute", "korthikanti-2022"),
         /// Casts of the low-precision linears' operands to FP8/FP4 on the
         /// slowest stage: reads, amax passes, transposed copies and scale
         /// factors on HBM (zero in bf16; zero for the dense linears of

@@ -633,6 +633,67 @@ pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 
     }
 }
 
+/// Forward time of one linear projection `[m×k]·[k×n]` in the job's
+/// precision, seconds: the forward of [`linear_pass_times`] for `lin` with
+/// output width `n` (one of its [`Linear::parts`], priced on its own).
+fn projection_forward_time(lin: &Linear, n: f64, r: &Rates) -> f64 {
+    let one = Linear {
+        n,
+        parts: [0.0; 3],
+        ..*lin
+    };
+    linear_pass_times(&one, r).0
+}
+
+/// Forward time that torchtitan's per-op selective activation checkpointing
+/// reruns in backward for one layer, seconds ([ref:torchtitan-op-sac]):
+/// every second matmul of the block and every element-wise op.
+///
+/// Source: `_custom_policy` in torchtitan
+/// `torchtitan/parallelisms/parallelize_llama.py` at 9dec370 and
+/// `torchtitan/models/llama3/parallelize_llama.py` at 820504e and e7c0cae
+/// (the commits of the December 2024, async-TP and H200 benchmarks) marks
+/// the outputs of `_save_list` (`aten.mm`, the SDPA kernels,
+/// `reduce_scatter_tensor`, `aten.max`) `MUST_SAVE` except every second
+/// `aten.mm` of the block (a per-block counter), and every other op
+/// `PREFER_RECOMPUTE`; the block is a non-reentrant `checkpoint_wrapper`,
+/// which reruns the forward in backward. What [`crate::cost::memory::op_sac_terms`]
+/// does not save is what this reruns: the 2nd, 4th and 6th matmul in the
+/// order the block runs them (`wq, wk, wv, wo`, then `w1, w3, w2`:
+/// `wk`, `wo`, `w3` for Llama), each at its own shape, and the forward's
+/// element-wise work (norms, RoPE, SwiGLU, residual adds, `f.elementwise`).
+/// The attention kernel's output is saved, so attention is not rerun.
+/// `lins` are the layer's non-expert linears in the block's order
+/// ([`linear_gemms`]); their [`Linear::parts`] are the separate projections.
+/// Not priced: the float8 re-casts of the recomputed matmuls' inputs (their
+/// amax is saved; 3 bytes per input element, under 0.5% of the H200 rows'
+/// step), and the TP all-gathers a recomputed matmul needs again.
+///
+/// Example (bf16, the roofline without launch): Llama 3.1 8B at TP 1,
+/// m = 16,384 tokens: `wk` 2·16384·1024·4096, `wo` 2·16384·4096·4096 and
+/// `w3` 2·16384·14336·4096 FLOPs, 2.61e12 in all, 36.5% of the layer's
+/// 7.14e12 forward linear FLOPs.
+pub fn op_sac_recompute(lins: &[Linear], f: &LayerTime, r: &Rates) -> f64 {
+    let mut mm = 0u32;
+    let mut rerun = f.elementwise;
+    for lin in lins.iter().filter(|l| !l.expert) {
+        let mut one = |n: f64| {
+            mm += 1;
+            if mm % 2 == 0 {
+                rerun += projection_forward_time(lin, n, r);
+            }
+        };
+        if lin.parts.iter().any(|&w| w > 0.0) {
+            for &w in lin.parts.iter().filter(|&&w| w > 0.0) {
+                one(f64::from(w));
+            }
+        } else {
+            one(lin.n);
+        }
+    }
+    rerun
+}
+
 /// Parameters of one transformer layer a token's GEMMs meet, for the
 /// model FLOPs (`6·` this per token): attention plus the dense MLP, or for
 /// an MoE layer attention, shared experts, router and the top-k routed
@@ -874,6 +935,59 @@ mod tests {
             gemm_backward_time(8192.0, 4096.0, 512.0, &flat),
         );
         assert!((b0 - 2.0 * f0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn op_sac_reruns_every_second_matmul_of_the_block() {
+        // Llama 3.1 8B at TP 1, one micro-batch of 2 × 8192 tokens, bf16 at
+        // 1e15 FLOP/s, no depth curve, no launch cost, unlimited bandwidth.
+        // The block runs wq, wk, wv, wo, w1, w3, w2; torchtitan's op SAC
+        // reruns the 2nd, 4th and 6th: wk [16384×4096]·[4096×1024], wo
+        // [16384×4096]·[4096×4096], w3 [16384×4096]·[4096×14336]:
+        // 2·16384·4096·(1024 + 4096 + 14336) = 2.6113e12 FLOPs, 2.6113 ms,
+        // plus the forward's element-wise time (here 1 ms).
+        let cat = crate::spec::Catalog::shipped().unwrap();
+        let l8 = cat.model("llama3-8b").unwrap();
+        let r = Rates {
+            gemm_flops: 1e15,
+            attn_flops: 1e15,
+            hbm: 1e30,
+            overhead: 0.0,
+            attn_flops_misaligned: 1e15,
+            low: None,
+            grouped_half_tokens: 0.0,
+            gemm_half_k: 0.0,
+        };
+        let sh = LayerShape {
+            tokens: 16384.0,
+            seq: 8192.0,
+            tp: 1.0,
+            sp: false,
+            cp: 1.0,
+            flash: true,
+            kernel: AttnKernel::Fa2,
+        };
+        let (lins, count) = linear_gemms(l8, &sh, false, 0.0, 1.0);
+        let f = LayerTime {
+            elementwise: 1e-3,
+            ..LayerTime::default()
+        };
+        let rerun = op_sac_recompute(&lins[..count], &f, &r);
+        let want = 2.0 * 16384.0 * 4096.0 * (1024.0 + 4096.0 + 14336.0) / 1e15 + 1e-3;
+        assert!((rerun - want).abs() < 1e-12, "{rerun} vs {want}");
+        assert!((rerun - 3.6113e-3).abs() < 1e-7, "{rerun}");
+        // 36.5% of the block's forward linear FLOPs
+        // (2·16384·4096·(4096 + 2·1024 + 4096 + 2·14336 + 14336)).
+        let all = 2.0 * 16384.0 * 4096.0 * (4096.0 + 2048.0 + 4096.0 + 28672.0 + 14336.0);
+        let share = (want - 1e-3) * 1e15 / all;
+        assert!((share - 0.365).abs() < 1e-3, "{share}");
+        // At TP 8 the shapes shrink by 8 and the same three are rerun:
+        // wk's 1024/8 = 128 columns, wo's 4096/8 contraction, w3's 1792.
+        let sh8 = LayerShape { tp: 8.0, ..sh };
+        let (l8s, c8) = linear_gemms(l8, &sh8, false, 0.0, 1.0);
+        let rerun8 = op_sac_recompute(&l8s[..c8], &LayerTime::default(), &r);
+        let want8 = 2.0 * 16384.0 * 4096.0 * (128.0 + 512.0 + 1792.0) / 1e15;
+        assert!((rerun8 - want8).abs() < 1e-12, "{rerun8} vs {want8}");
     }
 
     #[test]

@@ -595,7 +595,15 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             }
         }
         let b = compute::layer_backward(&f);
-        let rc = compute::layer_recompute(&f, l.recompute, job.flash_attention);
+        // torchtitan's per-op SAC reruns every second matmul and the
+        // element-wise ops ([`compute::op_sac_recompute`]); Megatron's
+        // selective recompute reruns what [`compute::layer_recompute`] says.
+        let rc = if op_sac {
+            let (lins, count) = compute::linear_gemms(model, &shape, moe, pairs, etp);
+            compute::op_sac_recompute(&lins[..count], &f, &pr.rates)
+        } else {
+            compute::layer_recompute(&f, l.recompute, job.flash_attention)
+        };
         // CP: merging the per-step partial attention results.
         let (cp_f, cp_b) =
             cp::split_overhead(model, l.cp_comm, job.cp_impl, tokens, tp, l.cp, &pr.rates);
