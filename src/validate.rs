@@ -2569,6 +2569,17 @@ pub struct ValidationReport {
     pub conventions: Vec<String>,
 }
 
+impl ValidationReport {
+    /// The throughput error (predicted / measured − 1) of row `id`, if it
+    /// was predicted and its throughput measured.
+    pub fn speed_error_of(&self, id: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.speed_error)
+    }
+}
+
 /// Median of `xs` (empty → 0).
 pub fn median(xs: &[f64]) -> f64 {
     if xs.is_empty() {

@@ -263,10 +263,7 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
         .collect();
     assert_eq!(low.len(), 38);
     let err = |id: &str| -> f64 {
-        r.rows
-            .iter()
-            .find(|x| x.id == id)
-            .and_then(|x| x.speed_error)
+        r.speed_error_of(id)
             .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
     };
     // Calibration rows: at most a third of the FP8 rows.
@@ -372,10 +369,7 @@ fn torchao_rowwise_rows_follow_the_published_speedup_table() {
     let t = validate::read_table(V2, Path::new(FILE)).unwrap();
     let r = validate::validate_table(&t, &cat, None);
     let err = |id: &str| -> f64 {
-        r.rows
-            .iter()
-            .find(|x| x.id == id)
-            .and_then(|x| x.speed_error)
+        r.speed_error_of(id)
             .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
     };
     for (fp8, bf16, bound) in [
@@ -446,10 +440,7 @@ fn torchtitan_op_sac_reruns_every_second_matmul() {
     let t = validate::read_table(V2, Path::new(FILE)).unwrap();
     let r = validate::validate_table(&t, &cat, None);
     let err = |id: &str| -> f64 {
-        r.rows
-            .iter()
-            .find(|x| x.id == id)
-            .and_then(|x| x.speed_error)
+        r.speed_error_of(id)
             .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
     };
     for id in ["TT-8B-H200-32", "TT-8B-H200-64"] {

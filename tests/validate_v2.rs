@@ -484,10 +484,7 @@ fn plans_say_how_well_their_regime_is_validated() {
 fn context_parallel_rows_by_the_step_by_step_ring() {
     let r = run(V2);
     let err = |id: &str| -> f64 {
-        r.rows
-            .iter()
-            .find(|x| x.id == id)
-            .and_then(|x| x.speed_error)
+        r.speed_error_of(id)
             .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
     };
     // (row, error, tolerance). Before issue 15: +15.9%, +75.0%, +98.0%,

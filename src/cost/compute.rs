@@ -898,13 +898,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn backward_gemms_at_their_own_depths() {
-        // A compute-bound GEMM (no launch cost, unlimited bandwidth) at
-        // 1e15 FLOP/s, k½ = 400: [8192 × 512]·[512 × 4096], 2·8192·4096·512
-        // = 3.436e10 FLOPs each pass. Forward contracts over 512, the input
-        // gradient over 4096 (factor 1), the weight gradient over 8192.
-        let r = Rates {
+    /// Rates of a compute-bound GPU at 1e15 FLOP/s (no launch cost,
+    /// unlimited bandwidth, bf16) with depth curve `gemm_half_k`.
+    fn compute_bound(gemm_half_k: f64) -> Rates {
+        Rates {
             gemm_flops: 1e15,
             attn_flops: 1e15,
             hbm: 1e30,
@@ -912,8 +909,17 @@ mod tests {
             attn_flops_misaligned: 1e15,
             low: None,
             grouped_half_tokens: 0.0,
-            gemm_half_k: 400.0,
-        };
+            gemm_half_k,
+        }
+    }
+
+    #[test]
+    fn backward_gemms_at_their_own_depths() {
+        // A compute-bound GEMM (no launch cost, unlimited bandwidth) at
+        // 1e15 FLOP/s, k½ = 400: [8192 × 512]·[512 × 4096], 2·8192·4096·512
+        // = 3.436e10 FLOPs each pass. Forward contracts over 512, the input
+        // gradient over 4096 (factor 1), the weight gradient over 8192.
+        let r = compute_bound(400.0);
         let flops = 2.0 * 8192.0 * 4096.0 * 512.0;
         let g = |k: f64| (k / (k + 400.0)) * (4496.0 / 4096.0);
         let fwd = gemm_time(8192.0, 4096.0, 512.0, &r);
@@ -948,16 +954,7 @@ mod tests {
         // plus the forward's element-wise time (here 1 ms).
         let cat = crate::spec::Catalog::shipped().unwrap();
         let l8 = cat.model("llama3-8b").unwrap();
-        let r = Rates {
-            gemm_flops: 1e15,
-            attn_flops: 1e15,
-            hbm: 1e30,
-            overhead: 0.0,
-            attn_flops_misaligned: 1e15,
-            low: None,
-            grouped_half_tokens: 0.0,
-            gemm_half_k: 0.0,
-        };
+        let r = compute_bound(0.0);
         let sh = LayerShape {
             tokens: 16384.0,
             seq: 8192.0,
