@@ -1332,7 +1332,7 @@ impl NearFloor {
 }
 
 /// The meshes in chunks searched one after another (the meshes of a chunk
-/// in parallel), 4, 8, 16, … meshes long: each chunk starts from the
+/// in parallel), 4, 16, 64, … meshes long: each chunk starts from the
 /// near-misses of the chunks before it ([`NearFloor`]), so a layout that
 /// cannot beat them is not priced. The chunks are fixed by the mesh list
 /// alone, so what is priced does not depend on the threads.
@@ -1343,7 +1343,7 @@ fn mesh_chunks(meshes: &[Mesh]) -> Vec<&[Mesh]> {
         let end = (at + len).min(meshes.len());
         out.push(&meshes[at..end]);
         at = end;
-        len *= 2;
+        len *= 4;
     }
     out
 }
@@ -1363,7 +1363,14 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let k2 = k.saturating_mul(2);
     let mut acc = Acc::default();
     let mut floor = NearFloor::NONE;
-    for chunk in mesh_chunks(&meshes) {
+    // A best-only search names no near-miss and keeps no ranking, so it
+    // gains nothing from the chunks' floors: one chunk, no barriers.
+    let chunks = if space.best_only {
+        vec![meshes.as_slice()]
+    } else {
+        mesh_chunks(&meshes)
+    };
+    for chunk in chunks {
         let seed = acc.fastest;
         let part = chunk
             .par_iter()
