@@ -478,6 +478,10 @@ pub struct WhyNot {
     /// the ranked share of the fastest's tokens/s): the fastest of them;
     /// `rank` is 1 + the ranked layouts predicted faster.
     pub unranked: Option<Row>,
+    /// Why `unranked` has no row: predicted below the ranked share of the
+    /// fastest, or valid only with an uneven split the full search did not
+    /// solve for its ranking ([`search::Stats::ranked_unsplit`]).
+    pub unranked_reason: Option<UnrankedReason>,
     /// Its gap to the winner.
     pub gap: Option<Gap>,
     /// Why matching layouts were rejected (first broken rule), with the best
@@ -487,6 +491,18 @@ pub struct WhyNot {
     pub near_miss: Option<NearMiss>,
     /// A sentence when the question cannot match any enumerated layout.
     pub note: Option<String>,
+}
+
+/// Why a valid layout has no row in the search's ranking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnrankedReason {
+    /// Predicted below [`search::RANKED_FLOOR`] of the fastest's tokens/s.
+    BelowFloor,
+    /// Valid only with an uneven stage split, which the full search solves
+    /// for its ranking only when every layer is alike and within
+    /// [`search::MAX_RANKED_SPLITS`] programs.
+    SplitNotSolved,
 }
 
 /// A concrete layout for a question that matches nothing enumerated: the
@@ -528,9 +544,11 @@ pub fn why_not(
     let filter = space.filter.merged(&asked, "--fix", "--why-not")?;
     let winner = ranked.first();
     let best = ranked.iter().find(|r| filter.matches(&r.layout));
+    // Keep-all, as the full search, so the matching layouts valid only with
+    // an uneven split are re-split and counted as the ranking's are.
     let sub_space = Space {
         filter: filter.clone(),
-        keep_all: false,
+        keep_all: true,
         top_k: 1,
         ..space.clone()
     };
@@ -545,6 +563,17 @@ pub fn why_not(
     } else {
         None
     };
+    let fastest = ranked
+        .iter()
+        .map(|r| r.eval.tokens_per_s)
+        .fold(0.0, f64::max);
+    let unranked_reason = unranked.as_ref().map(|u| {
+        if u.layout.split.is_some() && u.eval.tokens_per_s >= search::RANKED_FLOOR * fastest {
+            UnrankedReason::SplitNotSolved
+        } else {
+            UnrankedReason::BelowFloor
+        }
+    });
     let mut out = WhyNot {
         query: query.to_string(),
         valid_total: valid_total as usize,
@@ -554,6 +583,7 @@ pub fn why_not(
         winner: winner.cloned(),
         best: best.cloned(),
         unranked,
+        unranked_reason,
         gap: match (winner, best) {
             (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
             _ => None,

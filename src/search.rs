@@ -336,6 +336,11 @@ pub struct Stats {
     /// Rejected layouts whose bound could still beat the K-th best but that
     /// were not re-split because [`MAX_SPLIT_SOLVES`] was spent.
     pub split_skipped: u64,
+    /// Layouts a keep-all search's ranking might take with an uneven split
+    /// (bound at least [`RANKED_FLOOR`] of the fastest) but that were not
+    /// re-split: more than one layer kind (the DP and ILP budgets go to the
+    /// best K) or [`MAX_RANKED_SPLITS`] spent. They stay rejected.
+    pub ranked_unsplit: u64,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -531,8 +536,18 @@ impl Acc {
         lc: &cost::layer::LayerCosts,
         rule: Rule,
         k: usize,
+        keep_all: bool,
     ) {
-        let beats = |x: f64| self.top.len() < k || x > self.top[k - 1].eval.tokens_per_s;
+        // A keep-all search also keeps those its ranking may take: bound
+        // at least the ranked share of this worker's fastest (a lower
+        // bound on the search's).
+        let floor = if keep_all {
+            RANKED_FLOOR * self.fastest
+        } else {
+            f64::INFINITY
+        };
+        let beats =
+            |x: f64| self.top.len() < k || x > self.top[k - 1].eval.tokens_per_s || x >= floor;
         if !beats(balanced_bound(pr, l, lc)) {
             return;
         }
@@ -950,6 +965,11 @@ const NEAR_MISS_BOUND_MARGIN: f64 = 1.0 + 1e-9;
 /// each) one search solves.
 pub const MAX_SPLIT_SOLVES: u64 = 64;
 
+/// Most layer-count split programs ([`split::uniform`]) a keep-all search
+/// solves for its ranking beyond the best K: at tens of microseconds each,
+/// at most about a tenth of a second.
+pub const MAX_RANKED_SPLITS: u64 = 4096;
+
 /// Most distinct v = 1 stage splits one search solves by the exact DP
 /// (about a millisecond for 126 layers over 16 stages, so this many cost
 /// about as much as the ILP budget).
@@ -1108,6 +1128,30 @@ impl Splitter {
     }
 }
 
+/// Count `c2`, a layout rejected for `rule` under the uniform split that
+/// its re-split made valid: valid (a rank-order twin of one rescued before
+/// counted as such), one rejection fewer for `rule` (and not its
+/// near-miss), one more re-split.
+fn rescue(acc: &mut Acc, rescued: &mut HashSet<TwinKey>, rule: Rule, c2: &Candidate) {
+    acc.stats.valid += 1;
+    if !rescued.insert(twin_key(c2)) {
+        acc.stats.twins += 1;
+    }
+    let i = rule as usize;
+    acc.counts[i] = acc.counts[i].saturating_sub(1);
+    let plain = |l: &Layout| Layout {
+        split: None,
+        ..l.clone()
+    };
+    if acc.near[i]
+        .as_ref()
+        .is_some_and(|n| plain(&n.layout) == plain(&c2.layout))
+    {
+        acc.near[i] = None;
+    }
+    acc.stats.resplit += 1;
+}
+
 /// The split problem of `l` if some split might fit.
 fn split_problem(pr: &Problem, l: &Layout) -> Option<SplitProblem> {
     let sp = SplitProblem::for_layout(pr, l);
@@ -1255,28 +1299,54 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             else {
                 continue;
             };
-            acc.stats.valid += 1;
-            if !rescued.insert(twin_key(&c2)) {
-                acc.stats.twins += 1;
-            }
-            let i = p.rule as usize;
-            acc.counts[i] = acc.counts[i].saturating_sub(1);
-            if acc.near[i]
-                .as_ref()
-                .is_some_and(|n| same(&n.layout, &c2.layout))
-            {
-                acc.near[i] = None;
-            }
+            rescue(acc, &mut rescued, p.rule, &c2);
             if space.keep_all {
                 acc.all.push(c2.clone());
             }
-            acc.stats.resplit += 1;
             acc.push_valid(c2, k.saturating_mul(2), false);
         }
     }
     let t = threshold(acc);
     acc.stats.split_skipped =
         unsolved + pending[next..].iter().filter(|p| p.bound > t).count() as u64;
+    // (c) For the ranking: the rest whose bound reaches the ranked share of
+    // the fastest, best bound first, where every layer is alike (the
+    // layer-count solver, tens of microseconds) and up to
+    // MAX_RANKED_SPLITS programs; they cannot enter the best K.
+    if space.keep_all {
+        let fastest = acc
+            .top
+            .iter()
+            .map(|c| c.eval.tokens_per_s)
+            .fold(acc.fastest, f64::max);
+        let floor = RANKED_FLOOR * fastest;
+        let mut solved = 0u64;
+        for p in pending[next..].iter().filter(|p| p.bound >= floor) {
+            if !one_kind || solved >= MAX_RANKED_SPLITS {
+                acc.stats.ranked_unsplit += 1;
+                continue;
+            }
+            let Some(sp) = split_problem(pr, &p.layout) else {
+                continue;
+            };
+            if !split::uniform::qualifies(&sp) {
+                acc.stats.ranked_unsplit += 1;
+                continue;
+            }
+            if splitter.lookup(&sp).is_none() {
+                splitter.prepare([&sp]);
+                solved += 1;
+            }
+            let Some(c2) = splitter
+                .get(&sp)
+                .and_then(|layers| with_split(pr, policy, &p.layout, layers))
+            else {
+                continue;
+            };
+            rescue(acc, &mut rescued, p.rule, &c2);
+            acc.all.push(c2);
+        }
+    }
     // A layout that differs from a better-ranked one only in its rank order,
     // with the same predicted numbers, adds nothing to the ranking: keep the
     // first (they stay counted as valid; the fast pass and the rescue above
@@ -1519,7 +1589,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         if space.best_only && structural.first() == Some(Rule::LayersPp) {
                             acc.stats.unpriced += 1;
                             if l.pp > 1 {
-                                acc.consider_resplit(pr, &l, lc, Rule::LayersPp, k);
+                                acc.consider_resplit(pr, &l, lc, Rule::LayersPp, k, space.keep_all);
                             }
                             return;
                         }
@@ -1542,7 +1612,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         };
                         let Some(e) = cost::evaluate_capped(pr, &l, &pl, lc, cap) else {
                             if l.pp > 1 {
-                                acc.consider_resplit(pr, &l, lc, Rule::Memory, k);
+                                acc.consider_resplit(pr, &l, lc, Rule::Memory, k, space.keep_all);
                             }
                             acc.stats.pruned += 1;
                             acc.reject(Rule::Memory, None);
@@ -1566,7 +1636,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                                 _ => None,
                             };
                             if let Some(rule) = rule {
-                                acc.consider_resplit(pr, &l, lc, rule, k);
+                                acc.consider_resplit(pr, &l, lc, rule, k, space.keep_all);
                             }
                         }
                         let cand = Candidate { layout: l, eval: e };

@@ -196,15 +196,25 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         }
         (None, Some(win)) if q.unranked.is_some() => {
             let u = q.unranked.as_ref().expect("checked");
+            let why = match q.unranked_reason {
+                Some(crate::explain::UnrankedReason::SplitNotSolved) => format!(
+                    "it is valid only with an uneven stage split (split {}), and the full search re-splits for its ranking only models whose layers are all alike, up to {} programs (see the footer's count)",
+                    crate::render::table::split_text(&u.layout.split),
+                    crate::search::MAX_RANKED_SPLITS
+                ),
+                _ => format!(
+                    "the ranking takes the layouts predicted at least {:.0}% of the fastest's tokens/s",
+                    100.0 * crate::search::RANKED_FLOOR
+                ),
+            };
             writeln!(
                 w,
-                "Best matching layout: {} — valid, {:.0} tokens/s ({:.0}% of the winner's {:.0}), peak {:.1} GiB; it has no row: the ranking takes the layouts predicted at least {:.0}% of the fastest's tokens/s ({} of the ranked ones are predicted faster).",
+                "Best matching layout: {} — valid, {:.0} tokens/s ({:.0}% of the winner's {:.0}), peak {:.1} GiB; it has no row: {why} ({} of the ranked ones are predicted faster).",
                 u.layout.short(),
                 u.tokens_per_s,
                 100.0 * u.tokens_per_s / win.tokens_per_s,
                 win.tokens_per_s,
                 u.peak_gib,
-                100.0 * crate::search::RANKED_FLOOR,
                 u.rank.saturating_sub(1)
             )?;
         }

@@ -61,7 +61,7 @@ fn pct(x: f64) -> String {
 }
 
 /// Layers per pipeline chunk, runs of equal counts folded: `7/8×14/7`.
-fn split_text(split: &Option<Vec<u32>>) -> String {
+pub(crate) fn split_text(split: &Option<Vec<u32>>) -> String {
     let Some(s) = split else {
         return "uniform".into();
     };
@@ -188,9 +188,13 @@ impl Exporter for Table {
                 let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
                 writeln!(
                     w,
-                    "Fastest predicted: row {}, {} at {:.0} tokens/s ({:.1}% MFU, {trust}); better-validated plans whose bands overlap its band rank first (--rank-by, src/ranking.rs).",
+                    "Fastest predicted: row {}, {}{} at {:.0} tokens/s ({:.1}% MFU, {trust}); better-validated plans whose bands overlap its band rank first (--rank-by, src/ranking.rs).",
                     f.rank,
                     f.layout.short(),
+                    match &f.layout.split {
+                        Some(_) => format!(" split {}", split_text(&f.layout.split)),
+                        None => String::new(),
+                    },
                     f.tokens_per_s,
                     100.0 * f.mfu
                 )?;
@@ -209,6 +213,14 @@ impl Exporter for Table {
                 "  {} more layouts might beat row {} with an uneven split but were not re-split (solve budget spent).",
                 r.stats.split_skipped,
                 crate::search::Space::default().top_k
+            )?;
+        }
+        if r.stats.ranked_unsplit > 0 {
+            writeln!(
+                w,
+                "  {} layouts valid only with an uneven split might reach the ranking but were not re-split (more than one layer kind, or the {}-program budget spent); they are counted as rejected.",
+                r.stats.ranked_unsplit,
+                crate::search::MAX_RANKED_SPLITS
             )?;
         }
         if cp {
