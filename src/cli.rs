@@ -88,8 +88,9 @@ struct ValidateArgs {
     /// on its GPU (rows on other GPUs are skipped).
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Output format (`table` or `json`).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    /// Output format: `table` (default) or `json` (every row's
+    /// predictions, parts and assumptions).
+    #[arg(long, default_value = "table", value_parser = parse_table_or_json)]
     format: Format,
     /// Also search each row's model, GPU count and global batch (its
     /// micro-batch fixed) and print where the published layout ranks.
@@ -501,6 +502,19 @@ fn parse_count(value: &str) -> std::result::Result<u64, String> {
             Err(format!("`{shown}` does not fit in 64 bits"))
         }
         Err(_) => Err(format!("`{shown}` is not an integer")),
+    }
+}
+
+/// `table` or `json`: the formats of a report that has no one-row-per-
+/// layout form (`validate`).
+fn parse_table_or_json(value: &str) -> std::result::Result<Format, String> {
+    match value {
+        "table" => Ok(Format::Table),
+        "json" => Ok(Format::Json),
+        other => Err(format!(
+            "`{}` is not a format of this command; use table or json",
+            crate::limits::echo(other)
+        )),
     }
 }
 
@@ -1585,9 +1599,6 @@ fn run_validate(a: &ValidateArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => None,
     };
-    if a.format == Format::Csv {
-        bail!("--format csv is not available for validate; use table or json");
-    }
     let report = validate::validate_table(&table, &cat, overlay.as_ref());
     let plans: Vec<validate::PlanCheck> = if a.plan {
         rows.iter()

@@ -395,14 +395,26 @@ type BadRow = (Skipped, InputError);
 
 /// The rows that parse, and those that do not.
 fn read_rows(text: &str, file: &Path) -> Result<(Vec<MeasuredRow>, Vec<BadRow>), InputError> {
+    // Flexible: a row with too few or too many cells is skipped with its
+    // reason below, not an error for the whole file.
     let mut rdr = csv::ReaderBuilder::new()
-        .flexible(false)
+        .flexible(true)
         .from_reader(text.as_bytes());
     let syntax = |e: csv::Error| InputError::Syntax {
         file: file.to_path_buf(),
         detail: e.to_string(),
     };
     let headers = rdr.headers().map_err(syntax)?.clone();
+    // A column named twice would be read from its first place only.
+    for (i, h) in headers.iter().enumerate() {
+        if headers.iter().take(i).any(|g| g.trim() == h.trim()) && !h.trim().is_empty() {
+            return Err(InputError::field(
+                file,
+                h.trim(),
+                "the header names this column twice; each column may appear once",
+            ));
+        }
+    }
     let mut index = BTreeMap::new();
     for col in COLUMNS {
         match headers.iter().position(|h| h.trim() == col) {
@@ -465,6 +477,14 @@ fn read_rows(text: &str, file: &Path) -> Result<(Vec<MeasuredRow>, Vec<BadRow>),
             index: &index,
         };
         let parsed = match first_line.get(&id) {
+            _ if rec.len() != headers.len() => Err(c.err(
+                "cells",
+                format!(
+                    "the row has {} cells but the header has {} columns",
+                    rec.len(),
+                    headers.len()
+                ),
+            )),
             Some(first) if !id.is_empty() => Err(c.err(
                 "id",
                 format!("`{id}` is already the id of line {first}; ids must be unique"),
@@ -1924,6 +1944,16 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         }
         (None, None) => false,
     };
+    // The limits every command applies (src/limits.rs), before pricing.
+    job.check().map_err(|e| {
+        let text = e
+            .to_string()
+            .replace("--global-batch", "gbs")
+            .replace("--seq-len", "seq");
+        Unpriced::new("size: beyond meshplan's limits", text)
+    })?;
+    crate::limits::check_layout(&layout, layers)
+        .map_err(|e| Unpriced::new("size: beyond meshplan's limits", e))?;
     let vocab_padded = crate::cost::layer::padded_vocab(vocab, row.tp) as f64;
     Ok(Case {
         row: row.clone(),
