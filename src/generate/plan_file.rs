@@ -660,6 +660,18 @@ pub fn interval_in_steps(interval_s: f64, step_s: f64) -> u64 {
 }
 
 impl Plan {
+    /// Every chunk of the pipeline in model order (chunk c sits on pipeline
+    /// rank c mod p), gathered from [`Plan::stages`].
+    pub fn model_chunks(&self) -> Vec<ChunkInfo> {
+        let mut chunks: Vec<ChunkInfo> = self
+            .stages
+            .iter()
+            .flat_map(|st| st.chunks.iter().copied())
+            .collect();
+        chunks.sort_by_key(|c| c.model_chunk);
+        chunks
+    }
+
     /// Build the plan of layout `l` for problem `pr`, priced by `eval`
     /// (`cost::evaluate(pr, l)`). It does not check the layout:
     /// [`super::refusals`] does.
@@ -720,28 +732,25 @@ impl Plan {
         };
 
         let chunks = l.pp * l.vpp;
-        let layers_per_chunk: Vec<u32> = (0..chunks)
+        let model_chunks: Vec<ChunkInfo> = (0..chunks)
             .map(|c| {
                 let (s, e) = cost::chunk_layers(l, a.layers, c, chunks);
-                e - s
+                ChunkInfo {
+                    vpp_chunk: c / l.pp,
+                    model_chunk: c,
+                    first_layer: s,
+                    end_layer: e,
+                    layers: e - s,
+                    embedding: c == 0,
+                    output: c == chunks - 1,
+                }
             })
             .collect();
+        let layers_per_chunk: Vec<u32> = model_chunks.iter().map(|c| c.layers).collect();
         let stages = (0..l.pp)
             .map(|r| {
                 let chunks_of: Vec<ChunkInfo> = (0..l.vpp)
-                    .map(|j| {
-                        let c = j * l.pp + r;
-                        let (s, e) = cost::chunk_layers(l, a.layers, c, chunks);
-                        ChunkInfo {
-                            vpp_chunk: j,
-                            model_chunk: c,
-                            first_layer: s,
-                            end_layer: e,
-                            layers: e - s,
-                            embedding: c == 0,
-                            output: c == chunks - 1,
-                        }
-                    })
+                    .map(|j| model_chunks[(j * l.pp + r) as usize])
                     .collect();
                 StageInfo {
                     pp_rank: r,
