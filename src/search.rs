@@ -87,16 +87,7 @@ pub const RANKED_FLOOR: f64 = 0.5;
 /// prices cannot tell apart: mesh, micro-batch, recompute, ZeRO stage, SP,
 /// CP exchange, rank order, split.
 fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
-    let key = |l: &Layout| {
-        (
-            [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
-            l.recompute.as_str(),
-            l.zero,
-            l.sp,
-            l.cp_comm.as_str(),
-            l.order.as_str(),
-        )
-    };
+    let key = |l: &Layout| (choice_key(l), l.order.as_str());
     key(a).cmp(&key(b)).then_with(|| a.split.cmp(&b.split))
 }
 
@@ -461,27 +452,30 @@ struct Mesh {
     etp: u32,
 }
 
-/// What makes two valid layouts twins: every choice but the rank order
-/// and the split, and the predicted tokens/s and peak memory (bits).
-type TwinKey = (
-    [u32; 8],
-    &'static str,
-    u8,
-    bool,
-    &'static str,
-    Option<Vec<u32>>,
-    u64,
-    u64,
-);
+/// A layout's choices but the rank order and the split, in the order
+/// [`layout_cmp`] sorts by: sizes D, T, p, C, E, ETP, v and micro-batch,
+/// recompute, ZeRO stage, SP, CP exchange.
+type ChoiceKey = ([u32; 8], &'static str, u8, bool, &'static str);
 
-fn twin_key(c: &Candidate) -> TwinKey {
-    let l = &c.layout;
+fn choice_key(l: &Layout) -> ChoiceKey {
     (
         [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
         l.recompute.as_str(),
         l.zero,
         l.sp,
         l.cp_comm.as_str(),
+    )
+}
+
+/// What makes two valid layouts twins: every choice but the rank order
+/// ([`choice_key`] and the split), and the predicted tokens/s and peak
+/// memory (bits).
+type TwinKey = (ChoiceKey, Option<Vec<u32>>, u64, u64);
+
+fn twin_key(c: &Candidate) -> TwinKey {
+    let l = &c.layout;
+    (
+        choice_key(l),
         l.split.clone(),
         c.eval.tokens_per_s.to_bits(),
         c.eval.peak_bytes.to_bits(),
