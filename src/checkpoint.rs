@@ -318,6 +318,40 @@ pub fn time_to_train(
     }
 }
 
+/// A priced layout's checkpoint plan ([`plan`]) and, when a token budget
+/// was given (`--tokens`), its time to train with that plan's checkpoint
+/// waste ([`time_to_train`]): what `search` prints for its winner and
+/// `explain` for its layout.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Outlook {
+    /// Checkpoint size and interval.
+    pub checkpoint: CheckpointPlan,
+    /// Time to train the `--tokens` budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train: Option<TimeToTrain>,
+}
+
+impl Outlook {
+    /// The outlook of layout `l` priced `eval` for `pr`, with the time to
+    /// train `tokens` when given.
+    pub fn of(pr: &Problem, l: &Layout, eval: &Evaluation, tokens: Option<f64>) -> Outlook {
+        let checkpoint = plan(pr, l, eval);
+        let time_to_train = tokens.map(|t| {
+            time_to_train(
+                t,
+                eval,
+                checkpoint.waste_fraction,
+                pr.world,
+                pr.job.tokens_per_step(),
+            )
+        });
+        Outlook {
+            checkpoint,
+            time_to_train,
+        }
+    }
+}
+
 /// Parse a token count with an optional suffix: `15T`, `2.5B`, `300M`,
 /// `40K`, `1e12` (K = 10³, M = 10⁶, B or G = 10⁹, T = 10¹²; case-insensitive).
 ///

@@ -9,7 +9,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 
 use crate::calibrate::{self, Overlay};
-use crate::cost::{Evaluation, Problem};
+use crate::cost::Problem;
 use crate::error::InputError;
 use crate::generate::Target;
 use crate::layout::{CpComm, Layout, RankOrder, Recompute};
@@ -1209,9 +1209,7 @@ fn search_extras(
         }
         return Ok(());
     };
-    let (ck, ttt) = checkpoint_and_time(pr, &win.layout, &win.eval, tokens);
-    report.time_to_train = ttt;
-    report.checkpoint = Some(ck);
+    report.outlook = Some(checkpoint::Outlook::of(pr, &win.layout, &win.eval, tokens));
     let mut marks = vec![plot::Mark {
         label: format!("#1 {}", win.layout.short()),
         peak_gib: win.eval.peak_bytes / GIB,
@@ -1257,27 +1255,6 @@ fn report_plots(files: &[PathBuf], note: Option<String>) {
     if let Some(n) = note {
         let _ = writeln!(std::io::stderr(), "note: {n}");
     }
-}
-
-/// The checkpoint plan of a priced layout and, when `--tokens` was given,
-/// its time to train with that plan's checkpoint waste.
-fn checkpoint_and_time(
-    pr: &Problem,
-    l: &Layout,
-    eval: &Evaluation,
-    tokens: Option<f64>,
-) -> (checkpoint::CheckpointPlan, Option<checkpoint::TimeToTrain>) {
-    let ck = checkpoint::plan(pr, l, eval);
-    let ttt = tokens.map(|t| {
-        checkpoint::time_to_train(
-            t,
-            eval,
-            ck.waste_fraction,
-            pr.world,
-            pr.job.tokens_per_step(),
-        )
-    });
-    (ck, ttt)
 }
 
 /// The uniform split of `l` (the first `L mod p·v` chunks take one more
@@ -1342,9 +1319,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     if !report.is_valid() {
         report.fixes = Some(explain::smallest_fixes(&pr, policy, &layout));
     }
-    let (ck, ttt) = checkpoint_and_time(&pr, &layout, &report.eval, tokens);
-    report.time_to_train = ttt;
-    report.checkpoint = Some(ck);
+    report.outlook = Some(checkpoint::Outlook::of(&pr, &layout, &report.eval, tokens));
     if let Some(dir) = &a.extras.plot {
         let mut marks = vec![plot::Mark {
             label: format!(

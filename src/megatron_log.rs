@@ -288,11 +288,10 @@ impl Log {
             };
             r.insert("shared_experts", shared.to_string());
         }
+        // bf16 unless the log says fp16 alone (`--bf16` wins over `--fp16`).
         let precision = if self.arg("fp8").is_some() {
             "fp8"
-        } else if self.flag("bf16") {
-            "bf16"
-        } else if self.flag("fp16") {
+        } else if self.flag("fp16") && !self.flag("bf16") {
             "fp16"
         } else {
             "bf16"

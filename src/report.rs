@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::checkpoint::{CheckpointPlan, TimeToTrain};
+use crate::checkpoint::Outlook;
 use crate::cost::breakdown::Source;
 use crate::cost::{self, Evaluation, Problem, RankCost};
 use crate::explain::{Fixes, Gap, WhyNot};
@@ -346,12 +346,10 @@ pub struct SearchReport {
     /// wall time), flattened into the JSON object.
     #[serde(flatten)]
     pub stats: crate::search::Stats,
-    /// Checkpoint size and interval of the winner.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<CheckpointPlan>,
-    /// Time to train the `--tokens` budget with the winner.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_to_train: Option<TimeToTrain>,
+    /// Checkpoint size and interval of the winner, and its time to train
+    /// the `--tokens` budget (the keys `checkpoint` and `time_to_train`).
+    #[serde(flatten)]
+    pub outlook: Option<Outlook>,
     /// Answer to `--why-not`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why_not: Option<WhyNot>,
@@ -426,8 +424,7 @@ impl SearchReport {
             rows,
             rejections,
             stats: r.stats,
-            checkpoint: None,
-            time_to_train: None,
+            outlook: None,
             why_not: None,
             fewer_gpus: None,
             empty_reason: r.empty_reason.clone(),
@@ -581,12 +578,10 @@ pub struct ExplainReport {
     /// For a rejected layout: the smallest changes that make it valid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixes: Option<Fixes>,
-    /// Checkpoint size and interval.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<CheckpointPlan>,
-    /// Time to train the `--tokens` budget.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_to_train: Option<TimeToTrain>,
+    /// Checkpoint size and interval, and the time to train the `--tokens`
+    /// budget (the keys `checkpoint` and `time_to_train`).
+    #[serde(flatten)]
+    pub outlook: Option<Outlook>,
 }
 
 impl ExplainReport {
@@ -610,8 +605,7 @@ impl ExplainReport {
             best: None,
             gap_to_best: None,
             fixes: None,
-            checkpoint: None,
-            time_to_train: None,
+            outlook: None,
         }
     }
 

@@ -87,16 +87,7 @@ pub const RANKED_FLOOR: f64 = 0.5;
 /// prices cannot tell apart: mesh, micro-batch, recompute, ZeRO stage, SP,
 /// CP exchange, rank order, split.
 fn layout_cmp(a: &Layout, b: &Layout) -> Ordering {
-    let key = |l: &Layout| {
-        (
-            [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
-            l.recompute.as_str(),
-            l.zero,
-            l.sp,
-            l.cp_comm.as_str(),
-            l.order.as_str(),
-        )
-    };
+    let key = |l: &Layout| (choice_key(l), l.order.as_str());
     key(a).cmp(&key(b)).then_with(|| a.split.cmp(&b.split))
 }
 
@@ -466,27 +457,30 @@ struct Mesh {
     etp: u32,
 }
 
-/// What makes two valid layouts twins: every choice but the rank order
-/// and the split, and the predicted tokens/s and peak memory (bits).
-type TwinKey = (
-    [u32; 8],
-    &'static str,
-    u8,
-    bool,
-    &'static str,
-    Option<Vec<u32>>,
-    u64,
-    u64,
-);
+/// A layout's choices but the rank order and the split, in the order
+/// [`layout_cmp`] sorts by: sizes D, T, p, C, E, ETP, v and micro-batch,
+/// recompute, ZeRO stage, SP, CP exchange.
+type ChoiceKey = ([u32; 8], &'static str, u8, bool, &'static str);
 
-fn twin_key(c: &Candidate) -> TwinKey {
-    let l = &c.layout;
+fn choice_key(l: &Layout) -> ChoiceKey {
     (
         [l.dp, l.tp, l.pp, l.cp, l.ep, l.etp, l.vpp, l.micro_batch],
         l.recompute.as_str(),
         l.zero,
         l.sp,
         l.cp_comm.as_str(),
+    )
+}
+
+/// What makes two valid layouts twins: every choice but the rank order
+/// ([`choice_key`] and the split), and the predicted tokens/s and peak
+/// memory (bits).
+type TwinKey = (ChoiceKey, Option<Vec<u32>>, u64, u64);
+
+fn twin_key(c: &Candidate) -> TwinKey {
+    let l = &c.layout;
+    (
+        choice_key(l),
         l.split.clone(),
         c.eval.tokens_per_s.to_bits(),
         c.eval.peak_bytes.to_bits(),
@@ -1741,6 +1735,23 @@ mod tests {
         ))
     }
 
+    /// Run `f` on every mesh of the default space, for each `(model,
+    /// sequence length)` of `problems` over all GPUs of dgx64 at the card's
+    /// global batch.
+    fn for_each_dgx64_mesh(problems: &[(&str, u64)], mut f: impl FnMut(&Problem, &Space, Mesh)) {
+        for &(model, seq) in problems {
+            with_problem(model, "dgx64", None, seq, |pr| {
+                let space = Space::default();
+                for mesh in meshes(pr, &space) {
+                    f(pr, &space, mesh);
+                }
+            });
+        }
+    }
+
+    /// Dense 70B, MoE Mixtral, and 70B with CP (seq 32768).
+    const DENSE_MOE_CP: [(&str, u64); 3] = [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)];
+
     /// Both pipeline bounds of the search never undercut the price of any
     /// layout they stand for: the balanced bound for every layout, the
     /// split bound for every layout whose uniform split fits (one of the
@@ -1749,45 +1760,40 @@ mod tests {
     #[test]
     fn pipeline_bounds_never_undercut_evaluate() {
         let mut checked = 0;
-        for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
-            with_problem(name, "dgx64", None, seq, |pr| {
-                let space = Space::default();
-                for mesh in meshes(pr, &space) {
-                    for_each_layout(pr, &space, mesh, |l| {
-                        let pl = crate::layout::Placement::of(&l, pr.cluster);
-                        let lc = cost::layer::layer_costs(pr, &l, &pl);
-                        let e = cost::evaluate_with(pr, &l, &pl, &lc);
-                        let tol = 1.0 + 1e-12;
-                        for (part, t) in e.time.iter() {
-                            assert!(
-                                t.exposed <= t.total * tol && t.exposed >= 0.0,
-                                "{} exposed {} of {} for {}",
-                                part.key(),
-                                t.exposed,
-                                t.total,
-                                l.short()
-                            );
-                        }
-                        assert!(
-                            balanced_bound(pr, &l, &lc) * tol >= e.tokens_per_s,
-                            "balanced bound below {} for {}",
-                            e.tokens_per_s,
-                            l.short()
-                        );
-                        if e.fits() && l.pp > 1 {
-                            let b = split_bound(pr, &l, &lc);
-                            assert!(
-                                b.is_some_and(|b| b * tol >= e.tokens_per_s),
-                                "split bound {b:?} below {} for {}",
-                                e.tokens_per_s,
-                                l.short()
-                            );
-                        }
-                        checked += 1;
-                    });
+        for_each_dgx64_mesh(&DENSE_MOE_CP, |pr, space, mesh| {
+            for_each_layout(pr, space, mesh, |l| {
+                let pl = crate::layout::Placement::of(&l, pr.cluster);
+                let lc = cost::layer::layer_costs(pr, &l, &pl);
+                let e = cost::evaluate_with(pr, &l, &pl, &lc);
+                let tol = 1.0 + 1e-12;
+                for (part, t) in e.time.iter() {
+                    assert!(
+                        t.exposed <= t.total * tol && t.exposed >= 0.0,
+                        "{} exposed {} of {} for {}",
+                        part.key(),
+                        t.exposed,
+                        t.total,
+                        l.short()
+                    );
                 }
+                assert!(
+                    balanced_bound(pr, &l, &lc) * tol >= e.tokens_per_s,
+                    "balanced bound below {} for {}",
+                    e.tokens_per_s,
+                    l.short()
+                );
+                if e.fits() && l.pp > 1 {
+                    let b = split_bound(pr, &l, &lc);
+                    assert!(
+                        b.is_some_and(|b| b * tol >= e.tokens_per_s),
+                        "split bound {b:?} below {} for {}",
+                        e.tokens_per_s,
+                        l.short()
+                    );
+                }
+                checked += 1;
             });
-        }
+        });
         assert!(checked > 1000, "{checked} layouts checked");
     }
 
@@ -1799,37 +1805,32 @@ mod tests {
     #[test]
     fn item_costs_do_not_depend_on_interleaving() {
         let mut reused = 0;
-        for (name, seq) in [("70b", 8192), ("mixtral-8x7b", 4096), ("70b", 32768)] {
-            with_problem(name, "dgx64", None, seq, |pr| {
-                let space = Space::default();
-                for mesh in meshes(pr, &space) {
-                    let mut cache = ItemCostCache::default();
-                    for_each_layout(pr, &space, mesh, |l| {
-                        let pl = crate::layout::Placement::of(&l, pr.cluster);
-                        let before = cache.entries.len();
-                        let cached = *cache.get(pr, &l, &pl);
-                        reused += usize::from(cache.entries.len() == before);
-                        assert_eq!(
-                            cached,
-                            cost::layer::layer_costs(pr, &l, &pl),
-                            "{}",
-                            l.short()
-                        );
-                        if l.pp > 1 {
-                            let layers = pr.model.architecture.layers;
-                            let mut split = vec![layers / l.pp; l.pp as usize];
-                            split[0] += layers % l.pp;
-                            let other = Layout {
-                                vpp: 1,
-                                split: Some(split),
-                                ..l.clone()
-                            };
-                            assert_eq!(cached, cost::layer::layer_costs(pr, &other, &pl));
-                        }
-                    });
+        for_each_dgx64_mesh(&DENSE_MOE_CP, |pr, space, mesh| {
+            let mut cache = ItemCostCache::default();
+            for_each_layout(pr, space, mesh, |l| {
+                let pl = crate::layout::Placement::of(&l, pr.cluster);
+                let before = cache.entries.len();
+                let cached = *cache.get(pr, &l, &pl);
+                reused += usize::from(cache.entries.len() == before);
+                assert_eq!(
+                    cached,
+                    cost::layer::layer_costs(pr, &l, &pl),
+                    "{}",
+                    l.short()
+                );
+                if l.pp > 1 {
+                    let layers = pr.model.architecture.layers;
+                    let mut split = vec![layers / l.pp; l.pp as usize];
+                    split[0] += layers % l.pp;
+                    let other = Layout {
+                        vpp: 1,
+                        split: Some(split),
+                        ..l.clone()
+                    };
+                    assert_eq!(cached, cost::layer::layer_costs(pr, &other, &pl));
                 }
             });
-        }
+        });
         assert!(reused > 1000, "{reused} cache hits");
     }
 
@@ -1840,32 +1841,27 @@ mod tests {
     #[test]
     fn capped_pricing_stops_exactly_above_the_cap() {
         let (mut stopped, mut priced) = (0, 0);
-        for seq in [8192, 32768] {
-            with_problem("70b", "dgx64", None, seq, |pr| {
-                let space = Space::default();
-                for mesh in meshes(pr, &space) {
-                    for_each_layout(pr, &space, mesh, |l| {
-                        let pl = crate::layout::Placement::of(&l, pr.cluster);
-                        let lc = cost::layer::layer_costs(pr, &l, &pl);
-                        let full = cost::evaluate_with(pr, &l, &pl, &lc);
-                        for f in [0.8, 1.0, 1.25] {
-                            let cap = f * pr.usable_bytes();
-                            match cost::evaluate_capped(pr, &l, &pl, &lc, cap) {
-                                None => {
-                                    assert!(full.peak_bytes > cap, "{}", l.short());
-                                    stopped += 1;
-                                }
-                                Some(e) => {
-                                    assert_eq!(e, full, "{}", l.short());
-                                    assert!(full.peak_bytes <= cap);
-                                    priced += 1;
-                                }
-                            }
+        for_each_dgx64_mesh(&[("70b", 8192), ("70b", 32768)], |pr, space, mesh| {
+            for_each_layout(pr, space, mesh, |l| {
+                let pl = crate::layout::Placement::of(&l, pr.cluster);
+                let lc = cost::layer::layer_costs(pr, &l, &pl);
+                let full = cost::evaluate_with(pr, &l, &pl, &lc);
+                for f in [0.8, 1.0, 1.25] {
+                    let cap = f * pr.usable_bytes();
+                    match cost::evaluate_capped(pr, &l, &pl, &lc, cap) {
+                        None => {
+                            assert!(full.peak_bytes > cap, "{}", l.short());
+                            stopped += 1;
                         }
-                    });
+                        Some(e) => {
+                            assert_eq!(e, full, "{}", l.short());
+                            assert!(full.peak_bytes <= cap);
+                            priced += 1;
+                        }
+                    }
                 }
             });
-        }
+        });
         assert!(
             stopped > 1000 && priced > 1000,
             "{stopped} stopped, {priced} priced"

@@ -79,6 +79,23 @@ impl Rates {
             ..Rates::of(gpu)
         }
     }
+
+    /// Test rates: 1e15 FLOP/s for every GEMM and attention kernel (bf16,
+    /// no depth or grouping curve), `hbm` bytes/s of HBM and `overhead`
+    /// seconds per kernel launch.
+    #[cfg(test)]
+    pub(crate) fn flat(hbm: f64, overhead: f64) -> Rates {
+        Rates {
+            gemm_flops: 1e15,
+            attn_flops: 1e15,
+            hbm,
+            overhead,
+            attn_flops_misaligned: 1e15,
+            low: None,
+            grouped_half_tokens: 0.0,
+            gemm_half_k: 0.0,
+        }
+    }
 }
 
 /// Contraction length at which a GPU profile's GEMM efficiency holds
@@ -782,6 +799,7 @@ pub fn narayanan_eq3_flops(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Catalog;
 
     #[test]
     fn attention_curve_reproduces_the_published_kernel_numbers() {
@@ -833,18 +851,17 @@ mod tests {
     #[test]
     fn qk_norm_bytes_by_hand() {
         // Worked in `qk_norm_bytes_per_token`'s doc comment.
-        let cat = crate::spec::Catalog::shipped().unwrap();
-        let q30 = cat.model("qwen3-30b-a3b").unwrap();
+        let q30 = &Catalog::shipped_model("qwen3-30b-a3b");
         // Qwen3-30B-A3B: q 32·128 = 4096, kv 4·128 = 512, 4 bytes each
         // (bf16 read + write): 18,432 per token at T = 1, 9,216 at T = 2.
         assert_eq!(qk_norm_bytes_per_token(q30, 1.0), 18_432.0);
         assert_eq!(qk_norm_bytes_per_token(q30, 2.0), 9_216.0);
         // DeepSeek-V3: the latents q 1536 and kv 512, not split by TP.
-        let ds = cat.model("deepseek-v3").unwrap();
+        let ds = &Catalog::shipped_model("deepseek-v3");
         assert_eq!(qk_norm_bytes_per_token(ds, 1.0), 8_192.0);
         assert_eq!(qk_norm_bytes_per_token(ds, 8.0), 8_192.0);
         // Llama 3 8B has none.
-        let l8 = cat.model("llama3-8b").unwrap();
+        let l8 = &Catalog::shipped_model("llama3-8b");
         assert_eq!(qk_norm_bytes_per_token(l8, 1.0), 0.0);
     }
 
@@ -902,14 +919,8 @@ mod tests {
     /// unlimited bandwidth, bf16) with depth curve `gemm_half_k`.
     fn compute_bound(gemm_half_k: f64) -> Rates {
         Rates {
-            gemm_flops: 1e15,
-            attn_flops: 1e15,
-            hbm: 1e30,
-            overhead: 0.0,
-            attn_flops_misaligned: 1e15,
-            low: None,
-            grouped_half_tokens: 0.0,
             gemm_half_k,
+            ..Rates::flat(1e30, 0.0)
         }
     }
 
@@ -952,8 +963,7 @@ mod tests {
         // [16384×4096]·[4096×4096], w3 [16384×4096]·[4096×14336]:
         // 2·16384·4096·(1024 + 4096 + 14336) = 2.6113e12 FLOPs, 2.6113 ms,
         // plus the forward's element-wise time (here 1 ms).
-        let cat = crate::spec::Catalog::shipped().unwrap();
-        let l8 = cat.model("llama3-8b").unwrap();
+        let l8 = &Catalog::shipped_model("llama3-8b");
         let r = compute_bound(0.0);
         let sh = LayerShape {
             tokens: 16384.0,

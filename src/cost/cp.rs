@@ -435,8 +435,7 @@ mod tests {
         // 32768 keys, causal-halved: 2·32768·32768·(4096+4096)/2 =
         // 8.796e12 FLOPs; the four steps make the rank's 1/C of the causal
         // attention over s.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("llama3-8b").unwrap();
+        let m = &Catalog::shipped_model("llama3-8b");
         let sh = LayerShape {
             tokens: 32768.0,
             seq: 131072.0,
@@ -487,8 +486,7 @@ mod tests {
         // TT-8B-CP-1) from C = 4 and 8 (7.4 and 7.3 s): what the model
         // misses there grows with C some other way (docs/fidelity.md,
         // "Issue 15: long context").
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("llama3-8b").unwrap();
+        let m = &Catalog::shipped_model("llama3-8b");
         let steps = |seq: f64, c: f64| {
             let sh = LayerShape {
                 tokens: seq / c,
@@ -522,8 +520,7 @@ mod tests {
         // K+V of the KV heads, 2·1024 = 2048 elements per token; PyTorch's CP
         // gets them after torchtitan's repeat_kv, 2·4096 = 8192: t = 32768,
         // T = 1: 32768·2048·2 = 134,217,728 bytes against 536,870,912.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("llama3-8b").unwrap();
+        let m = &Catalog::shipped_model("llama3-8b");
         assert_eq!(
             kv_bytes_per_step(m, 32768.0, 1.0, CpImpl::Te),
             134_217_728.0
@@ -557,18 +554,8 @@ mod tests {
         // forward 3·6·8,388,608 B = 151 µs + 6 launches; backward
         // dQ 8192·1024 + dK/dV 8192·256 elements: 3·6·10,485,760 B = 189 µs
         // + 6 launches.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("llama3-70b").unwrap();
-        let r = Rates {
-            gemm_flops: 1e15,
-            attn_flops: 1e15,
-            hbm: 1e12,
-            overhead: 1e-6,
-            attn_flops_misaligned: 1e15,
-            low: None,
-            grouped_half_tokens: 0.0,
-            gemm_half_k: 0.0,
-        };
+        let m = &Catalog::shipped_model("llama3-70b");
+        let r = Rates::flat(1e12, 1e-6);
         let te = CpImpl::Te;
         let (f, b) = split_overhead(m, CpComm::Ring, te, 8192.0, 8.0, 4, &r);
         assert!(
@@ -605,8 +592,7 @@ mod tests {
         // DeepSeek-V3: K = 128·(128+64) = 24576, V = 128·128 = 16384 per
         // token, ÷T = 4: 10240 elements (expanded or not: MLA decompresses
         // per head already).
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("deepseek-v3").unwrap();
+        let m = &Catalog::shipped_model("deepseek-v3");
         assert_eq!(kv_width_per_rank(m, 4.0, false), 10240.0);
         assert_eq!(kv_width_per_rank(m, 4.0, true), 10240.0);
         assert_eq!(buffer_bytes(CpComm::Ring, CpImpl::Te, 10.0, 1), 0.0);

@@ -209,14 +209,30 @@ pub fn temporary_buffers(pr: &Problem, l: &Layout, lc: &LayerCosts) -> f64 {
 /// the output item also holds are units of their own, no larger than a
 /// layer and the head ([`LayerCosts::mtp_params`]).
 pub fn zero3_largest_unit(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> f64 {
-    let mut unit = lc.dense.params.max(lc.moe.params);
-    if has_embedding {
-        unit = unit.max(lc.embedding.params);
-    }
-    if has_output {
-        unit = unit.max(lc.output.params - lc.mtp_params);
-    }
-    unit
+    let (embedding, output) = end_layer_params(lc, has_embedding, has_output);
+    lc.dense
+        .params
+        .max(lc.moe.params)
+        .max(embedding)
+        .max(output)
+}
+
+/// Parameters of the embedding and of the output layer on a rank,
+/// `(embedding, output)`, each 0 where the rank does not hold it; the output
+/// layer's without the MTP layers its item also holds
+/// ([`LayerCosts::mtp_params`]).
+fn end_layer_params(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> (f64, f64) {
+    let embedding = if has_embedding {
+        lc.embedding.params
+    } else {
+        0.0
+    };
+    let output = if has_output {
+        lc.output.params - lc.mtp_params
+    } else {
+        0.0
+    };
+    (embedding, output)
 }
 
 /// ZeRO-3/FSDP bytes a rank holds beyond its shards, `(weights,
@@ -239,12 +255,11 @@ pub fn zero3_transients(
     if pr.job.engine_memory.fsdp2_root_unit {
         return fsdp2_transients(r, lc, has_embedding, has_output);
     }
+    let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
     if let Some(ds) = &pr.job.engine_memory.deepspeed_zero3 {
-        let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
         let module = largest_module(pr, l, lc, has_embedding, has_output);
         return deepspeed_zero3_transients(r, ds, unit, module);
     }
-    let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
     (2.0 * r.weight_bytes * unit, r.grad_reduce_bytes * unit)
 }
 
@@ -269,13 +284,8 @@ pub fn largest_module(
     if let Some(moe) = &m.moe {
         module = module.max(gate * h * moe.expert_ffn as f64 / (l.etp as f64));
     }
-    if has_embedding {
-        module = module.max(lc.embedding.params);
-    }
-    if has_output {
-        module = module.max(lc.output.params - lc.mtp_params);
-    }
-    module
+    let (embedding, output) = end_layer_params(lc, has_embedding, has_output);
+    module.max(embedding).max(output)
 }
 
 /// DeepSpeed ZeRO-3's bytes beyond the shards, `(weights, gradients)`.
@@ -335,13 +345,8 @@ pub fn fsdp2_transients(
     has_output: bool,
 ) -> (f64, f64) {
     let block = lc.dense.params.max(lc.moe.params) + lc.moe.expert_params;
-    let mut root = 0.0;
-    if has_embedding {
-        root += lc.embedding.params;
-    }
-    if has_output {
-        root += lc.output.params - lc.mtp_params;
-    }
+    let (embedding, output) = end_layer_params(lc, has_embedding, has_output);
+    let root = embedding + output;
     (
         r.weight_bytes * (root + 2.0 * block),
         r.weight_bytes * root + r.grad_reduce_bytes * block,

@@ -298,8 +298,7 @@ mod tests {
     fn routed_saved_fp8_probs_in_expert() {
         // Worked in `routed_activation_bytes`'s doc comment: Qwen3-30B-A3B,
         // t = 8192, k = 8 → 65,536 pairs at λ = 1.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("qwen3-30b-a3b").unwrap();
+        let m = &Catalog::shipped_model("qwen3-30b-a3b");
         let fp8 = RoutedSaved {
             fc1_input: 1.0,
             fc2_input: 1.0,
@@ -323,8 +322,7 @@ mod tests {
         // DeepSeek-V3: h = 7168, k = 8. b = 1, s = 4096, C = 1, T = 2,
         // ETP = 1, λ = 1.2: pairs = 1.2·4096/2·8 = 19,660.8; one all-to-all
         // = 19,660.8·7168·2 = 281,857,228.8 bytes.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("deepseek-v3").unwrap();
+        let m = &Catalog::shipped_model("deepseek-v3");
         let pairs = routed_pairs_per_rank(m, 4096.0, 2.0, 1.0, 1.2);
         assert!((pairs - 19_660.8).abs() < 1e-9);
         let bytes = all_to_all_bytes(m, 4096.0, 2.0, 1.2);
@@ -340,8 +338,7 @@ mod tests {
         // pairs·(2h + 6f) = 8192·(8192 + 86016) = 771,751,936
         // sent pairs 8192·2h = 67,108,864; block input 4096·2h = 33,554,432;
         // router 4096·9·8 = 294,912; total 872,710,144.
-        let cat = Catalog::shipped().unwrap();
-        let m = cat.model("mixtral-8x7b").unwrap();
+        let m = &Catalog::shipped_model("mixtral-8x7b");
         let b = routed_activation_bytes(m, 8192.0, 1.0, 4096.0, 1.0, &RoutedSaved::BF16);
         assert_eq!(b, 872_710_144.0);
         // Dispatch buffers: send 64 MiB + receive 64 MiB at λ = 1.

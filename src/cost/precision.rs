@@ -1045,16 +1045,7 @@ mod tests {
         // launch cost. Llama-3.1-8B QKV at TP 8 and 98,304 tokens: wq
         // N = 512, wk and wv N = 128, K = 4096, each clamped to N = 1024 in
         // the table (0.59); the fused roofline's FLOPs split in proportion.
-        let r = Rates {
-            gemm_flops: 1e15,
-            attn_flops: 1e15,
-            hbm: 1e12,
-            overhead: 0.0,
-            attn_flops_misaligned: 1e15,
-            low: None,
-            grouped_half_tokens: 0.0,
-            gemm_half_k: 0.0,
-        };
+        let r = Rates::flat(1e12, 0.0);
         let m = 98_304.0;
         let qkv = Linear {
             m,

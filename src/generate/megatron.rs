@@ -70,21 +70,20 @@ pub fn split(plan: &Plan) -> Split {
             last: la * v as u32,
         };
     }
-    let n = s.len();
-    let stages: Vec<String> = s
+    let stages: Vec<String> = plan
+        .model_chunks()
         .iter()
-        .enumerate()
-        .map(|(c, &k)| {
+        .map(|c| {
             let mut parts = Vec::new();
-            if c == 0 {
+            if c.embedding {
                 parts.push("E".to_string());
             }
-            match k {
+            match c.layers {
                 0 => {}
                 1 => parts.push("t".to_string()),
                 k => parts.push(format!("t*{k}")),
             }
-            if c == n - 1 {
+            if c.output {
                 // The MTP layers sit on the last stage, before the loss
                 // (Megatron-LM `pipeline_parallel_layer_layout.py`: `m`;
                 // `validate_layer_layout` wants all of them on the last

@@ -659,7 +659,41 @@ pub fn interval_in_steps(interval_s: f64, step_s: f64) -> u64 {
     }
 }
 
+/// The chunks of a pipeline on `pp` ranks whose model chunks hold
+/// `layers_per_chunk` layers, in model order: chunk c sits on pipeline rank
+/// c mod p as its chunk ⌊c / p⌋, holds the layers after those of the chunks
+/// before it, the embedding when it is the first and the output layer when
+/// it is the last.
+fn chunk_infos(layers_per_chunk: &[u32], pp: u32) -> Vec<ChunkInfo> {
+    let last = layers_per_chunk.len().saturating_sub(1);
+    let mut first_layer = 0;
+    layers_per_chunk
+        .iter()
+        .enumerate()
+        .map(|(c, &layers)| {
+            let chunk = ChunkInfo {
+                vpp_chunk: c as u32 / pp,
+                model_chunk: c as u32,
+                first_layer,
+                end_layer: first_layer + layers,
+                layers,
+                embedding: c == 0,
+                output: c == last,
+            };
+            first_layer += layers;
+            chunk
+        })
+        .collect()
+}
+
 impl Plan {
+    /// Every chunk of the pipeline in model order, from
+    /// [`PipelineInfo::layers_per_chunk`] (as [`Plan::stages`] lists them
+    /// per rank).
+    pub fn model_chunks(&self) -> Vec<ChunkInfo> {
+        chunk_infos(&self.pipeline.layers_per_chunk, self.mesh.pp)
+    }
+
     /// Build the plan of layout `l` for problem `pr`, priced by `eval`
     /// (`cost::evaluate(pr, l)`). It does not check the layout:
     /// [`super::refusals`] does.
@@ -726,22 +760,11 @@ impl Plan {
                 e - s
             })
             .collect();
+        let model_chunks = chunk_infos(&layers_per_chunk, l.pp);
         let stages = (0..l.pp)
             .map(|r| {
                 let chunks_of: Vec<ChunkInfo> = (0..l.vpp)
-                    .map(|j| {
-                        let c = j * l.pp + r;
-                        let (s, e) = cost::chunk_layers(l, a.layers, c, chunks);
-                        ChunkInfo {
-                            vpp_chunk: j,
-                            model_chunk: c,
-                            first_layer: s,
-                            end_layer: e,
-                            layers: e - s,
-                            embedding: c == 0,
-                            output: c == chunks - 1,
-                        }
-                    })
+                    .map(|j| model_chunks[(j * l.pp + r) as usize])
                     .collect();
                 StageInfo {
                     pp_rank: r,

@@ -63,20 +63,15 @@ fn py_bool(b: bool) -> String {
 /// The module lists of the pipeline stages, in model order: the embedding
 /// on the first, the final norm and output layer on the last.
 pub fn stage_modules(plan: &Plan) -> Vec<Vec<String>> {
-    let chunks = &plan.pipeline.layers_per_chunk;
-    let n = chunks.len();
-    let mut next = 0u32;
-    chunks
+    plan.model_chunks()
         .iter()
-        .enumerate()
-        .map(|(c, &k)| {
+        .map(|c| {
             let mut m = Vec::new();
-            if c == 0 {
+            if c.embedding {
                 m.push("tok_embeddings".to_string());
             }
-            m.extend((next..next + k).map(|i| format!("layers.{i}")));
-            next += k;
-            if c + 1 == n {
+            m.extend((c.first_layer..c.end_layer).map(|i| format!("layers.{i}")));
+            if c.output {
                 m.push("norm".into());
                 m.push("lm_head".into());
             }

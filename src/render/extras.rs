@@ -6,7 +6,7 @@ use std::io::Write;
 use comfy_table::CellAlignment;
 
 use super::{in_units, rejection_lines, right_align, table};
-use crate::checkpoint::{CheckpointPlan, TimeToTrain};
+use crate::checkpoint::{CheckpointPlan, Outlook, TimeToTrain};
 use crate::explain::{Fixes, Gap, WhyNot};
 use crate::spec::GIB;
 
@@ -248,6 +248,19 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                 fixes(w, &n.fixes)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Checkpoint size, write time and interval ([`checkpoint`]; `brief` gives
+/// two lines), then the time to train the `--tokens` budget when given.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn outlook(w: &mut dyn Write, o: &Outlook, brief: bool, who: &str) -> std::io::Result<()> {
+    checkpoint(w, &o.checkpoint, brief, who)?;
+    if let Some(t) = &o.time_to_train {
+        time_to_train(w, t, who)?;
     }
     Ok(())
 }

@@ -250,11 +250,8 @@ impl Exporter for Table {
             &r.rejections,
             true,
         )?;
-        if let Some(c) = &r.checkpoint {
-            super::extras::checkpoint(w, c, true, "#1")?;
-        }
-        if let Some(t) = &r.time_to_train {
-            super::extras::time_to_train(w, t, "#1")?;
+        if let Some(o) = &r.outlook {
+            super::extras::outlook(w, o, true, "#1")?;
         }
         if let Some(f) = &r.fewer_gpus {
             fewer_gpus(w, f)?;
@@ -427,12 +424,9 @@ impl Exporter for Table {
                 )?;
             }
         }
-        if let Some(c) = &r.checkpoint {
+        if let Some(o) = &r.outlook {
             writeln!(w)?;
-            super::extras::checkpoint(w, c, false, "this layout")?;
-        }
-        if let Some(t) = &r.time_to_train {
-            super::extras::time_to_train(w, t, "this layout")?;
+            super::extras::outlook(w, o, false, "this layout")?;
         }
         Ok(())
     }

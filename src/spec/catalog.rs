@@ -94,6 +94,12 @@ impl Catalog {
         Ok(SHIPPED.get_or_init(|| c).clone())
     }
 
+    /// The shipped model card `name` (for tests: panics when there is none).
+    #[cfg(test)]
+    pub(crate) fn shipped_model(name: &str) -> Model {
+        Catalog::shipped().unwrap().model(name).unwrap().clone()
+    }
+
     /// Parse the files compiled into the binary.
     fn parse_shipped() -> Result<Catalog, InputError> {
         let mut c = Catalog::default();
