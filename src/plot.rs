@@ -578,7 +578,7 @@ pub fn pareto_svg(path: &Path, pr: &Problem, all: &[Candidate], marks: &[Mark]) 
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "Throughput vs peak memory: {} valid layouts ({} on the Pareto front)",
+                "Throughput vs peak memory: {} ranked valid layouts ({} on the Pareto front)",
                 all.len(),
                 front.len()
             ),
