@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use serde::Serialize;
 
 use crate::cost::{Evaluation, Problem, TimeBreakdown, TimePart};
-use crate::layout::{Layout, Recompute};
+use crate::layout::{Layout, RankOrder, Recompute};
 use crate::report::{RejectionLine, Row, SearchReport, memory_note};
 use crate::rules::{self, Policy, Rule, Violation};
 use crate::search::{self, Candidate, Filter, Space, better};
@@ -43,6 +43,8 @@ pub enum Change {
     Sp(bool),
     /// Drop an explicit split for the uniform one.
     UniformSplit,
+    /// Set the rank order.
+    Order(RankOrder),
 }
 
 impl Change {
@@ -60,6 +62,7 @@ impl Change {
             Change::Zero(_) => 8,
             Change::Sp(_) => 9,
             Change::UniformSplit => 10,
+            Change::Order(_) => 11,
         }
     }
 
@@ -76,7 +79,7 @@ impl Change {
             Change::MicroBatch(b) => log(b, l.micro_batch),
             Change::Recompute(r) => (r as i32 - l.recompute as i32).abs() as f64,
             Change::Zero(z) => (z as i32 - l.zero as i32).abs() as f64,
-            Change::Dp(_) | Change::Sp(_) | Change::UniformSplit => 1.0,
+            Change::Dp(_) | Change::Sp(_) | Change::UniformSplit | Change::Order(_) => 1.0,
         }
     }
 
@@ -94,6 +97,7 @@ impl Change {
             Change::Zero(z) => format!("ZeRO {} → {}", l.zero, z),
             Change::Sp(s) => format!("SP {}", if s { "on" } else { "off" }),
             Change::UniformSplit => "uniform layer split".into(),
+            Change::Order(o) => format!("order {} → {}", l.order, o),
         }
     }
 }
@@ -125,6 +129,7 @@ pub fn apply(l: &Layout, changes: &[Change], world: u64) -> Option<Layout> {
             Change::Zero(z) => n.zero = z,
             Change::Sp(s) => n.sp = s,
             Change::UniformSplit => n.split = None,
+            Change::Order(o) => n.order = o,
         }
     }
     if remesh {
@@ -156,7 +161,7 @@ fn divisors(n: u64) -> Vec<u32> {
 /// Candidate single changes of `l`: every other T, p, C dividing N (C ≤ 16,
 /// p ≤ layers), D re-derived, E dividing the experts, v ≤ 8, micro-batches
 /// 1…16 (powers of two), the other recompute modes and ZeRO stages, SP
-/// toggled, and the uniform split.
+/// toggled, the uniform split and the other rank order.
 pub fn candidate_changes(pr: &Problem, l: &Layout) -> Vec<Change> {
     let n = pr.world;
     let layers = pr.model.architecture.layers;
@@ -209,6 +214,11 @@ pub fn candidate_changes(pr: &Problem, l: &Layout) -> Vec<Change> {
     }
     if l.split.is_some() {
         out.push(Change::UniformSplit);
+    }
+    for o in RankOrder::ALL {
+        if o != l.order {
+            out.push(Change::Order(o));
+        }
     }
     out
 }

@@ -181,7 +181,7 @@ impl Exporter for Table {
             if let Some(n) = r.within_winner_band {
                 writeln!(
                     w,
-                    "{n} valid plans (listed or not) are predicted within #1's error band: the model cannot tell them apart."
+                    "{n} valid plans (listed or not) are predicted at or above the lower edge of #1's error band: the model cannot say #1 is faster than any of them."
                 )?;
             }
             if let Some(f) = &r.fastest_predicted {
