@@ -349,6 +349,17 @@ fn fit_warnings(
     pull: &[Vec<f64>],
 ) -> Vec<String> {
     let mut out = Vec::new();
+    // Fewer runs than parameters cannot determine them: the ridge prior
+    // holds what no run constrains at the shipped value, and the rest trade
+    // against each other along what the runs cannot tell apart.
+    if rows.len() < NAMES.len() {
+        out.push(format!(
+            "{} run(s) for {} parameters: the fit is under-determined; the prior keeps the parameters the runs do not constrain near their shipped values and the fitted ones may trade against each other; give at least {} runs that differ in size and layout before relying on the overlay",
+            rows.len(),
+            NAMES.len(),
+            NAMES.len()
+        ));
+    }
     for j in 0..6 {
         let (a, b) = (shipped[j], fitted[j]);
         let ratio = b / a;
@@ -609,7 +620,8 @@ mod tests {
     /// move's sign −1: +3) more than by A (+1; C pulls up and is not named):
     /// B 3/4 = 75 %, A 25 %; attention 0.61 → 1.0, its upper bound (×1.64,
     /// warned as on a bound). Row A goes from +5 % to +28 % (23 points worse,
-    /// warned); B from −10 % to −15 % (5 points, quiet).
+    /// warned); B from −10 % to −15 % (5 points, quiet). Three runs for six
+    /// parameters: under-determined, warned first.
     #[test]
     fn warnings_name_far_moves_bounds_and_worse_rows() {
         let shipped = [0.685, 0.61, 0.87, 4.0, 0.82, 0.82];
@@ -629,6 +641,7 @@ mod tests {
         assert_eq!(
             w,
             [
+                "3 run(s) for 6 parameters: the fit is under-determined; the prior keeps the parameters the runs do not constrain near their shipped values and the fitted ones may trade against each other; give at least 6 runs that differ in size and layout before relying on the overlay",
                 "efficiency.attention sits on a bound of its range [0.02, 1]: 0.6100 → 1.0000; driven by A (100%); check the rows, or fix it with --rows",
                 "collective.inter moved 0.12× (more than 2× from shipped): 0.8200 → 0.1000; driven by B (75%), A (25%); check the rows, or fix it with --rows",
                 "row A: error +5.0% before the fit, +28.0% after (worse by more than 10 points)",

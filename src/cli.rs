@@ -848,6 +848,19 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             model.architecture.max_seq
         ));
     }
+    // A card whose published count its architecture does not reproduce
+    // (Model::known_params: to 0.5%, as the shipped cards) describes some
+    // other model than it says; price it, but say so.
+    let counted = model.total_params();
+    if (counted / model.known_params - 1.0).abs() > 0.005 {
+        notes.push(format!(
+            "warning: {}'s known_params {:.4e} differs from the {:.4e} parameters its architecture counts ({:+.1}%); check its sizes (layers, hidden, ffn, heads, vocab, experts): meshplan prices the architecture",
+            model.name,
+            model.known_params,
+            counted,
+            100.0 * (counted / model.known_params - 1.0)
+        ));
+    }
     if let Some(c) = a.moe_capacity_factor
         && c < 1.0
         && model.moe.is_some()

@@ -899,8 +899,33 @@ const RULES: [RuleDef; 18] = [
                     }
                 )
             },
-            remedy: |_| {
-                "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)".into()
+            remedy: |x| {
+                // Only the levers this layout has not pulled already.
+                let l = x.l;
+                let mut levers = vec!["raise T or p".to_string()];
+                if !l.sp {
+                    levers.push("turn on SP".into());
+                }
+                match l.recompute {
+                    crate::layout::Recompute::None => {
+                        levers.push("use selective or full recompute".into())
+                    }
+                    crate::layout::Recompute::Selective => levers.push("use full recompute".into()),
+                    _ => {}
+                }
+                if l.zero < 3 {
+                    levers.push("a higher ZeRO stage".into());
+                }
+                if l.micro_batch > 1 {
+                    levers.push("a smaller micro-batch".into());
+                }
+                let last = levers.pop().unwrap_or_default();
+                let head = levers.join(", ");
+                if head.is_empty() {
+                    format!("{last} (explain shows which works)")
+                } else {
+                    format!("{head}, or {last} (explain shows which works)")
+                }
             },
         }],
     },

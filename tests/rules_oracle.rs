@@ -369,7 +369,10 @@ fn memory_sentence() {
     let pr = s.problem();
     let p = Policy::default();
     let l = Layout::dense(2, 8, 4, 1);
-    let remedy = "raise T or p, turn on SP, use selective or full recompute, a higher ZeRO stage, or a smaller micro-batch (explain shows which works)";
+    // The remedy names only the levers the layout has not pulled: this one
+    // (SP on, as `dense` sets it for T > 1; no recompute, ZeRO 1,
+    // micro-batch 1) leaves T or p, recompute and the ZeRO stage.
+    let remedy = "raise T or p, use selective or full recompute, or a higher ZeRO stage (explain shows which works)";
     let cases = [
         (
             90.0 * GIB,
@@ -398,6 +401,21 @@ fn memory_sentence() {
         assert_eq!(v[0].message, message);
         assert_eq!(v[0].remedy, remedy);
     }
+    // Every other lever pulled (SP on, full recompute, ZeRO 3) but the
+    // micro-batch of 2.
+    let pulled = Layout {
+        sp: true,
+        recompute: meshplan::layout::Recompute::Full,
+        zero: 3,
+        micro_batch: 2,
+        ..Layout::dense(2, 8, 4, 1)
+    };
+    let v = rules::explain(&pr, &p, &pulled, Some((90.0 * GIB, 76.0 * GIB, "x", 1.0)));
+    let memory = v.iter().find(|x| x.rule == Rule::Memory).expect("memory");
+    assert_eq!(
+        memory.remedy,
+        "raise T or p, or a smaller micro-batch (explain shows which works)"
+    );
     // After the structural sentences, not instead of them.
     let bad = Layout::dense(3, 8, 4, 1);
     let v = rules::explain(&pr, &p, &bad, Some((90.0 * GIB, 76.0 * GIB, "x", 1.0)));

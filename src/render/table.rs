@@ -331,9 +331,16 @@ impl Exporter for Table {
         }
         writeln!(w, "Trust: {}.", r.trust.sentence())?;
         writeln!(w)?;
+        // Over by less than the printed digits show: say it in MiB.
+        let over = e.peak_bytes - e.usable_bytes;
+        let margin = if over > 0.0 && over < 0.01 * GIB {
+            format!(" (over by {:.1} MiB)", over / (1u64 << 20) as f64)
+        } else {
+            String::new()
+        };
         writeln!(
             w,
-            "Memory of the worst rank (pipeline stage {}): {:.2} GiB of {:.2} GiB usable",
+            "Memory of the worst rank (pipeline stage {}): {:.2} GiB of {:.2} GiB usable{margin}",
             e.worst_rank,
             e.peak_bytes / GIB,
             e.usable_bytes / GIB
