@@ -1412,6 +1412,19 @@ fn mesh_chunks(meshes: &[Mesh]) -> Vec<&[Mesh]> {
     out
 }
 
+/// Why the search never enumerates layout `l`, when it does not: an ETP
+/// that does not divide T (the search tries Megatron's default ETP = T and
+/// its divisors; Megatron-Core itself accepts any ETP with
+/// `world % (ETP·EP·PP) = 0`). `None` for a layout in the search's space.
+pub fn outside_space(l: &Layout) -> Option<String> {
+    (l.etp > 1 && l.tp % l.etp != 0).then(|| {
+        format!(
+            "the search never enumerates it: it tries ETP among the divisors of T (Megatron's default ETP = T and smaller), and ETP = {} does not divide T = {}",
+            l.etp, l.tp
+        )
+    })
+}
+
 /// Run the search for `pr` over `space`.
 pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     let start = Instant::now();
@@ -1711,6 +1724,35 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
 mod tests {
     use super::*;
     use crate::spec::{Catalog, GIB, Job};
+
+    /// Megatron-Core accepts ETP = 2 with T = 1 (world % (ETP·EP·PP) = 0
+    /// is its only rule), but the search enumerates ETP over the divisors
+    /// of T, and says so for the layouts outside that space.
+    #[test]
+    fn etp_outside_the_divisors_of_t_is_named() {
+        let moe = |tp: u32, etp: u32| Layout {
+            ep: 8,
+            etp,
+            ..Layout::dense(64 / tp, tp, 1, 1)
+        };
+        assert!(
+            outside_space(&moe(1, 2)).is_some_and(|s| s.contains("ETP = 2 does not divide T = 1"))
+        );
+        assert_eq!(outside_space(&moe(4, 2)), None);
+        assert_eq!(outside_space(&moe(4, 4)), None);
+        assert_eq!(outside_space(&moe(1, 1)), None);
+        // Every mesh the search enumerates is inside.
+        with_problem("mixtral-8x7b", "dgx64", None, 4096, |pr| {
+            for m in meshes(pr, &Space::default()) {
+                let l = Layout {
+                    ep: m.ep,
+                    etp: m.etp,
+                    ..Layout::dense(m.dp, m.tp, m.pp, m.cp)
+                };
+                assert_eq!(outside_space(&l), None, "{}", l.short());
+            }
+        });
+    }
 
     /// Run `f` on `model` over all GPUs of `cluster` with global batch
     /// `batch` (the card's when `None`) and sequence `seq`.
