@@ -959,9 +959,9 @@ const NEAR_MISS_BOUND_MARGIN: f64 = 1.0 + 1e-9;
 /// each) one search solves.
 pub const MAX_SPLIT_SOLVES: u64 = 64;
 
-/// Most layer-count split programs ([`split::uniform`]) a keep-all search
-/// solves for its ranking beyond the best K: at tens of microseconds each,
-/// at most about a tenth of a second.
+/// Most layouts a keep-all search re-splits for its ranking beyond the
+/// best K, each by one layer-count program ([`split::uniform`]): at about
+/// 20 µs each, at most about a tenth of a second on one core.
 pub const MAX_RANKED_SPLITS: u64 = 4096;
 
 /// Most distinct v = 1 stage splits one search solves by the exact DP
@@ -1008,7 +1008,7 @@ fn tokens_bound(pr: &Problem, l: &Layout, slowest: f64, sum: f64) -> f64 {
 /// solver where it applies, else the DP (v = 1) or the ILP, several at a
 /// time on the rayon pool.
 struct Splitter {
-    cache: HashMap<Vec<u64>, Option<Vec<u32>>>,
+    cache: HashMap<Vec<u64>, Option<Vec<u32>>, std::hash::BuildHasherDefault<FastHasher>>,
     /// ILPs solved.
     solved: u64,
     /// DPs solved.
@@ -1191,7 +1191,7 @@ pub fn with_split(
 /// re-rank (see the module docs). Leaves the best `k` in `acc.top`.
 fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     let mut splitter = Splitter {
-        cache: HashMap::new(),
+        cache: HashMap::default(),
         solved: 0,
         dp_solved: 0,
         uniform_solved: 0,
@@ -1305,8 +1305,9 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         unsolved + pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // (c) For the ranking: the rest whose bound reaches the ranked share of
     // the fastest, best bound first, where every layer is alike (the
-    // layer-count solver, tens of microseconds) and up to
-    // MAX_RANKED_SPLITS programs; they cannot enter the best K.
+    // layer-count solver, tens of microseconds), at most MAX_RANKED_SPLITS
+    // layouts; they cannot enter the best K. Each is solved on its own, in
+    // parallel, and counted in order (the same at any thread count).
     if space.keep_all {
         let fastest = acc
             .top
@@ -1314,31 +1315,44 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             .map(|c| c.eval.tokens_per_s)
             .fold(acc.fastest, f64::max);
         let floor = RANKED_FLOOR * fastest;
-        let mut solved = 0u64;
-        for p in pending[next..].iter().filter(|p| p.bound >= floor) {
-            if !one_kind || solved >= MAX_RANKED_SPLITS {
-                acc.stats.ranked_unsplit += 1;
-                continue;
+        let reach: Vec<&Pending> = pending[next..]
+            .iter()
+            .filter(|p| p.bound >= floor)
+            .collect();
+        let take = if one_kind {
+            reach.len().min(MAX_RANKED_SPLITS as usize)
+        } else {
+            0
+        };
+        acc.stats.ranked_unsplit += (reach.len() - take) as u64;
+        // Per layout: `None` when no split might fit, else whether the
+        // layer-count solver applies and the valid re-split it found.
+        let solved: Vec<Option<(bool, Option<Candidate>)>> = reach[..take]
+            .par_iter()
+            .map(|p| {
+                let sp = split_problem(pr, &p.layout)?;
+                if !split::uniform::qualifies(&sp) {
+                    return Some((false, None));
+                }
+                let found = split::uniform::solve(&sp).ok();
+                Some((
+                    true,
+                    found.and_then(|s| with_split(pr, policy, &p.layout, s.layers)),
+                ))
+            })
+            .collect();
+        for (p, got) in reach.iter().zip(solved) {
+            match got {
+                None => {}
+                Some((false, _)) => acc.stats.ranked_unsplit += 1,
+                Some((true, c2)) => {
+                    splitter.uniform_solved += 1;
+                    if let Some(c2) = c2 {
+                        rescue(acc, &mut rescued, p.rule, &c2);
+                        acc.all.push(c2);
+                    }
+                }
             }
-            let Some(sp) = split_problem(pr, &p.layout) else {
-                continue;
-            };
-            if !split::uniform::qualifies(&sp) {
-                acc.stats.ranked_unsplit += 1;
-                continue;
-            }
-            if splitter.lookup(&sp).is_none() {
-                splitter.prepare([&sp]);
-                solved += 1;
-            }
-            let Some(c2) = splitter
-                .get(&sp)
-                .and_then(|layers| with_split(pr, policy, &p.layout, layers))
-            else {
-                continue;
-            };
-            rescue(acc, &mut rescued, p.rule, &c2);
-            acc.all.push(c2);
         }
     }
     // A layout that differs from a better-ranked one only in its rank order,
