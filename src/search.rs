@@ -1122,6 +1122,14 @@ impl Splitter {
     }
 }
 
+/// The most tokens/s among `cands` and `seed`.
+fn fastest(cands: &[Candidate], seed: f64) -> f64 {
+    cands
+        .iter()
+        .map(|c| c.eval.tokens_per_s)
+        .fold(seed, f64::max)
+}
+
 /// Count `c2`, a layout rejected for `rule` under the uniform split that
 /// its re-split made valid: valid (a rank-order twin of one rescued before
 /// counted as such), one rejection fewer for `rule` (and not its
@@ -1309,12 +1317,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     // layouts; they cannot enter the best K. Each is solved on its own, in
     // parallel, and counted in order (the same at any thread count).
     if space.keep_all {
-        let fastest = acc
-            .top
-            .iter()
-            .map(|c| c.eval.tokens_per_s)
-            .fold(acc.fastest, f64::max);
-        let floor = RANKED_FLOOR * fastest;
+        let floor = RANKED_FLOOR * fastest(&acc.top, acc.fastest);
         let reach: Vec<&Pending> = pending[next..]
             .iter()
             .filter(|p| p.bound >= floor)
@@ -1703,13 +1706,8 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
     if space.keep_all {
         // The re-split and rescued layouts are in `all` too: drop what is
         // below the floor of the search's fastest, then fold the twins.
-        let fastest = acc
-            .all
-            .iter()
-            .map(|c| c.eval.tokens_per_s)
-            .fold(acc.fastest, f64::max);
-        acc.all
-            .retain(|c| c.eval.tokens_per_s >= RANKED_FLOOR * fastest);
+        let floor = RANKED_FLOOR * fastest(&acc.all, acc.fastest);
+        acc.all.retain(|c| c.eval.tokens_per_s >= floor);
         fold_twins(&mut acc.all);
         acc.stats.ranked = acc.all.len() as u64;
     }
