@@ -53,7 +53,8 @@ fn columns(r: &Row, rank: Option<usize>, valid: bool) -> Vec<(String, Cell)> {
         count("tp", l.tp as u64),
         count("pp", l.pp as u64),
         count("cp", l.cp as u64),
-        text("cp_comm", l.cp_comm.as_str()),
+        // No K/V exchange without CP: `-`, as the table's KV column.
+        text("cp_comm", if l.cp > 1 { l.cp_comm.as_str() } else { "-" }),
         count("ep", l.ep as u64),
         count("etp", l.etp as u64),
         count("vpp", l.vpp as u64),
