@@ -509,9 +509,11 @@ pub struct WhyNot {
 pub enum UnrankedReason {
     /// Predicted below [`search::RANKED_FLOOR`] of the fastest's tokens/s.
     BelowFloor,
-    /// Valid only with an uneven stage split, which the full search solves
-    /// for its ranking only when every layer is alike and within
-    /// [`search::MAX_RANKED_SPLITS`] programs.
+    /// Above the floor only with an uneven stage split (valid only with it,
+    /// or below the floor with the uniform one), which the full search
+    /// solves for its ranking only for layouts the uniform split rejects,
+    /// when every layer is alike and within [`search::MAX_RANKED_SPLITS`]
+    /// layouts.
     SplitNotSolved,
 }
 

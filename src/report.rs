@@ -331,6 +331,8 @@ pub struct RejectionLine {
     pub near_miss: Option<String>,
     /// Its predicted tokens/s.
     pub near_miss_tokens_per_s: Option<f64>,
+    /// No near-miss is named because an uneven stage split made it valid.
+    pub near_miss_rescued: bool,
 }
 
 /// Everything `search` prints.
@@ -416,6 +418,7 @@ impl SearchReport {
                         .as_ref()
                         .filter(|_| rj.rule.price_holds())
                         .map(|c| c.eval.tokens_per_s),
+                    near_miss_rescued: rj.near_miss_rescued,
                 }
             })
             .collect();

@@ -903,7 +903,8 @@ const RULES: [RuleDef; 18] = [
                 // Only the levers this layout has not pulled already.
                 let l = x.l;
                 let mut levers = vec!["raise T or p".to_string()];
-                if !l.sp {
+                // SP shards activations over T: nothing to turn on at T = 1.
+                if !l.sp && l.tp > 1 {
                     levers.push("turn on SP".into());
                 }
                 match l.recompute {

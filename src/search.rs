@@ -272,6 +272,9 @@ pub struct Rejections {
     /// The best near-miss: for memory the layout closest to fitting; for
     /// other rules the fastest layout that breaks only this rule.
     pub near_miss: Option<Candidate>,
+    /// The near-miss was made valid by an uneven stage split (so no layout
+    /// is named: the next best rejected one is not kept).
+    pub near_miss_rescued: bool,
 }
 
 /// Counters of one search. They add up: `considered = pruned + evaluated
@@ -327,10 +330,11 @@ pub struct Stats {
     /// Rejected layouts whose bound could still beat the K-th best but that
     /// were not re-split because [`MAX_SPLIT_SOLVES`] was spent.
     pub split_skipped: u64,
-    /// Layouts a keep-all search's ranking might take with an uneven split
-    /// (bound at least [`RANKED_FLOOR`] of the fastest) but that were not
-    /// re-split: more than one layer kind (the DP and ILP budgets go to the
-    /// best K) or [`MAX_RANKED_SPLITS`] spent. They stay rejected.
+    /// Layouts rejected under the uniform split that a keep-all search's
+    /// ranking might take with an uneven one (bound at least
+    /// [`RANKED_FLOOR`] of the fastest) but that were not re-split: more
+    /// than one layer kind (the DP and ILP budgets go to the best K) or
+    /// [`MAX_RANKED_SPLITS`] spent. They stay rejected.
     pub ranked_unsplit: u64,
     /// Wall time, seconds.
     pub seconds: f64,
@@ -428,6 +432,13 @@ pub fn why_empty(pr: &Problem, space: &Space) -> String {
                     m.expert_ffn
                 );
             }
+            if let (Some(e), Some(t)) = (f.etp, f.tp)
+                && t % e != 0
+            {
+                return format!(
+                    "etp={e} does not divide tp={t}: the search tries ETP among the divisors of T (Megatron's default ETP = T and smaller); `explain --tp {t} --etp {e}` prices it"
+                );
+            }
         }
     }
     format!(
@@ -503,6 +514,8 @@ struct Acc {
     all: Vec<Candidate>,
     counts: [u64; Rule::ALL.len()],
     near: [Option<Candidate>; Rule::ALL.len()],
+    /// Rules whose near-miss a re-split made valid ([`rescue`]).
+    near_rescued: [bool; Rule::ALL.len()],
     stats: Stats,
     /// Layouts an uneven split may rescue (see `refine`).
     pending: Vec<Pending>,
@@ -1122,6 +1135,17 @@ impl Splitter {
     }
 }
 
+/// The end, in `pending` (sorted best bound first), of the first
+/// [`MAX_RANKED_SPLITS`] layouts whose bound reaches `floor`.
+fn budget_end(pending: &[Pending], floor: f64) -> usize {
+    pending
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.bound >= floor)
+        .nth(MAX_RANKED_SPLITS as usize)
+        .map_or(pending.len(), |(i, _)| i)
+}
+
 /// The most tokens/s among `cands` and `seed`.
 fn fastest(cands: &[Candidate], seed: f64) -> f64 {
     cands
@@ -1135,6 +1159,7 @@ fn fastest(cands: &[Candidate], seed: f64) -> f64 {
 /// counted as such), one rejection fewer for `rule` (and not its
 /// near-miss), one more re-split.
 fn rescue(acc: &mut Acc, rescued: &mut HashSet<TwinKey>, rule: Rule, c2: &Candidate) {
+    acc.stats.resplit += 1;
     acc.stats.valid += 1;
     if !rescued.insert(twin_key(c2)) {
         acc.stats.twins += 1;
@@ -1150,8 +1175,8 @@ fn rescue(acc: &mut Acc, rescued: &mut HashSet<TwinKey>, rule: Rule, c2: &Candid
         .is_some_and(|n| plain(&n.layout) == plain(&c2.layout))
     {
         acc.near[i] = None;
+        acc.near_rescued[i] = true;
     }
-    acc.stats.resplit += 1;
 }
 
 /// The split problem of `l` if some split might fit.
@@ -1268,6 +1293,8 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         }
     };
     let mut next = 0;
+    // Pending layouts (b) settled: solved, or no split might fit.
+    let mut handled = vec![false; pending.len()];
     let mut rescued: HashSet<TwinKey> = HashSet::new();
     // With one layer kind every split problem goes to the unbudgeted
     // uniform-layer solver.
@@ -1276,11 +1303,13 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     while next < pending.len()
         && (one_kind || splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
     {
-        let mut group: Vec<(&Pending, SplitProblem)> = Vec::new();
+        let mut group: Vec<(usize, SplitProblem)> = Vec::new();
         let t = threshold(acc);
         while next < pending.len() && group.len() < batch && pending[next].bound > t {
             if let Some(sp) = split_problem(pr, &pending[next].layout) {
-                group.push((&pending[next], sp));
+                group.push((next, sp));
+            } else {
+                handled[next] = true;
             }
             next += 1;
         }
@@ -1288,8 +1317,16 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             break;
         }
         splitter.prepare(group.iter().map(|(_, sp)| sp));
-        for (p, sp) in group {
-            if p.bound <= threshold(acc) || acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
+        for (i, sp) in group {
+            let p = &pending[i];
+            // One the threshold passed while its group was solved is left
+            // to the ranking's pass (c), which group it fell in depending
+            // on the thread count.
+            if p.bound <= threshold(acc) {
+                continue;
+            }
+            handled[i] = true;
+            if acc.top.iter().any(|c| same(&c.layout, &p.layout)) {
                 continue;
             }
             // A problem the budget left unsolved is a layout not re-split.
@@ -1313,21 +1350,26 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
         unsolved + pending[next..].iter().filter(|p| p.bound > t).count() as u64;
     // (c) For the ranking: the rest whose bound reaches the ranked share of
     // the fastest, best bound first, where every layer is alike (the
-    // layer-count solver, tens of microseconds), at most MAX_RANKED_SPLITS
-    // layouts; they cannot enter the best K. Each is solved on its own, in
-    // parallel, and counted in order (the same at any thread count).
+    // layer-count solver, tens of microseconds), within the first
+    // MAX_RANKED_SPLITS such layouts in bound order ((b)'s included, so
+    // which ones does not depend on the threads); they cannot enter the
+    // best K. Each is solved on its own, in parallel, and counted in order.
     if space.keep_all {
         let floor = RANKED_FLOOR * fastest(&acc.top, acc.fastest);
-        let reach: Vec<&Pending> = pending[next..]
-            .iter()
-            .filter(|p| p.bound >= floor)
-            .collect();
-        let take = if one_kind {
-            reach.len().min(MAX_RANKED_SPLITS as usize)
-        } else {
-            0
-        };
-        acc.stats.ranked_unsplit += (reach.len() - take) as u64;
+        let end = budget_end(&pending, floor);
+        let (mut reach, mut beyond): (Vec<&Pending>, u64) = (Vec::new(), 0);
+        for (i, p) in pending.iter().enumerate().filter(|(_, p)| p.bound >= floor) {
+            if handled[i] {
+                continue;
+            }
+            if one_kind && i < end {
+                reach.push(p);
+            } else {
+                beyond += 1;
+            }
+        }
+        let take = reach.len();
+        acc.stats.ranked_unsplit += beyond;
         // Per layout: `None` when no split might fit, else whether the
         // layer-count solver applies and the valid re-split it found.
         let solved: Vec<Option<(bool, Option<Candidate>)>> = reach[..take]
@@ -1721,6 +1763,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
             rule: *r,
             count: acc.counts[i],
             near_miss: acc.near[i].clone(),
+            near_miss_rescued: acc.near_rescued[i] && acc.near[i].is_none(),
         })
         .collect();
     SearchResult {

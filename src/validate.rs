@@ -1326,6 +1326,11 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         seq_len: row.seq,
         global_batch: row.gbs,
     };
+    // The checks and limits of a model card (src/limits.rs) hold for the
+    // model the row's columns describe too.
+    model
+        .check(Path::new("the row's model columns"))
+        .map_err(|e| Unpriced::new("size: beyond meshplan's limits", e.to_string()))?;
     let layers = model.architecture.layers;
 
     // --- Job.

@@ -153,7 +153,7 @@ parts! {
         /// attention results, and on the last stage the multi-token-prediction
         /// layers), micro-batches × per-micro-batch time.
         Compute => ("compute", "compute (forward + backward)",
-            "src/cost/compute.rs: layer_forward, layer_backward, linear_pass_times; src/cost/precision.rs: gemm_time (FP8/FP4 GEMMs), rowwise_table_pass_times (torchao row-wise FP8 on Hopper, from its published table); src/cost/cp.rs: split_overhead; src/cost/mtp.rs: elementwise_bytes_per_token", "narayanan-2021"),
+            "src/cost/compute.rs: layer_forward, layer_backward, linear_pass_times; src/cost/precision.rs: gemm_time, rowwise_table_pass_times; src/cost/cp.rs: split_overhead; src/cost/mtp.rs: elementwise_bytes_per_token", "narayanan-2021"),
         /// Forward recomputed inside backward on the slowest stage.
         Recompute => ("recompute", "recompute",
             "src/cost/compute.rs: layer_recompute, op_sac_recompute", "korthikanti-2022"),

@@ -70,6 +70,11 @@ fn rejection_lines(
                 "  {:<12} {:>8}  e.g.: {} (not priced)",
                 r.code, r.count, n
             )?,
+            (None, _) if r.near_miss_rescued => writeln!(
+                w,
+                "  {:<12} {:>8}  (its best near-miss is valid with an uneven split and ranked; the next best is not kept)",
+                r.code, r.count
+            )?,
             (None, _) => writeln!(w, "  {:<12} {:>8}", r.code, r.count)?,
         }
     }

@@ -218,7 +218,7 @@ impl Exporter for Table {
         if r.stats.ranked_unsplit > 0 {
             writeln!(
                 w,
-                "  {} layouts valid only with an uneven split might reach the ranking but were not re-split (more than one layer kind, or the {}-program budget spent); they are counted as rejected.",
+                "  {} layouts rejected under the uniform split might reach the ranking with an uneven one but were not re-split (more than one layer kind, or the {}-layout budget spent); they stay rejected.",
                 r.stats.ranked_unsplit,
                 crate::search::MAX_RANKED_SPLITS
             )?;
@@ -336,10 +336,12 @@ impl Exporter for Table {
         }
         writeln!(w, "Trust: {}.", r.trust.sentence())?;
         writeln!(w)?;
-        // Over by less than the printed digits show: say it in MiB.
+        // Over by less than the printed digits show: say it as the memory
+        // rule does (`rules::memory_gap_words`).
         let over = e.peak_bytes - e.usable_bytes;
         let margin = if over > 0.0 && over < 0.01 * GIB {
-            format!(" (over by {:.1} MiB)", over / (1u64 << 20) as f64)
+            let (_, _, gap) = crate::rules::memory_gap_words(e.peak_bytes, e.usable_bytes);
+            format!(" (over by {gap})")
         } else {
             String::new()
         };
