@@ -332,10 +332,14 @@ pub struct Stats {
     pub split_skipped: u64,
     /// Layouts rejected under the uniform split that a keep-all search's
     /// ranking might take with an uneven one (bound at least
-    /// [`RANKED_FLOOR`] of the fastest) but that were not re-split: more
-    /// than one layer kind (the DP and ILP budgets go to the best K) or
-    /// [`MAX_RANKED_SPLITS`] spent. They stay rejected.
+    /// [`RANKED_FLOOR`] of the fastest) but that were not re-split because
+    /// [`MAX_RANKED_SPLITS`] was spent (models with one layer kind; with
+    /// two, the ranking's pass does not run and nothing is counted: the
+    /// footer says so). They stay rejected.
     pub ranked_unsplit: u64,
+    /// A keep-all search of a model with two layer kinds (dense and MoE),
+    /// whose ranking takes no re-split beyond those that may reach row K.
+    pub two_layer_kinds: bool,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -547,8 +551,9 @@ impl Acc {
     ) {
         // A keep-all search also keeps those its ranking may take: bound
         // at least the ranked share of this worker's fastest (a lower
-        // bound on the search's).
-        let floor = if keep_all {
+        // bound on the search's); only with one layer kind, the only
+        // models its pass (c) re-splits.
+        let floor = if keep_all && one_layer_kind(pr) {
             RANKED_FLOOR * self.fastest
         } else {
             f64::INFINITY
@@ -1146,6 +1151,13 @@ fn budget_end(pending: &[Pending], floor: f64) -> usize {
         .map_or(pending.len(), |(i, _)| i)
 }
 
+/// Whether every transformer layer of the model is alike (all dense or all
+/// MoE): the layer-count solver ([`split::uniform`]) takes its split
+/// problems, unbudgeted.
+fn one_layer_kind(pr: &Problem) -> bool {
+    pr.model.dense_layers() == 0 || pr.model.moe_layers() == 0
+}
+
 /// The most tokens/s among `cands` and `seed`.
 fn fastest(cands: &[Candidate], seed: f64) -> f64 {
     cands
@@ -1298,7 +1310,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     let mut rescued: HashSet<TwinKey> = HashSet::new();
     // With one layer kind every split problem goes to the unbudgeted
     // uniform-layer solver.
-    let one_kind = pr.model.dense_layers() == 0 || pr.model.moe_layers() == 0;
+    let one_kind = one_layer_kind(pr);
     let mut unsolved = 0u64;
     while next < pending.len()
         && (one_kind || splitter.solved < MAX_SPLIT_SOLVES || splitter.dp_solved < MAX_DP_SOLVES)
@@ -1355,6 +1367,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     // which ones does not depend on the threads); they cannot enter the
     // best K. Each is solved on its own, in parallel, and counted in order.
     if space.keep_all {
+        acc.stats.two_layer_kinds = !one_kind;
         let floor = RANKED_FLOOR * fastest(&acc.top, acc.fastest);
         let end = budget_end(&pending, floor);
         let (mut reach, mut beyond): (Vec<&Pending>, u64) = (Vec::new(), 0);
@@ -1362,7 +1375,12 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             if handled[i] {
                 continue;
             }
-            if one_kind && i < end {
+            if !one_kind {
+                // Not re-split for the ranking, nor counted: which of them
+                // pass (b) reached depends on the threads.
+                continue;
+            }
+            if i < end {
                 reach.push(p);
             } else {
                 beyond += 1;

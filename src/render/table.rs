@@ -218,9 +218,16 @@ impl Exporter for Table {
         if r.stats.ranked_unsplit > 0 {
             writeln!(
                 w,
-                "  {} layouts rejected under the uniform split might reach the ranking with an uneven one but were not re-split (more than one layer kind, or the {}-layout budget spent); they stay rejected.",
+                "  {} layouts rejected under the uniform split might reach the ranking with an uneven one but were not re-split (the {}-layout budget spent); they stay rejected.",
                 r.stats.ranked_unsplit,
                 crate::search::MAX_RANKED_SPLITS
+            )?;
+        }
+        if r.stats.two_layer_kinds {
+            writeln!(
+                w,
+                "  With two layer kinds (dense and MoE) only layouts that may reach row {} are re-split: one that only an uneven split makes valid may be missing from the ranking (`--fix` or `explain --auto-split` prices it).",
+                crate::search::Space::default().top_k
             )?;
         }
         if cp {

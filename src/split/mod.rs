@@ -565,6 +565,8 @@ pub fn relax(
     usable: f64,
     rank: impl Fn(usize) -> (f64, f64, f64),
 ) -> Option<f64> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     let (p, v) = (pp as usize, vpp as usize);
     if p == 0 || v == 0 || layers < p * v {
         return None;
@@ -595,99 +597,23 @@ pub fn relax(
     if room_total < layers {
         return None;
     }
-    Some(slowest_after_fill(
-        &base,
-        &mut held,
-        &cap,
-        t,
-        layers - p * v,
-    ))
-}
-
-/// The slowest rank's time, `max_r base[r] + held[r]·t`, after `extra`
-/// more layers of `t` seconds each are handed one at a time to the rank
-/// whose next time `base[r] + (held[r] + 1)·t` is least, rank r up to
-/// `cap[r]` layers (the greedy of [`relax`]; the caller has checked that
-/// the caps leave room). Rank r's next times rise with its count, so the
-/// greedy takes the `extra` least next times of all ranks, whatever its
-/// order among ties, and the slowest rank is the larger of the ranks'
-/// starting times and the `extra`-th least next time.
-///
-/// Found without handing layers one by one (94 layers on 28 ranks took 66
-/// heap steps per layout): first every next time at or below a water level
-/// `x` that takes no more than `extra` (a prefix of each rank's times, all
-/// below every time left), then the `left` least of the times above it,
-/// all at or below `B`, the `left`-th least of the ranks' first times
-/// above the level. Times are compared as the greedy computes them, so the
-/// result is the greedy's to the bit (`tests::fill_matches_the_greedy`).
-fn slowest_after_fill(
-    base: &[f64],
-    held: &mut [usize],
-    cap: &[usize],
-    t: f64,
-    extra: usize,
-) -> f64 {
-    let p = base.len();
-    let time = |r: usize, k: usize| base[r] + k as f64 * t;
-    let mut left = extra;
-    if t > 0.0 && left > 0 {
-        // The count rank r reaches at level x: the largest k in [lo, cap]
-        // with time(r, k) ≤ x (`as` truncates a non-negative quotient, and
-        // takes a negative or NaN one to 0, below `lo`).
-        let inv = 1.0 / t;
-        let at_level = |lo: usize, r: usize, x: f64| {
-            let mut k = (((x - base[r]) * inv) as usize).clamp(lo, cap[r]);
-            while k < cap[r] && time(r, k + 1) <= x {
-                k += 1;
-            }
-            while k > lo && time(r, k) > x {
-                k -= 1;
-            }
-            k
-        };
-        let start = held.to_vec();
-        let total: usize = start.iter().sum();
-        // Water level of Σ (x − base_r)/t = start + extra, lowered by the
-        // excess while the counts at `held` and below `cap` lift it.
-        let mut x = (base.iter().sum::<f64>() + (total + extra) as f64 * t) / p as f64;
-        for _ in 0..64 {
-            for r in 0..p {
-                held[r] = at_level(start[r], r, x);
-            }
-            let took = held.iter().sum::<usize>() - total;
-            if took <= extra {
-                left = extra - took;
-                break;
-            }
-            held.copy_from_slice(&start);
-            x -= (took - extra) as f64 * t / p as f64 + t;
-        }
-    }
-    let level_max = (0..p).map(|r| time(r, held[r])).fold(f64::MIN, f64::max);
-    if left == 0 {
-        return level_max;
-    }
-    // B: the left-th least first time above the level (ranks with room).
-    let mut firsts: Vec<f64> = (0..p)
+    // Times are non-negative, so their bit patterns order like the values.
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..p)
         .filter(|&r| held[r] < cap[r])
-        .map(|r| time(r, held[r] + 1))
+        .map(|r| Reverse(((base[r] + (held[r] + 1) as f64 * t).to_bits(), r)))
         .collect();
-    let bound = if firsts.len() >= left {
-        *firsts.select_nth_unstable_by(left - 1, f64::total_cmp).1
-    } else {
-        f64::INFINITY
-    };
-    // Every time at or below B: the left least of all times left are here.
-    firsts.clear();
-    for r in 0..p {
-        let mut k = held[r] + 1;
-        while k <= cap[r] && time(r, k) <= bound {
-            firsts.push(time(r, k));
-            k += 1;
+    for _ in p * v..layers {
+        let Reverse((_, r)) = heap.pop()?;
+        held[r] += 1;
+        if held[r] < cap[r] {
+            heap.push(Reverse(((base[r] + (held[r] + 1) as f64 * t).to_bits(), r)));
         }
     }
-    let kth = *firsts.select_nth_unstable_by(left - 1, f64::total_cmp).1;
-    level_max.max(kth)
+    Some(
+        (0..p)
+            .map(|r| base[r] + held[r] as f64 * t)
+            .fold(f64::MIN, f64::max),
+    )
 }
 
 /// Upper bound on a layout's pipeline-limited throughput under any split:
@@ -790,74 +716,4 @@ pub fn solve(pr: &Problem, l: &Layout) -> Result<Split, SplitError> {
         return dp::solve(&sp);
     }
     ilp::solve(&sp, &ilp::Options::default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slowest_after_fill;
-    use proptest::prelude::*;
-
-    /// The oracle: the plain greedy, one layer at a time to the rank whose
-    /// next time is least (a heap), then the slowest rank.
-    fn greedy(base: &[f64], held: &mut [usize], cap: &[usize], t: f64, extra: usize) -> f64 {
-        use std::cmp::Reverse;
-        use std::collections::BinaryHeap;
-        let next = |r: usize, k: usize| (base[r] + (k + 1) as f64 * t).to_bits();
-        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..base.len())
-            .filter(|&r| held[r] < cap[r])
-            .map(|r| Reverse((next(r, held[r]), r)))
-            .collect();
-        for _ in 0..extra {
-            let Reverse((_, r)) = heap.pop().expect("room for every layer");
-            held[r] += 1;
-            if held[r] < cap[r] {
-                heap.push(Reverse((next(r, held[r]), r)));
-            }
-        }
-        (0..base.len())
-            .map(|r| base[r] + held[r] as f64 * t)
-            .fold(f64::MIN, f64::max)
-    }
-
-    proptest! {
-        /// The fill finds the greedy's slowest rank to the bit, ties,
-        /// caps, the floor at v and a zero layer time included.
-        #[test]
-        fn fill_matches_the_greedy(
-            ranks in prop::collection::vec((0.0f64..5.0, 1usize..4, 0usize..120), 1..40),
-            t in prop_oneof![Just(0.0), Just(0.5), 1e-4f64..2.0],
-            v in 1usize..4,
-            share in 0.0f64..1.0,
-            grid in any::<bool>(),
-        ) {
-            // On a grid the bases tie with each other and with whole layers.
-            let base: Vec<f64> = ranks
-                .iter()
-                .map(|r| if grid { (r.0 * 2.0).floor() * 0.5 } else { r.0 })
-                .collect();
-            let cap: Vec<usize> = ranks.iter().map(|r| v + r.2 % 60 * r.1 / 3).collect();
-            let room: usize = cap.iter().map(|c| c - v).sum();
-            let extra = (room as f64 * share) as usize;
-            let want = greedy(&base, &mut vec![v; base.len()], &cap, t, extra);
-            let got = slowest_after_fill(&base, &mut vec![v; base.len()], &cap, t, extra);
-            prop_assert_eq!(want.to_bits(), got.to_bits(), "greedy {} fill {}", want, got);
-        }
-    }
-
-    /// Worked by hand: ranks at 0 s and 1 s, 1 s per layer, one layer each
-    /// to start, 4 more. Rank 0's next times are 2, 3, 4, …, rank 1's 3,
-    /// 4, …; the four least are 2, 3, 3, 4, so the slowest rank ends at
-    /// 4 s. With rank 0 capped at 2 layers: 2 (r0), then r1's 3, 4, 5: 5 s.
-    #[test]
-    fn fill_by_hand() {
-        let base = [0.0, 1.0];
-        assert_eq!(
-            slowest_after_fill(&base, &mut [1, 1], &[10, 10], 1.0, 4),
-            4.0
-        );
-        assert_eq!(
-            slowest_after_fill(&base, &mut [1, 1], &[2, 10], 1.0, 4),
-            5.0
-        );
-    }
 }
