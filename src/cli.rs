@@ -1460,7 +1460,7 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
                 .map(|c| a.target.refusals(&s.model, &s.job, &c.layout))
                 .and_then(|r| r.into_iter().next());
             bail!(
-                "--target {}: {} of the search's {} ranked layout(s) for {} on {} GPUs can be written for {} (the search kept to what it runs: {}){}",
+                "--target {}: {} of the search's {} ranked layout(s) for {} on {} GPUs can be written for {} (the search kept to what it runs: {}){}{}",
                 a.target,
                 runnable.len(),
                 result.stats.ranked,
@@ -1470,6 +1470,10 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
                 a.target.search_limits(),
                 match first {
                     Some(r) => format!("; the best ranked one is refused: {}", r.message),
+                    None => String::new(),
+                },
+                match a.target.widening_hint(s.job.recipe_name) {
+                    Some(h) => format!("; {h}"),
                     None => String::new(),
                 }
             )
@@ -1520,8 +1524,12 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
     let pr = req.problem();
     let layout = generate_layout(a, &req)?;
     let bundle = crate::generate::generate_for(&pr, &req.policy, &layout, a.target)?;
-    let paths = crate::generate::write(&bundle.files, &a.out)?;
+    let report = crate::generate::write(&bundle.files, &a.out)?;
+    let stale = stale_files_note(&report, &a.out, a.target);
     if a.job.format == Format::Json {
+        if let Some(note) = &stale {
+            eprintln!("{note}");
+        }
         out.write_all(
             bundle
                 .file(crate::generate::PLAN_FILE)
@@ -1538,8 +1546,17 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
         s.cluster.name,
         layout.short()
     )?;
-    for p in &paths {
-        writeln!(out, "wrote {}", p.display())?;
+    for f in &report.files {
+        use crate::generate::WriteStatus;
+        let what = match f.status {
+            WriteStatus::Created => "wrote",
+            WriteStatus::Replaced => "replaced",
+            WriteStatus::Unchanged => "unchanged",
+        };
+        writeln!(out, "{what} {}", f.path.display())?;
+    }
+    if let Some(note) = &stale {
+        writeln!(out, "{note}")?;
     }
     writeln!(out)?;
     out.write_all(
@@ -1549,6 +1566,29 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
             .as_bytes(),
     )?;
     Ok(())
+}
+
+/// A note naming the launch files of other targets that `generate` found
+/// beside the ones it wrote (they describe an earlier plan), if any.
+fn stale_files_note(
+    report: &crate::generate::WriteReport,
+    dir: &std::path::Path,
+    target: crate::generate::Target,
+) -> Option<String> {
+    if report.other_targets.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = report
+        .other_targets
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    Some(format!(
+        "note: {} {} another target's launch files, left by an earlier generate into {}; they do not describe this plan (--target {target}): remove them or use another --out",
+        names.join(", "),
+        if names.len() == 1 { "is" } else { "are" },
+        dir.display(),
+    ))
 }
 
 /// The text of `path`, or an I/O error naming it.

@@ -597,3 +597,90 @@ fn vocabulary_divisor_reproduces_the_priced_vocabulary() {
         "{script}"
     );
 }
+
+/// Writing into a folder that already holds a plan says, per file, whether
+/// it was new, replaced or already so, and names the launch files another
+/// target left there (they describe the earlier plan).
+#[test]
+fn writing_over_an_earlier_plan_says_what_it_replaced() {
+    use generate::{Target, WriteStatus};
+    let s = Setup::new("70b", "dgx64", None);
+    let dir = common::temp_dir("rewrite");
+    let statuses = |r: &generate::WriteReport| -> Vec<(String, WriteStatus)> {
+        r.files
+            .iter()
+            .map(|f| {
+                let name = f.path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, f.status)
+            })
+            .collect()
+    };
+    let best = s.bundle(&s.best().unwrap());
+    let first = generate::write(&best.files, &dir).unwrap();
+    assert!(first.files.iter().all(|f| f.status == WriteStatus::Created));
+    assert!(first.other_targets.is_empty());
+    // The same plan again: nothing changes on disk.
+    let again = generate::write(&best.files, &dir).unwrap();
+    assert!(
+        again
+            .files
+            .iter()
+            .all(|f| f.status == WriteStatus::Unchanged)
+    );
+    // Another layout: its plan file differs from the best's.
+    let other = s.bundle(&fixed_layout());
+    let replaced = statuses(&generate::write(&other.files, &dir).unwrap());
+    assert!(
+        replaced.contains(&(generate::PLAN_FILE.to_string(), WriteStatus::Replaced)),
+        "{replaced:?}"
+    );
+    // torchtitan's files beside Megatron-LM's: the two Megatron scripts
+    // are named, the shared plan.json and CHECKLIST.md are not.
+    // (ZeRO-2 and full recompute: torchtitan has no ZeRO-1 and prices
+    // selective recompute per op.)
+    let mut l = fixed_layout();
+    l.zero = 2;
+    l.recompute = Recompute::Full;
+    let pr = s.problem();
+    let titan = generate::generate_for(&pr, &Policy::default(), &l, Target::Torchtitan).unwrap();
+    let report = generate::write(&titan.files, &dir).unwrap();
+    assert_eq!(
+        report.other_targets,
+        vec![
+            dir.join(generate::MEGATRON_SCRIPT),
+            dir.join(generate::SLURM_SCRIPT)
+        ]
+    );
+    // The command line prints the same.
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "torchtitan",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let plan = dir.join(generate::PLAN_FILE);
+    assert!(
+        stdout.contains(&format!("replaced {}", plan.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "note: {}, {} are another target's launch files",
+            dir.join(generate::MEGATRON_SCRIPT).display(),
+            dir.join(generate::SLURM_SCRIPT).display()
+        )),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -550,6 +550,29 @@ fn cli_target_limits_the_search() {
     assert_eq!(plan["mesh"]["pp"], 1);
     assert_eq!(plan["mesh"]["dp"], 64);
     assert!(dir.join(generate::DEEPSPEED_CONFIG).exists());
+    // Without `--recipe deepspeed` the search keeps ZeRO-1 only (DeepSpeed
+    // keeps Megatron's fp32 gradients at ZeRO 0–1), and at T = p = 1 with
+    // D = 64 llama3-70b does not fit: its bf16 weights and fp32 gradients
+    // stay whole on every GPU at ZeRO-1, 70.6e9 × (2 + 4) B = 424 GB > 80
+    // GB. The error says which flag widens the search.
+    let narrow = meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "deepspeed",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(narrow.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&narrow.stderr);
+    assert!(
+        err.contains("0 of the search's 0 ranked layout(s)")
+            && err.contains("--recipe deepspeed (DeepSpeed's fp16 gradients with an fp32 partition) lets the search try ZeRO-2 and ZeRO-3"),
+        "{err}"
+    );
     // An unknown target is one clear error naming the choices.
     let bad = meshplan(&[
         "generate",

@@ -543,36 +543,88 @@ pub fn render_for(plan: &Plan, target: Target) -> Result<Vec<GeneratedFile>, Gen
     Ok(files)
 }
 
+/// What [`write`] did to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WriteStatus {
+    /// The file did not exist.
+    Created,
+    /// A file of that name held other text (an earlier plan) and was
+    /// replaced.
+    Replaced,
+    /// The file already held exactly this text.
+    Unchanged,
+}
+
+/// One file [`write`] handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// Its path.
+    pub path: PathBuf,
+    /// Whether it was new, replaced or already so.
+    pub status: WriteStatus,
+}
+
+/// What [`write`] did: each file it wrote, and the launch files of other
+/// targets it found beside them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteReport {
+    /// The files written, in order.
+    pub files: Vec<Written>,
+    /// Files in `dir` that another [`Target`] writes and this one does not
+    /// (left by an earlier `generate --target …` into the same folder; they
+    /// describe that plan, not this one). Left in place, named so the user
+    /// can remove them.
+    pub other_targets: Vec<PathBuf>,
+}
+
 /// Write `files` into directory `dir` (created if missing), replacing files
-/// of the same names. Returns the paths written.
+/// of the same names, and say which were new, replaced or unchanged, and
+/// which files of other targets the folder holds.
 ///
 /// # Errors
 /// [`GenerateError::Io`] naming the directory or file that failed.
-pub fn write(files: &[GeneratedFile], dir: &Path) -> Result<Vec<PathBuf>, GenerateError> {
-    std::fs::create_dir_all(dir).map_err(|source| GenerateError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut out = Vec::new();
+pub fn write(files: &[GeneratedFile], dir: &Path) -> Result<WriteReport, GenerateError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GenerateError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut written = Vec::new();
     for f in files {
         let path = dir.join(f.name);
-        std::fs::write(&path, &f.contents).map_err(|source| GenerateError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let status = match std::fs::read(&path) {
+            Ok(old) if old == f.contents.as_bytes() => WriteStatus::Unchanged,
+            Ok(_) => WriteStatus::Replaced,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => WriteStatus::Created,
+            // Unreadable but present (a directory, no permission): writing
+            // gives the error that names it.
+            Err(_) => WriteStatus::Replaced,
+        };
+        if status != WriteStatus::Unchanged {
+            std::fs::write(&path, &f.contents).map_err(io(&path))?;
+        }
         #[cfg(unix)]
         if f.executable {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(
-                |source| GenerateError::Io {
-                    path: path.clone(),
-                    source,
-                },
-            )?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .map_err(io(&path))?;
         }
-        out.push(path);
+        written.push(Written { path, status });
     }
-    Ok(out)
+    let ours: Vec<&str> = files.iter().map(|f| f.name).collect();
+    let mut other_targets: Vec<PathBuf> = Target::ALL
+        .iter()
+        .flat_map(|t| t.files().iter().copied())
+        .filter(|name| !ours.contains(name))
+        .map(|name| dir.join(name))
+        .filter(|path| path.exists())
+        .collect();
+    other_targets.sort();
+    other_targets.dedup();
+    Ok(WriteReport {
+        files: written,
+        other_targets,
+    })
 }
 
 /// A layout read from a `meshplan search --format json` output (row K of

@@ -287,6 +287,21 @@ impl Target {
         }
     }
 
+    /// A job setting that widens what [`Target::limit_search`] leaves for
+    /// this target, when the job does not use it already: DeepSpeed keeps
+    /// the gradients of `--recipe deepspeed` at ZeRO 2 and 3 and those of
+    /// the other recipes at ZeRO 0–1 only, and with T = p = 1 a large
+    /// model fits only with its parameters or gradients sharded.
+    pub fn widening_hint(self, recipe: crate::spec::RecipeName) -> Option<&'static str> {
+        match (self, recipe) {
+            (Target::Deepspeed, crate::spec::RecipeName::Deepspeed) => None,
+            (Target::Deepspeed, _) => Some(
+                "--recipe deepspeed (DeepSpeed's fp16 gradients with an fp32 partition) lets the search try ZeRO-2 and ZeRO-3",
+            ),
+            _ => None,
+        }
+    }
+
     /// The limits [`Target::limit_search`] sets, in words.
     pub fn search_limits(self) -> &'static str {
         match self {

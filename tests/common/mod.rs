@@ -204,9 +204,11 @@ pub fn read_launch(out: &Path) -> Launch {
 /// torchrun received.
 pub fn launch(bundle: &Bundle, node_rank: u64) -> Launch {
     let dir = temp_dir("launch");
-    let files = generate::write(&bundle.files, &dir).expect("write");
-    let script = files
+    let report = generate::write(&bundle.files, &dir).expect("write");
+    let script = report
+        .files
         .iter()
+        .map(|f| &f.path)
         .find(|p| p.ends_with(generate::MEGATRON_SCRIPT))
         .unwrap()
         .clone();
