@@ -573,6 +573,10 @@ pub struct ExplainReport {
     pub rank_among_valid: Option<usize>,
     /// Whether `rank_among_valid` is a row of the search's ranking.
     pub rank_is_row: bool,
+    /// Why the search never enumerates this layout, when it does not
+    /// ([`crate::search::outside_space`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_space: Option<String>,
     /// The best layout of the search, if one was run.
     pub best: Option<Row>,
     /// For a valid layout: its gap to the best, part by part.
@@ -605,6 +609,7 @@ impl ExplainReport {
             violations,
             rank_among_valid: None,
             rank_is_row: false,
+            outside_space: None,
             best: None,
             gap_to_best: None,
             fixes: None,

@@ -908,6 +908,12 @@ const RULES: [RuleDef; 18] = [
                     levers.push("turn on SP".into());
                 }
                 match l.recompute {
+                    // With flash attention selective recompute saves
+                    // nothing more than no recompute
+                    // (`memory::layer_activation_bytes`).
+                    crate::layout::Recompute::None if x.job.flash_attention => {
+                        levers.push("use full recompute".into())
+                    }
                     crate::layout::Recompute::None => {
                         levers.push("use selective or full recompute".into())
                     }

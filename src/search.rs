@@ -815,9 +815,10 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
                 if flt.recompute.is_some_and(|x| x != r) || !space.recompute_modes.contains(&r) {
                     continue;
                 }
-                // With flash attention selective recompute keeps and costs
-                // exactly what no recompute does ([ref:case-m4]), so it is
-                // the same plan: try it only when asked for.
+                // With flash attention selective recompute keeps what no
+                // recompute keeps ([ref:case-m4]) and reruns the attention
+                // kernel's forward (`compute::rerun`): never better, so it
+                // is tried only when asked for.
                 if r == Recompute::Selective && pr.job.flash_attention && flt.recompute.is_none() {
                     continue;
                 }
@@ -1489,16 +1490,22 @@ fn mesh_chunks(meshes: &[Mesh]) -> Vec<&[Mesh]> {
     out
 }
 
-/// Why the search never enumerates layout `l`, when it does not: an ETP
-/// that does not divide T (the search tries Megatron's default ETP = T and
-/// its divisors; Megatron-Core itself accepts any ETP with
-/// `world % (ETP·EP·PP) = 0`). `None` for a layout in the search's space.
-pub fn outside_space(l: &Layout) -> Option<String> {
-    (l.etp > 1 && l.tp % l.etp != 0).then(|| {
-        format!(
+/// Why the search never enumerates layout `l` for `job`, when it does not:
+/// an ETP that does not divide T (the search tries Megatron's default ETP =
+/// T and its divisors; Megatron-Core itself accepts any ETP with
+/// `world % (ETP·EP·PP) = 0`), or selective recompute with flash attention
+/// (it keeps what no recompute keeps and reruns the attention kernel, so
+/// the search tries it only when asked). `None` for a layout in the
+/// search's space.
+pub fn outside_space(l: &Layout, job: &crate::spec::Job) -> Option<String> {
+    if l.etp > 1 && l.tp % l.etp != 0 {
+        return Some(format!(
             "the search never enumerates it: it tries ETP among the divisors of T (Megatron's default ETP = T and smaller), and ETP = {} does not divide T = {}",
             l.etp, l.tp
-        )
+        ));
+    }
+    (l.recompute == Recompute::Selective && job.flash_attention).then(|| {
+        "the search tries selective recompute with flash attention only when asked (--fix recompute=selective): it keeps the memory of no recompute and reruns the attention kernel's forward, so recompute=none is faster at the same peak".to_string()
     })
 }
 
@@ -1808,12 +1815,27 @@ mod tests {
             etp,
             ..Layout::dense(64 / tp, tp, 1, 1)
         };
+        let job = Job::new(1024, 4096);
         assert!(
-            outside_space(&moe(1, 2)).is_some_and(|s| s.contains("ETP = 2 does not divide T = 1"))
+            outside_space(&moe(1, 2), &job)
+                .is_some_and(|s| s.contains("ETP = 2 does not divide T = 1"))
         );
-        assert_eq!(outside_space(&moe(4, 2)), None);
-        assert_eq!(outside_space(&moe(4, 4)), None);
-        assert_eq!(outside_space(&moe(1, 1)), None);
+        assert_eq!(outside_space(&moe(4, 2), &job), None);
+        assert_eq!(outside_space(&moe(4, 4), &job), None);
+        assert_eq!(outside_space(&moe(1, 1), &job), None);
+        // Selective recompute with flash attention is tried only when asked;
+        // without flash attention it is in the space.
+        let selective = Layout {
+            recompute: Recompute::Selective,
+            ..moe(4, 4)
+        };
+        assert!(job.flash_attention);
+        assert!(outside_space(&selective, &job).is_some_and(|s| s.contains("only when asked")));
+        let no_flash = Job {
+            flash_attention: false,
+            ..job.clone()
+        };
+        assert_eq!(outside_space(&selective, &no_flash), None);
         // Every mesh the search enumerates is inside.
         with_problem("mixtral-8x7b", "dgx64", None, 4096, |pr| {
             for m in meshes(pr, &Space::default()) {
@@ -1822,7 +1844,7 @@ mod tests {
                     etp: m.etp,
                     ..Layout::dense(m.dp, m.tp, m.pp, m.cp)
                 };
-                assert_eq!(outside_space(&l), None, "{}", l.short());
+                assert_eq!(outside_space(&l, pr.job), None, "{}", l.short());
             }
         });
     }

@@ -844,7 +844,7 @@ impl FlopConvention {
             FlopConvention::Megatron => compute::model_flops_per_step(model, b, s),
             FlopConvention::Hardware => {
                 compute::model_flops_per_step(model, b, s)
-                    + compute::recompute_flops_per_step(model, b, s, recompute, job.flash_attention)
+                    + compute::recompute_flops_per_step(model, b, s, recompute)
             }
             FlopConvention::NemoFullAttention => {
                 // Megatron's count plus the causal half of the attention core

@@ -206,3 +206,53 @@ fn unfused_attention_off_the_tensor_core_alignment() {
     let b = layer_forward(&g.model, &sh, false, 0.0, 1.0, &slow).attention;
     assert_eq!(a, b);
 }
+
+/// Selective recompute reruns the attention core's forward in backward
+/// with flash attention too (Megatron-Core checkpoints the core attention
+/// call whatever the backend, `megatron/core/transformer/attention.py`),
+/// and with flash attention it saves no memory over no recompute.
+#[test]
+fn selective_recompute_with_flash_attention_reruns_the_kernel_and_saves_nothing() {
+    use meshplan::cost::TimePart;
+    use meshplan::cost::compute::recompute_flops_per_step;
+    let f = Fixture::new("70b", "dgx64");
+    // Llama 3 70B: q width = attention-output width = 64 heads · 128 = 8192.
+    // Attention core per sequence and layer, causal: (2·s·s·8192 + 2·s·s·8192)/2
+    // = 2·8192³ = 2^40 at s = 8192; over L = 80 and B = 2048 sequences:
+    // 2^40 · 163,840 = 2^55 · 5 = 180,143,985,094,819,840 FLOPs per step.
+    assert_eq!(
+        recompute_flops_per_step(&f.model, 2048.0, 8192.0, Recompute::Selective),
+        180_143_985_094_819_840.0
+    );
+    assert!(f.job.flash_attention);
+    let pr = f.problem();
+    let layout = |recompute| Layout {
+        sp: true,
+        recompute,
+        ..Layout::dense(2, 8, 4, 1)
+    };
+    let none = meshplan::cost::evaluate(&pr, &layout(Recompute::None));
+    let sel = meshplan::cost::evaluate(&pr, &layout(Recompute::Selective));
+    // Same memory: flash attention keeps no scores either way.
+    assert_eq!(sel.peak_bytes, none.peak_bytes);
+    // The rerun is on the critical path: the step grows by the recompute
+    // part over the m = 2048/(2·1) = 1024 micro-batches, and by the same
+    // per micro-batch in each of the p − 1 = 3 bubble slots of 1F1B:
+    // Δstep = rerun · (1 + 3/1024).
+    assert_eq!(none.micro_batches, 1024);
+    assert_eq!(none.time[TimePart::Recompute].exposed, 0.0);
+    let rerun = sel.time[TimePart::Recompute].exposed;
+    assert!(rerun > 0.0);
+    let grown = sel.time.step - none.time.step;
+    let expected = rerun * (1.0 + 3.0 / 1024.0);
+    assert!(
+        (grown - expected).abs() < 1e-9 * none.time.step,
+        "{grown} vs {expected}"
+    );
+    // The rerun is the attention kernel's forward: with the flash backward
+    // at 2.5× its forward, 1/3.5 of the attention time of forward plus
+    // backward; its FLOP share of the step's compute is 1.8e17 / (model
+    // FLOPs) — a few percent of the compute part, not zero and not a layer.
+    let share = rerun / none.time[TimePart::Compute].exposed;
+    assert!(share > 0.005 && share < 0.10, "{share}");
+}

@@ -371,8 +371,11 @@ fn memory_sentence() {
     let l = Layout::dense(2, 8, 4, 1);
     // The remedy names only the levers the layout has not pulled: this one
     // (SP on, as `dense` sets it for T > 1; no recompute, ZeRO 1,
-    // micro-batch 1) leaves T or p, recompute and the ZeRO stage.
-    let remedy = "raise T or p, use selective or full recompute, or a higher ZeRO stage (explain shows which works)";
+    // micro-batch 1) leaves T or p, recompute and the ZeRO stage; with flash
+    // attention (the job's default) selective recompute saves nothing, so
+    // only full recompute is named.
+    let remedy =
+        "raise T or p, use full recompute, or a higher ZeRO stage (explain shows which works)";
     let cases = [
         (
             90.0 * GIB,
@@ -401,6 +404,20 @@ fn memory_sentence() {
         assert_eq!(v[0].message, message);
         assert_eq!(v[0].remedy, remedy);
     }
+    // Without flash attention selective recompute drops the attention
+    // scores, so it is a lever too.
+    let mut no_flash = Setup::new("llama3-70b", "dgx64", None);
+    no_flash.job.flash_attention = false;
+    let v = rules::explain(
+        &no_flash.problem(),
+        &p,
+        &l,
+        Some((90.0 * GIB, 76.0 * GIB, "activations", 50.0 * GIB)),
+    );
+    assert_eq!(
+        v[0].remedy,
+        "raise T or p, use selective or full recompute, or a higher ZeRO stage (explain shows which works)"
+    );
     // Every other lever pulled (SP on, full recompute, ZeRO 3) but the
     // micro-batch of 2.
     let pulled = Layout {

@@ -622,28 +622,40 @@ pub const FLASH_BACKWARD_FACTOR: f64 = 2.5;
 pub enum Rerun {
     /// Nothing.
     Nothing,
-    /// The attention core (selective recompute without flash attention;
-    /// flash attention already recomputes its scores, so selective adds
-    /// nothing there).
+    /// The attention core's forward (selective recompute): the score,
+    /// softmax and value GEMMs without flash attention, the fused kernel's
+    /// forward with it.
     AttentionCore,
     /// The whole forward of every transformer layer.
     Forward,
 }
 
-/// What `recompute` reruns, with or without flash attention
-/// ([ref:korthikanti-2022] §5).
-pub fn rerun(recompute: Recompute, flash: bool) -> Rerun {
+/// What `recompute` reruns ([ref:korthikanti-2022] §5).
+///
+/// Selective recompute reruns the attention core's forward in backward
+/// with or without flash attention: Megatron-Core checkpoints the core
+/// attention call whenever `recompute_granularity == 'selective'` and
+/// `core_attn` is among `--recompute-modules` (its default), whatever the
+/// backend (`Attention.checkpoint_core_attention` and
+/// `_checkpointed_attention_forward` in
+/// `megatron/core/transformer/attention.py`, [ref:megatron-core-attention]).
+/// With flash attention this saves almost nothing (the kernel keeps only
+/// Q, K, V, its output and the row log-sum-exp, which the checkpoint keeps
+/// too), so the rerun is time without memory; the search then prefers no
+/// recompute, as it should. (The legacy `megatron/legacy/model/transformer.py`,
+/// removed in 8de8238844, skipped the checkpoint when flash attention was
+/// on; meshplan prices Megatron-Core, which every engine it targets runs.)
+pub fn rerun(recompute: Recompute) -> Rerun {
     match recompute {
         Recompute::None => Rerun::Nothing,
-        Recompute::Selective if flash => Rerun::Nothing,
         Recompute::Selective => Rerun::AttentionCore,
         Recompute::Full => Rerun::Forward,
     }
 }
 
 /// Forward time recomputed in backward, seconds ([`rerun`]).
-pub fn layer_recompute(f: &LayerTime, recompute: Recompute, flash: bool) -> f64 {
-    match rerun(recompute, flash) {
+pub fn layer_recompute(f: &LayerTime, recompute: Recompute) -> f64 {
+    match rerun(recompute) {
         Rerun::Nothing => 0.0,
         Rerun::AttentionCore => f.attention,
         Rerun::Forward => f.total(),
@@ -756,9 +768,8 @@ pub fn recompute_flops_per_step(
     global_batch: f64,
     seq: f64,
     recompute: Recompute,
-    flash: bool,
 ) -> f64 {
-    match rerun(recompute, flash) {
+    match rerun(recompute) {
         Rerun::Nothing => 0.0,
         Rerun::AttentionCore => {
             (model.architecture.layers + model.architecture.mtp_layers) as f64

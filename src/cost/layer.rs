@@ -602,7 +602,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             let (lins, count) = compute::linear_gemms(model, &shape, moe, pairs, etp);
             compute::op_sac_recompute(&lins[..count], &f, &pr.rates)
         } else {
-            compute::layer_recompute(&f, l.recompute, job.flash_attention)
+            compute::layer_recompute(&f, l.recompute)
         };
         // CP: merging the per-step partial attention results.
         let (cp_f, cp_b) =

@@ -719,7 +719,6 @@ pub fn evaluate_capped(
         pr.job.global_batch as f64,
         pr.job.seq_len as f64,
         l.recompute,
-        pr.job.flash_attention,
     );
     Some(Evaluation {
         micro_batches: m,

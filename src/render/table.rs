@@ -302,7 +302,7 @@ impl Exporter for Table {
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
             let ratio = best.tokens_per_s / e.tokens_per_s - 1.0;
             if !r.rank_is_row {
-                let why = crate::search::outside_space(&r.layout).unwrap_or_else(|| {
+                let why = r.outside_space.clone().unwrap_or_else(|| {
                     format!(
                         "priced with another split or ZeRO stage there, or predicted below {:.0}% of the fastest's tokens/s",
                         100.0 * crate::search::RANKED_FLOOR
