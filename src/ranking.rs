@@ -19,7 +19,13 @@
 //!   faster, narrower one).
 //! - Inside a group the better-validated plan comes first: plausible before
 //!   implausible, validated before extrapolated, the narrower band first,
-//!   then the order above.
+//!   then the order above. "Implausible" here is above the envelope of its
+//!   own GPU class: a plan above a record borrowed from another class (no
+//!   run of its class is measured in its precision, bf16 on Blackwell
+//!   today) is clipped but not moved behind the plausible ones, since
+//!   there every plan may be as optimistic and moving the ones above the
+//!   line would make #1 whichever plan the model happens to price just
+//!   under it.
 //!
 //! This is the optimizer's curse answered with the data at hand: the top of
 //! a list ranked by one predicted number is where the model is most
@@ -88,12 +94,19 @@ pub struct Ranked {
     pub validated: bool,
     /// Whether it is above the measured envelope.
     pub implausible: bool,
+    /// Whether it goes behind the plausible plans of its tie group: above
+    /// the envelope of its own GPU class (not one borrowed from another).
+    pub demoted: bool,
 }
 
 impl Ranked {
     /// A plan predicted at `tokens_per_s` with trust `t`.
     pub fn of(tokens_per_s: f64, t: &Trust, bands: &Bands) -> Ranked {
         let implausible = t.envelope.as_ref().is_some_and(|e| e.implausible);
+        let demoted = t
+            .envelope
+            .as_ref()
+            .is_some_and(|e| e.implausible && e.same_class);
         // Clip an implausible prediction to the envelope: at most the
         // record MFU plus the margin, in the plan's own tokens/s.
         let tokens = match &t.envelope {
@@ -113,6 +126,7 @@ impl Ranked {
             band: bands.band(t),
             validated: t.extrapolated.is_none() && t.median_abs.is_some(),
             implausible,
+            demoted,
         }
     }
 
@@ -172,11 +186,12 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
     out
 }
 
-/// Inside a tie group: plausible first, validated first, narrower band
-/// first (a stable sort keeps the order by key after that).
+/// Inside a tie group: plausible first (against its own class's
+/// envelope), validated first, narrower band first (a stable sort keeps
+/// the order by key after that).
 fn better_validated(a: &Ranked, b: &Ranked) -> Ordering {
-    a.implausible
-        .cmp(&b.implausible)
+    a.demoted
+        .cmp(&b.demoted)
         .then(b.validated.cmp(&a.validated))
         .then(a.band.total_cmp(&b.band))
 }
@@ -192,6 +207,7 @@ mod tests {
             band,
             validated,
             implausible: false,
+            demoted: false,
         }
     }
 
@@ -297,6 +313,48 @@ mod tests {
         assert_eq!(
             order(&[r, faster], RankBy::Predicted, usize::MAX),
             vec![(1, 1), (0, 1)]
+        );
+    }
+
+    /// The reviewer's B200 bf16 case: no bf16 run of the class is measured,
+    /// so the envelope is the best of any class (56.3% + 3 points). Every
+    /// top plan is extrapolated with the same band; one predicted at 66.9%
+    /// clips to 59.3% and ties a plausible one predicted at 59.29%. It is
+    /// not moved behind it (the faster as priced leads), while above its
+    /// own class's record it is.
+    #[test]
+    fn a_borrowed_envelope_clips_without_demoting() {
+        use crate::trust::{Envelope, Trust};
+        let bands = Bands { extrapolated: 0.18 };
+        let trust = |predicted_mfu: f64, same_class: bool| Trust {
+            runs: 0,
+            median_abs: None,
+            max_abs: None,
+            nearest: vec![],
+            extrapolated: Some("gpu".into()),
+            envelope: Some(Envelope {
+                record_mfu: 0.563,
+                record_id: "KOR22-4b".into(),
+                predicted_mfu,
+                implausible: predicted_mfu > 0.563 + crate::trust::ENVELOPE_MARGIN,
+                same_class,
+            }),
+        };
+        // tokens/s per MFU point: 1000 tokens/s at 66.9% and at 59.29%.
+        let high = |same| Ranked::of(669.0, &trust(0.669, same), &bands);
+        let under = |same| Ranked::of(592.9, &trust(0.5929, same), &bands);
+        // 669 clips to 1000·0.593 = 593.0, above the plausible 592.9.
+        assert!((high(false).tokens - 593.0).abs() < 1e-9);
+        assert!(high(false).implausible && !high(false).demoted);
+        assert_eq!(
+            order(&[under(false), high(false)], RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
+        // Against its own class's record the implausible plan goes last.
+        assert!(high(true).demoted);
+        assert_eq!(
+            order(&[under(true), high(true)], RankBy::Predicted, usize::MAX),
+            vec![(0, 1), (1, 1)]
         );
     }
 
