@@ -249,9 +249,21 @@ fn torchtitan_checklist_matches_its_files() {
         "8192"
     );
     assert_eq!(assigned["config.parallelism.num_pp_microbatches"], "512");
-    let double = item(&check, "activation term double");
+    let double = item(&check, "the activation term");
     assert!(double.contains("`config.training.num_tokens_per_microbatch_per_dp_rank = 16384`"));
     assert!(double.contains("`config.parallelism.num_pp_microbatches = 256`"));
+    // The doubled run is suggested only when plan.json predicts it fits.
+    let plan: serde_json::Value = serde_json::from_str(&read(&dir, generate::PLAN_FILE)).unwrap();
+    let doubled = plan["predicted"]["doubled_micro_batch_peak_gib"]
+        .as_f64()
+        .unwrap();
+    let usable = plan["hardware"]["usable_gib"].as_f64().unwrap();
+    assert_eq!(
+        double.contains("Do not double"),
+        doubled > usable,
+        "{double}"
+    );
+    assert!(double.contains(&format!("{doubled:.1} GiB")), "{double}");
     // Every `config.X` the checklist names is a field torchtitan has: one
     // the file assigns, or one of the checks' own.
     let own = [
@@ -374,7 +386,7 @@ fn bridge_checklist_matches_its_files() {
     assert!(tiny.contains("`model.num_layers_in_first_pipeline_stage=1`"));
     assert!(tiny.contains("`model.num_layers_in_last_pipeline_stage=1`"));
     assert!(tiny.contains("`train.global_batch_size=8`"));
-    assert!(item(&check, "activation term double").contains("`train.micro_batch_size=2`"));
+    assert!(item(&check, "the activation term").contains("`train.micro_batch_size=2`"));
     let reference = item(&check, "a reference");
     assert!(reference.contains("`model.tensor_model_parallel_size=1`"));
     assert!(reference.contains("`ddp.use_megatron_fsdp=false`"));
@@ -419,7 +431,7 @@ fn deepspeed_checklist_matches_its_files() {
     assert!(tiny.contains("`train_batch_size`: 128 with `gradient_accumulation_steps`: 1"));
     assert!(item(&check, "a reference").contains("`gradient_accumulation_steps`: 64"));
     assert!(
-        item(&check, "activation term double")
+        item(&check, "the activation term")
             .contains("`train_micro_batch_size_per_gpu`: 4 and `gradient_accumulation_steps`: 8")
     );
     assert!(item(&check, "get_global_grad_norm").contains(&format!(

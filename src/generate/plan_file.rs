@@ -127,6 +127,22 @@ pub struct ModelInfo {
     pub mla: Option<MlaSpec>,
 }
 
+/// Peak bytes of the worst rank of `l` with its micro-batch doubled, when
+/// the global batch divides by D·2b (the layout is otherwise the same,
+/// split included).
+fn doubled_micro_batch_peak(pr: &Problem, l: &Layout) -> Option<f64> {
+    let b = l.micro_batch.checked_mul(2)?;
+    let per = u64::from(l.dp) * u64::from(b);
+    if per == 0 || !pr.job.global_batch.is_multiple_of(per) {
+        return None;
+    }
+    let doubled = Layout {
+        micro_batch: b,
+        ..l.clone()
+    };
+    Some(cost::evaluate(pr, &doubled).peak_bytes)
+}
+
 /// Cluster and the GPUs the plan uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HardwareInfo {
@@ -506,6 +522,12 @@ pub struct Predicted {
     pub worst_pp_rank: u32,
     /// Usable memory minus the peak, GiB.
     pub headroom_gib: f64,
+    /// Peak memory of the worst rank with the micro-batch doubled (the
+    /// checklist's activation-scaling check), GiB; `null` when the global
+    /// batch does not divide by D·2b. Above the usable memory the checklist
+    /// does not suggest the doubled run.
+    #[serde(default)]
+    pub doubled_micro_batch_peak_gib: Option<f64>,
     /// The worst rank's memory, GiB.
     pub memory_gib: MemoryGib,
     /// The step's time breakdown, seconds.
@@ -797,6 +819,7 @@ impl Plan {
             peak_gib: eval.peak_bytes / GIB,
             worst_pp_rank: eval.worst_rank,
             headroom_gib: usable_gib - eval.peak_bytes / GIB,
+            doubled_micro_batch_peak_gib: doubled_micro_batch_peak(pr, l).map(|b| b / GIB),
             memory_gib: eval.memory.in_gib(),
             time_s: *t,
             stages: stage_costs
