@@ -144,6 +144,12 @@ struct ImportLogArgs {
     /// Padded vocabulary, when a log lacks the tokenizer's line.
     #[arg(long, value_parser = parse_count)]
     vocab: Option<u64>,
+    /// Append the rows to this CSV instead of printing them: the header is
+    /// written only when the file is new or empty; an existing file must
+    /// start with import-log's header, and a row id already in it is an
+    /// error (appending with `>>` would repeat the header).
+    #[arg(long, value_name = "FILE.csv")]
+    append: Option<PathBuf>,
 }
 
 /// `calibrate-network`: nccl-tests runs → link overlay.
@@ -1752,7 +1758,17 @@ fn write_overlay(
 
 /// The measurement rows of Megatron-LM logs, each named after its file.
 fn log_rows(files: &[PathBuf], gpu: &str, vocab: Option<u64>) -> Result<String> {
-    let rows = files
+    Ok(crate::megatron_log::csv(&log_records(files, gpu, vocab)?))
+}
+
+/// The measurement rows of Megatron-LM logs `files`, one per log, named by
+/// the file stem.
+fn log_records(
+    files: &[PathBuf],
+    gpu: &str,
+    vocab: Option<u64>,
+) -> Result<Vec<std::collections::BTreeMap<&'static str, String>>> {
+    files
         .iter()
         .map(|f| {
             let log = crate::megatron_log::parse(&read_text(f)?, f)?;
@@ -1762,15 +1778,99 @@ fn log_rows(files: &[PathBuf], gpu: &str, vocab: Option<u64>) -> Result<String> 
                 .unwrap_or_else(|| "log".into());
             Ok(log.row(&id, f, gpu, vocab)?)
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(crate::megatron_log::csv(&rows))
+        .collect::<Result<Vec<_>>>()
+}
+
+/// Append `rows` to the CSV at `path` (created with import-log's header
+/// when new or empty). An existing file's header must name every column
+/// import-log writes, in any order (the rows are written in the file's
+/// order; a column only the file has stays empty), and no row id may be in
+/// it already. Returns how many rows were added.
+fn append_rows(
+    path: &std::path::Path,
+    rows: &[std::collections::BTreeMap<&'static str, String>],
+) -> Result<usize> {
+    use std::io::Write as _;
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => {
+            return Err(InputError::Io {
+                file: path.to_path_buf(),
+                source,
+            }
+            .into());
+        }
+    };
+    let ours = crate::megatron_log::csv_columns();
+    let new_file = existing.trim().is_empty();
+    let text = if new_file {
+        crate::megatron_log::csv_text(rows, &ours, true)
+    } else {
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(true)
+            .from_reader(existing.as_bytes());
+        let header: Vec<String> = reader
+            .headers()
+            .map_err(|e| anyhow::anyhow!("{}: line 1: {e}", path.display()))?
+            .iter()
+            .map(|c| c.trim().to_string())
+            .collect();
+        let missing: Vec<&str> = ours
+            .iter()
+            .copied()
+            .filter(|c| !header.iter().any(|h| h == c))
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "{}: line 1 is not a measurement header: it lacks the column(s) {} that import-log writes; append to a file import-log or the validation table created, or to a new one",
+                path.display(),
+                missing.join(", ")
+            );
+        }
+        let id_col = header.iter().position(|h| h == "id").unwrap_or(0);
+        for rec in reader.records() {
+            let Ok(rec) = rec else { continue };
+            let id = rec.get(id_col).unwrap_or_default();
+            if rows.iter().any(|r| r.get("id").is_some_and(|x| x == id)) {
+                bail!(
+                    "{}: row id `{id}` is already there (line {}); rename the log (the id is its file stem) or remove that row",
+                    path.display(),
+                    rec.position().map_or(0, |p| p.line())
+                );
+            }
+        }
+        let mut text = crate::megatron_log::csv_text(rows, &header, false);
+        if !existing.ends_with('\n') {
+            text.insert(0, '\n');
+        }
+        text
+    };
+    let write_error = |source| InputError::Write {
+        file: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(write_error)?;
+    f.write_all(text.as_bytes()).map_err(write_error)?;
+    Ok(rows.len())
 }
 
 fn run_import_log(a: &ImportLogArgs, out: &mut dyn Write) -> Result<()> {
     Catalog::shipped()?
         .gpu(&a.gpu)
         .map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
-    write!(out, "{}", log_rows(&a.files, &a.gpu, a.vocab)?)?;
+    let rows = log_records(&a.files, &a.gpu, a.vocab)?;
+    match &a.append {
+        Some(path) => {
+            let n = append_rows(path, &rows)?;
+            writeln!(out, "appended {n} row(s) to {}", path.display())?;
+        }
+        None => write!(out, "{}", crate::megatron_log::csv(&rows))?,
+    }
     Ok(())
 }
 

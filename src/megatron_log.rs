@@ -347,10 +347,27 @@ impl Log {
 /// The CSV (header and one line per row) of `rows`, in the columns of
 /// `tests/data/published-dev-v2.csv`; `validate` and `calibrate` read it.
 pub fn csv(rows: &[BTreeMap<&'static str, String>]) -> String {
+    csv_text(rows, &csv_columns(), true)
+}
+
+/// The columns [`csv`] writes, in its order.
+pub fn csv_columns() -> Vec<&'static str> {
+    COLUMNS.iter().chain(V2_COLUMNS.iter()).copied().collect()
+}
+
+/// `rows` as CSV lines in the order of `cols` (a cell a row lacks is
+/// empty), with the header line first when `header`.
+pub fn csv_text<S: AsRef<str>>(
+    rows: &[BTreeMap<&'static str, String>],
+    cols: &[S],
+    header: bool,
+) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let cols: Vec<&str> = COLUMNS.iter().chain(V2_COLUMNS.iter()).copied().collect();
+    let cols: Vec<&str> = cols.iter().map(AsRef::as_ref).collect();
     // Writing to a Vec cannot fail; the `unwrap_or_default`s keep it so.
-    w.write_record(&cols).ok();
+    if header {
+        w.write_record(&cols).ok();
+    }
     for r in rows {
         w.write_record(
             cols.iter()

@@ -2389,13 +2389,20 @@ impl Metric {
     }
 }
 
+/// The source code of row `id`: up to its first `-`, upper-cased
+/// (`MBRIDGE-25.09-…` → `MBRIDGE`; a user's `llama3-8b-run` → `LLAMA3`).
+pub fn source_code(id: &str) -> String {
+    id.split('-').next().unwrap_or("").to_ascii_uppercase()
+}
+
 /// The comparison of one row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowResult {
     /// Row id.
     pub id: String,
-    /// Source family code.
-    pub source: &'static str,
+    /// Source code: the row id up to its first `-`, upper-cased (`MBRIDGE`,
+    /// `TT`, …), as the regime table's `source` groups it.
+    pub source: String,
     /// Layout priced (short form).
     pub layout: String,
     /// FLOP convention of the TFLOP/s columns.
@@ -2480,13 +2487,7 @@ impl Regime {
                 .to_string()
             }),
             scale: crate::trust::scale_band(n),
-            source: case
-                .row
-                .id
-                .split('-')
-                .next()
-                .unwrap_or("")
-                .to_ascii_uppercase(),
+            source: source_code(&case.row.id),
         }
     }
 
@@ -2736,7 +2737,7 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
     };
     let r = RowResult {
         id: case.row.id.clone(),
-        source: case.family.code(),
+        source: source_code(&case.row.id),
         layout: case.layout.short(),
         convention: case.convention.name(),
         tflops,
@@ -2995,7 +2996,7 @@ fn stats(metric: &'static str, source: String, errs: &[(String, f64)]) -> Option
 /// Per-metric, per-source statistics of `rows`.
 pub fn summarize(rows: &[RowResult]) -> Vec<SummaryLine> {
     let mut out = Vec::new();
-    let mut sources: Vec<&'static str> = rows.iter().map(|r| r.source).collect();
+    let mut sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
     sources.sort();
     sources.dedup();
     type Pick = fn(&RowResult) -> Option<f64>;
@@ -3023,7 +3024,7 @@ pub fn summarize(rows: &[RowResult]) -> Vec<SummaryLine> {
 }
 
 fn fit_lines(rows: &[RowResult]) -> Vec<FitLine> {
-    let mut sources: Vec<&'static str> = rows.iter().map(|r| r.source).collect();
+    let mut sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
     sources.sort();
     sources.dedup();
     sources
@@ -3098,15 +3099,25 @@ pub fn write_table(w: &mut dyn std::io::Write, r: &ValidationReport) -> std::io:
     }
     writeln!(w)?;
     writeln!(w, "Summary (|error|):")?;
+    // Sources are row-id prefixes (a user's may be long): the column takes
+    // the longest, at least 8.
+    let sw = r
+        .summary
+        .iter()
+        .map(|s| s.source.chars().count())
+        .chain(r.fit.iter().map(|f| f.source.chars().count()))
+        .max()
+        .unwrap_or(0)
+        .max(8);
     writeln!(
         w,
-        "{:<11} {:<8} {:>5} {:>9} {:>9}  worst",
+        "{:<11} {:<sw$} {:>5} {:>9} {:>9}  worst",
         "metric", "source", "rows", "median", "max"
     )?;
     for s in &r.summary {
         writeln!(
             w,
-            "{:<11} {:<8} {:>5} {:>8.1}% {:>8.1}%  {}",
+            "{:<11} {:<sw$} {:>5} {:>8.1}% {:>8.1}%  {}",
             s.metric,
             s.source,
             s.count,
@@ -3121,7 +3132,7 @@ pub fn write_table(w: &mut dyn std::io::Write, r: &ValidationReport) -> std::io:
         if f.oom > 0 || f.ran > 0 {
             writeln!(
                 w,
-                "  {:<8} ran {:>3}, predicted to fit {:>3} ({:.0}%); out of memory {:>2}, predicted not to fit {:>2}",
+                "  {:<sw$} ran {:>3}, predicted to fit {:>3} ({:.0}%); out of memory {:>2}, predicted not to fit {:>2}",
                 f.source,
                 f.ran,
                 f.ran_predicted_fit,

@@ -111,3 +111,72 @@ fn logs_without_arguments_or_iterations_are_refused() {
     ]);
     assert!(o.status.success());
 }
+
+/// `--append FILE` adds the rows to a CSV instead of printing them: the
+/// header only into a new file, the file's own column order otherwise, and
+/// a row id already there is refused (with `>>` the header came again and
+/// validate skipped it as a malformed row).
+#[test]
+fn append_adds_rows_once_under_one_header() {
+    let dir = common::temp_dir("append");
+    let runs = dir.join("runs.csv");
+    let second = dir.join("second-run.log");
+    std::fs::copy(LOG, &second).unwrap();
+    let append = |log: &str, to: &Path| {
+        meshplan(&[
+            "import-log",
+            log,
+            "--gpu",
+            "h100-sxm",
+            "--append",
+            to.to_str().unwrap(),
+        ])
+    };
+    let o = append(LOG, &runs);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("appended 1 row(s) to {}\n", runs.display())
+    );
+    assert!(append(second.to_str().unwrap(), &runs).status.success());
+    let text = std::fs::read_to_string(&runs).unwrap();
+    // One header and two rows: the two logs' ids.
+    assert_eq!(text.lines().filter(|l| l.starts_with("id,")).count(), 1);
+    let rows = validate::read_csv(&text, &runs).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["llama3-8b-dgx-h100-tp2dp4", "second-run"]);
+    // The same log again: refused, the file unchanged.
+    let again = append(LOG, &runs);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim_end(),
+        format!(
+            "error: {}: row id `llama3-8b-dgx-h100-tp2dp4` is already there (line 2); rename the log (the id is its file stem) or remove that row",
+            runs.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), text);
+    // The validation table's header (same columns, `notes` last) takes the
+    // row in its own order; validate then reads 177 + 1 rows.
+    let table = dir.join("table.csv");
+    std::fs::copy("tests/data/published-dev-v2.csv", &table).unwrap();
+    assert!(append(second.to_str().unwrap(), &table).status.success());
+    let rows = validate::read_csv(&std::fs::read_to_string(&table).unwrap(), &table).unwrap();
+    assert_eq!(rows.len(), 178);
+    let last = rows.last().unwrap();
+    assert_eq!(
+        (last.id.as_str(), last.measured_step_s),
+        ("second-run", Some(13.9124))
+    );
+    // A file that is not a measurement table is refused, naming a column.
+    let other = dir.join("other.csv");
+    std::fs::write(&other, "a,b\n1,2\n").unwrap();
+    let o = append(LOG, &other);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("lacks the column(s) id, source, model"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -97,6 +97,27 @@ fn dev_v2_rows_are_predicted_or_skipped_with_their_reason() {
     assert_eq!(r.rows.len() + r.skipped.len(), 177);
     let priced_fp8 = r.rows.iter().filter(|x| fp8.contains(&x.id)).count();
     assert_eq!(priced_fp8, 33);
+    // The summary groups rows by their id's source prefix, as the regime
+    // table does (it lumped every row outside the four 2021–22 families as
+    // `OTHER`): the throughput lines count, per source, the rows whose id
+    // starts with it.
+    for line in r
+        .summary
+        .iter()
+        .filter(|l| l.metric == "throughput" && l.source != "all")
+    {
+        let prefix = format!("{}-", line.source);
+        let n = r
+            .rows
+            .iter()
+            .filter(|x| {
+                x.id.to_ascii_uppercase().starts_with(&prefix) && x.throughput_error.is_some()
+            })
+            .count();
+        assert_eq!(line.count, n, "{}", line.source);
+    }
+    let sources: Vec<&str> = r.summary.iter().map(|l| l.source.as_str()).collect();
+    assert!(sources.contains(&"MBRIDGE") && sources.contains(&"TT") && !sources.contains(&"OTHER"));
     for s in &r.skipped {
         assert!(
             !s.kind.contains("fp8") && !s.kind.contains("precision"),
