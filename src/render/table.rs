@@ -556,7 +556,7 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
     };
     writeln!(
         w,
-        "Note: fewer GPUs do better. {} of {} GPUs ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%) with {}; all {} ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%): {:.2}× per GPU, {}. Probed {} (search --gpus N).",
+        "Note: fewer GPUs do better. {} of {} GPUs ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%) with {}; all {} ({}) reach {:.0} tokens/s ({:.1} per GPU, MFU {:.1}%): {:.2}× per GPU, {}. Both are the fastest predicted plans of their GPU count, not the #1 of a ranking with tie groups (search --gpus N ranks that count's plans). Probed {}.",
         b.gpus,
         a.gpus,
         b.factors,
