@@ -512,3 +512,49 @@ fn max_tier_forbids_model_parallel_groups_above_a_tier() {
     let free = run(&[]);
     assert!(free["valid"].as_u64().unwrap() > bounded["valid"].as_u64().unwrap());
 }
+
+/// The TP group's row in the process-group table: one all-reduce of a
+/// layer's activations without SP, its all-gather and reduce-scatter with
+/// SP (the same traffic; the table had said all-reduce either way). Llama
+/// 3 70B at T = 8, b = 1, s = 8192: S = 8192·8192·2 B = 128 MiB; a ring
+/// all-reduce puts 2·(7/8)·S = 224 MiB on NVLink per GPU, an all-gather or
+/// a reduce-scatter 7/8·S = 112 MiB.
+#[test]
+fn the_tp_group_row_names_the_sp_collectives() {
+    use meshplan::cost::levels::{Collective, group_traffic};
+    let cat = Catalog::shipped().unwrap();
+    let model = cat.model("llama3-70b").unwrap();
+    let cluster = cat.cluster("dgx64").unwrap();
+    let gpu = cat.gpu(&cluster.gpu).unwrap();
+    let job = Job::new(2048, 8192);
+    let pr = Problem::new(model, gpu, cluster, &job, 64);
+    const MIB: f64 = 1024.0 * 1024.0;
+    let tp_rows = |sp: bool| -> Vec<(Collective, f64, Vec<f64>)> {
+        let l = Layout {
+            sp,
+            ..Layout::dense(4, 8, 2, 1)
+        };
+        group_traffic(&pr, &l)
+            .into_iter()
+            .filter(|g| g.axis == "tp")
+            .map(|g| {
+                (
+                    g.collective,
+                    g.buffer_bytes / MIB,
+                    g.level_bytes.iter().map(|b| b / MIB).collect(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        tp_rows(false),
+        vec![(Collective::AllReduce, 128.0, vec![224.0])]
+    );
+    assert_eq!(
+        tp_rows(true),
+        vec![
+            (Collective::AllGather, 128.0, vec![112.0]),
+            (Collective::ReduceScatter, 128.0, vec![112.0])
+        ]
+    );
+}

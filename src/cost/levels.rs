@@ -191,7 +191,8 @@ pub fn crossed(cluster: &Cluster, kind: Collective, g: GroupSpan) -> Vec<String>
 
 /// Every process group of `l` with more than one rank, with one of its
 /// collectives: TP the all-reduce of one layer's activations
-/// (`b·s/C·h·2`), CP one K/V chunk (`kv_bytes_per_step`), EP one dispatch
+/// (`b·s/C·h·2`; under SP its all-gather and its reduce-scatter, two rows
+/// of the same buffer), CP one K/V chunk (`kv_bytes_per_step`), EP one dispatch
 /// (`moe::all_to_all_bytes`), ETP one all-reduce of the routed pairs,
 /// DP·CP and expert DP the gradient reduction of the rank with the most
 /// parameters (all-reduce under ZeRO-0, reduce-scatter otherwise), PP one
@@ -225,16 +226,36 @@ pub fn group_traffic(pr: &Problem, l: &Layout) -> Vec<GroupTraffic> {
         kv * l.cp as f64
     };
     let moe = pr.model.moe.is_some();
-    let mut rows: Vec<(&'static str, GroupSpan, Collective, f64, &'static str)> = vec![
-        (
+    // TP: one all-reduce of a layer's activations; under SP the same
+    // traffic as an all-gather before and a reduce-scatter after each
+    // parallel block ([ref:korthikanti-2022] §4.2.2).
+    let mut rows: Vec<(&'static str, GroupSpan, Collective, f64, &'static str)> = if l.sp {
+        vec![
+            (
+                "tp",
+                pl.tp,
+                Collective::AllGather,
+                act,
+                "one layer's activations, SP",
+            ),
+            (
+                "tp",
+                pl.tp,
+                Collective::ReduceScatter,
+                act,
+                "one layer's activations, SP",
+            ),
+        ]
+    } else {
+        vec![(
             "tp",
             pl.tp,
             Collective::AllReduce,
             act,
             "one layer's activations",
-        ),
-        ("cp", pl.cp, cp_kind, cp_bytes, "one K/V exchange"),
-    ];
+        )]
+    };
+    rows.push(("cp", pl.cp, cp_kind, cp_bytes, "one K/V exchange"));
     if moe {
         rows.push((
             "ep",
