@@ -358,6 +358,33 @@ impl Outlook {
 /// # Errors
 /// A sentence naming the text when it is not a positive finite number.
 pub fn parse_tokens(text: &str) -> Result<f64, String> {
+    let v = parse_token_count(text)?;
+    check_token_budget(v, text)
+}
+
+/// `v` tokens (as `text` gave them) if within
+/// [`crate::limits::MAX_TOKEN_BUDGET`].
+///
+/// # Errors
+/// A sentence naming the text and the limit.
+pub fn check_token_budget(v: f64, text: &str) -> Result<f64, String> {
+    if !v.is_finite() || v > crate::limits::MAX_TOKEN_BUDGET {
+        return Err(format!(
+            "`{}`: too large a number of tokens; meshplan's limit is {:e} (see src/limits.rs)",
+            crate::limits::echo(text.trim()),
+            crate::limits::MAX_TOKEN_BUDGET
+        ));
+    }
+    Ok(v)
+}
+
+/// The number [`parse_tokens`] reads from `text`, without its limit (the
+/// command line checks the syntax as a usage error and the limit as a job
+/// error).
+///
+/// # Errors
+/// A sentence naming the text when it is not a number of at least 1 token.
+pub fn parse_token_count(text: &str) -> Result<f64, String> {
     let t = text.trim();
     let text = &crate::limits::echo(t);
     let (num, scale) = match t.chars().last() {
@@ -382,13 +409,7 @@ pub fn parse_tokens(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("`{text}`: not a number of tokens; write e.g. 15T, 300B or 2e12"))?;
     let v = v * scale;
-    if !v.is_finite() || v > crate::limits::MAX_TOKEN_BUDGET {
-        return Err(format!(
-            "`{text}`: too large a number of tokens; meshplan's limit is {:e} (see src/limits.rs)",
-            crate::limits::MAX_TOKEN_BUDGET
-        ));
-    }
-    if v < 1.0 {
+    if v < 1.0 || v.is_nan() {
         return Err(format!(
             "`{text}`: the token budget must be at least 1 token"
         ));

@@ -366,8 +366,15 @@ struct Extras {
     plot: Option<PathBuf>,
     /// Token budget for the time to train, e.g. `15T`, `300B`, `2e12`
     /// (suffixes K, M, B, T).
-    #[arg(long, value_name = "TOKENS")]
-    tokens: Option<String>,
+    #[arg(long, value_name = "TOKENS", value_parser = parse_tokens_flag)]
+    tokens: Option<(f64, String)>,
+}
+
+/// `--tokens`: a token count of at least 1 with an optional K/M/B/T suffix
+/// ([`checkpoint::parse_token_count`]); text that is not one is a usage
+/// error (exit 2). The limit is checked with the job (exit 1).
+fn parse_tokens_flag(value: &str) -> std::result::Result<(f64, String), String> {
+    checkpoint::parse_token_count(value).map(|v| (v, value.to_string()))
 }
 
 #[derive(Debug, Args)]
@@ -1193,8 +1200,9 @@ fn tokens_flag(e: &Extras, format: Format) -> Result<Option<f64>> {
         Some(_) if format == Format::Csv => {
             bail!("--tokens is printed as a table or JSON, not CSV; drop --format csv")
         }
-        Some(t) => Ok(Some(
-            checkpoint::parse_tokens(t).map_err(|e| anyhow::anyhow!("--tokens: {e}"))?,
+        Some((v, text)) => Ok(Some(
+            checkpoint::check_token_budget(*v, text)
+                .map_err(|e| anyhow::anyhow!("--tokens: {e}"))?,
         )),
     }
 }

@@ -700,6 +700,16 @@ fn absurd_moe_load_and_token_budget() {
         1,
         "error: --tokens: `1e30`: too large a number of tokens; meshplan's limit is 1e18 (see src/limits.rs)",
     );
+    // Text that is not a token count is a usage error, as any bad number
+    // is (README, exit codes); a count beyond the limit is a job error.
+    let o = run_v(&with("search", &JOB, &["--top", "1", "--tokens", "abc"]));
+    fails(
+        &o,
+        2,
+        "error: invalid value 'abc' for '--tokens <TOKENS>': `abc`: unknown suffix `c`; use K, M, B or T (e.g. 15T)",
+    );
+    let o = run_v(&with("search", &JOB, &["--top", "1", "--tokens", "0"]));
+    fails(&o, 2, "`0`: the token budget must be at least 1 token");
     let o = run_v(&with("search", &mixtral, &["--moe-capacity-factor", "0.5"]));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
