@@ -29,6 +29,12 @@ pub struct Context {
     pub gpu: String,
     /// GPUs used, N.
     pub gpus: u64,
+    /// When the job takes fewer GPUs than the cluster has because of the
+    /// profile's `segment` (GB200 NVL72: 16 of each rack's 18 trays,
+    /// [`crate::spec::Cluster::job_gpus`]): the cluster's GPUs and the
+    /// segment; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_of: Option<SegmentOf>,
     /// Global batch, sequences.
     pub global_batch: u64,
     /// Sequence length, tokens.
@@ -57,6 +63,16 @@ pub struct Context {
     pub zero3_pricing: Option<&'static str>,
 }
 
+/// A job on fewer GPUs than its cluster because of the profile's
+/// `segment`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SegmentOf {
+    /// GPUs of the cluster.
+    pub cluster_gpus: u64,
+    /// Hosts a job takes from each NVLink domain.
+    pub hosts_per_domain: u32,
+}
+
 impl Context {
     /// Context of a problem.
     pub fn of(pr: &Problem) -> Context {
@@ -65,6 +81,14 @@ impl Context {
             cluster: pr.cluster.name.clone(),
             gpu: pr.gpu.name.clone(),
             gpus: pr.world,
+            segment_of: pr
+                .cluster
+                .segment
+                .filter(|_| pr.world == pr.cluster.job_gpus() && pr.world < pr.cluster.total_gpus())
+                .map(|hosts| SegmentOf {
+                    cluster_gpus: pr.cluster.total_gpus(),
+                    hosts_per_domain: hosts,
+                }),
             global_batch: pr.job.global_batch,
             seq_len: pr.job.seq_len,
             recipe: pr.job.recipe_name.to_string(),

@@ -558,3 +558,37 @@ fn the_tp_group_row_names_the_sp_collectives() {
         ]
     );
 }
+
+/// A profile with a `segment` runs its jobs on fewer GPUs than it has
+/// (gb200-nvl72-576: 8 racks × 16 of 18 trays × 4 = 512 of 576), and the
+/// search's first line says so; a profile without one does not.
+#[test]
+fn the_header_names_the_gpus_a_segment_leaves_out() {
+    let first_line = |cluster: &str| {
+        let o = meshplan(&[
+            "search",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            cluster,
+            "--top",
+            "1",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let gb = first_line("gb200-nvl72-576");
+    assert!(
+        gb.starts_with("llama3-8b on 512 × gb200 (gb200-nvl72-576: 512 of its 576 GPUs, 16 hosts of each NVLink domain as its `segment` says),"),
+        "{gb}"
+    );
+    let dgx = first_line("dgx64");
+    assert!(
+        dgx.starts_with("llama3-8b on 64 × a100-80g (dgx64), "),
+        "{dgx}"
+    );
+}

@@ -16,11 +16,18 @@ pub struct Table;
 fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
     writeln!(
         w,
-        "{} on {} × {} ({}), global batch {} × seq {} = {} tokens/step, recipe {}{}, usable {:.1} GiB/GPU{}",
+        "{} on {} × {} ({}{}), global batch {} × seq {} = {} tokens/step, recipe {}{}, usable {:.1} GiB/GPU{}",
         c.model,
         c.gpus,
         c.gpu,
         c.cluster,
+        match c.segment_of {
+            Some(seg) => format!(
+                ": {} of its {} GPUs, {} hosts of each NVLink domain as its `segment` says",
+                c.gpus, seg.cluster_gpus, seg.hosts_per_domain
+            ),
+            None => String::new(),
+        },
         c.global_batch,
         c.seq_len,
         tokens_text((c.global_batch * c.seq_len) as f64),
