@@ -1298,9 +1298,19 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     let pr = req.problem();
     let mut layout = req.layout_or_defaults()?;
     if a.auto_split {
-        let s =
-            crate::split::solve(&pr, &layout).map_err(|e| anyhow::anyhow!("--auto-split: {e}"))?;
-        layout.split = Some(s.layers);
+        match crate::split::solve(&pr, &layout) {
+            Ok(s) => layout.split = Some(s.layers),
+            // No split fits: explain the one that minimises the largest
+            // stage's memory, so the verdict (REJECTED, memory) comes with
+            // its numbers and the smallest fixes, as any other layout's.
+            Err(crate::split::SplitError::Infeasible { split, .. }) => {
+                eprintln!(
+                    "note: --auto-split: no stage split fits in memory; explaining the split that minimises the largest stage's memory"
+                );
+                layout.split = Some(split);
+            }
+            Err(e) => bail!("--auto-split: {e}"),
+        }
     }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = &req.policy;

@@ -735,3 +735,56 @@ fn ranking_does_not_depend_on_the_threads() {
     // Not a vacuous check: the rescue passes took part.
     assert!(one.0.iter().filter(|r| r.1.is_some()).count() > 100);
 }
+
+/// `--auto-split` when no split fits in memory: the verdict is REJECTED
+/// for memory with the split that minimises the largest stage's peak (it
+/// was an error with the split as a list of numbers). Oracle: every split
+/// a/(80 − a) of llama3-70b at D32 T1 p2, priced, the smallest worst-rank
+/// peak.
+#[test]
+fn auto_split_without_a_fitting_split_explains_the_min_memory_split() {
+    let f = Fixture::new("70b", "dgx64");
+    let pr = f.problem();
+    let best = (1..80u32)
+        .min_by(|&a, &b| {
+            let peak = |x: u32| {
+                let l = Layout {
+                    split: Some(vec![x, 80 - x]),
+                    ..Layout::dense(32, 1, 2, 1)
+                };
+                cost::evaluate(&pr, &l).peak_bytes
+            };
+            peak(a).total_cmp(&peak(b))
+        })
+        .unwrap();
+    let out = meshplan()
+        .args([
+            "explain",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--dp",
+            "32",
+            "--tp",
+            "1",
+            "--pp",
+            "2",
+            "--auto-split",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note: --auto-split: no stage split fits in memory"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("split {}/{})", best, 80 - best)),
+        "{best}: {stdout}"
+    );
+    assert!(stdout.contains("Verdict: REJECTED"), "{stdout}");
+    assert!(stdout.contains("[memory] peak"), "{stdout}");
+}
