@@ -2471,8 +2471,12 @@ impl Regime {
                 Some(Precision::Fp16) => "fp16",
                 Some(Precision::Bf16) => "bf16",
                 Some(Precision::Low(p)) => p.as_str(),
+                // As the software assumptions price the row: Megatron-LM
+                // 2021–22 in fp16; the BLOOM sweeps in fp16 unless their
+                // notes name the BF16Optimizer.
                 None => match case.family {
                     Family::Nar21 | Family::Kor22 => "fp16",
+                    Family::Bloom if !case.row.notes.contains("BF16Optimizer") => "fp16",
                     _ => "bf16",
                 },
             },
