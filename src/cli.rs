@@ -1820,10 +1820,26 @@ fn append_rows(
             .into());
         }
     };
+    // Two logs of one call with the same file stem would be two rows of
+    // one id: validate keeps only the first.
+    let mut ids: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.get("id").map(|x| x.trim()))
+        .collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        bail!(
+            "{}: two of the logs give the row id `{}` (the id is a log's file stem): rename one; nothing was written",
+            path.display(),
+            w[0]
+        );
+    }
     let ours = crate::megatron_log::csv_columns();
+    // A file of blank lines is new: it is rewritten, not appended to.
     let new_file = existing.trim().is_empty();
+    let crlf = existing.contains("\r\n");
     let text = if new_file {
-        crate::megatron_log::csv_text(rows, &ours, true)
+        crate::megatron_log::csv_text(rows, &ours, true, false)
     } else {
         let mut reader = csv::ReaderBuilder::new()
             .flexible(true)
@@ -1849,18 +1865,29 @@ fn append_rows(
         let id_col = header.iter().position(|h| h == "id").unwrap_or(0);
         for rec in reader.records() {
             let Ok(rec) = rec else { continue };
-            let id = rec.get(id_col).unwrap_or_default();
-            if rows.iter().any(|r| r.get("id").is_some_and(|x| x == id)) {
+            let id = rec.get(id_col).unwrap_or_default().trim();
+            if ids.contains(&id) {
+                // The file line of the record: newlines before its first
+                // byte, plus one (the csv crate counts CRLF line ends twice).
+                let bytes = existing.as_bytes();
+                let line = rec.position().map_or(0, |p| {
+                    // The csv crate may start a record at the `\n` of the
+                    // CRLF before it: skip line ends first.
+                    let mut at = (p.byte() as usize).min(bytes.len());
+                    while at < bytes.len() && matches!(bytes[at], b'\r' | b'\n') {
+                        at += 1;
+                    }
+                    bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1
+                });
                 bail!(
-                    "{}: row id `{id}` is already there (line {}); rename the log (the id is its file stem) or remove that row",
+                    "{}: row id `{id}` is already there (line {line}); rename the log (the id is its file stem) or remove that row",
                     path.display(),
-                    rec.position().map_or(0, |p| p.line())
                 );
             }
         }
-        let mut text = crate::megatron_log::csv_text(rows, &header, false);
+        let mut text = crate::megatron_log::csv_text(rows, &header, false, crlf);
         if !existing.ends_with('\n') {
-            text.insert(0, '\n');
+            text.insert_str(0, if crlf { "\r\n" } else { "\n" });
         }
         text
     };
@@ -1868,12 +1895,15 @@ fn append_rows(
         file: path.to_path_buf(),
         source,
     };
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(write_error)?;
-    f.write_all(text.as_bytes()).map_err(write_error)?;
+    if new_file {
+        std::fs::write(path, text.as_bytes()).map_err(write_error)?;
+    } else {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(write_error)?;
+        f.write_all(text.as_bytes()).map_err(write_error)?;
+    }
     Ok(rows.len())
 }
 

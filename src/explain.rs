@@ -492,6 +492,9 @@ pub struct WhyNot {
     /// fastest, or valid only with an uneven split the full search did not
     /// solve for its ranking ([`search::Stats::ranked_unsplit`]).
     pub unranked_reason: Option<UnrankedReason>,
+    /// Why the search never enumerates `unranked`, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_space: Option<String>,
     /// Its gap to the winner.
     pub gap: Option<Gap>,
     /// Why matching layouts were rejected (first broken rule), with the best
@@ -515,6 +518,10 @@ pub enum UnrankedReason {
     /// when every layer is alike and within [`search::MAX_RANKED_SPLITS`]
     /// layouts.
     SplitNotSolved,
+    /// The search never enumerates it ([`search::outside_space`]: an ETP
+    /// not dividing T, selective recompute with flash attention); the
+    /// sentence is [`WhyNot::outside_space`].
+    OutsideSpace,
 }
 
 /// A concrete layout for a question that matches nothing enumerated: the
@@ -579,8 +586,14 @@ pub fn why_not(
         .iter()
         .map(|r| r.eval.tokens_per_s)
         .fold(0.0, f64::max);
+    let outside_space = unranked
+        .as_ref()
+        .and_then(|u| search::outside_space(&u.layout, pr.job));
     let unranked_reason = unranked.as_ref().map(|u| {
-        if u.layout.split.is_some() && u.eval.tokens_per_s >= search::RANKED_FLOOR * fastest {
+        if outside_space.is_some() {
+            UnrankedReason::OutsideSpace
+        } else if u.layout.split.is_some() && u.eval.tokens_per_s >= search::RANKED_FLOOR * fastest
+        {
             UnrankedReason::SplitNotSolved
         } else {
             UnrankedReason::BelowFloor
@@ -596,6 +609,7 @@ pub fn why_not(
         best: best.cloned(),
         unranked,
         unranked_reason,
+        outside_space,
         gap: match (winner, best) {
             (Some(w), Some(b)) => Some(gap(&w.eval.time, &b.eval.time)),
             _ => None,

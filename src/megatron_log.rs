@@ -347,7 +347,7 @@ impl Log {
 /// The CSV (header and one line per row) of `rows`, in the columns of
 /// `tests/data/published-dev-v2.csv`; `validate` and `calibrate` read it.
 pub fn csv(rows: &[BTreeMap<&'static str, String>]) -> String {
-    csv_text(rows, &csv_columns(), true)
+    csv_text(rows, &csv_columns(), true, false)
 }
 
 /// The columns [`csv`] writes, in its order.
@@ -356,13 +356,21 @@ pub fn csv_columns() -> Vec<&'static str> {
 }
 
 /// `rows` as CSV lines in the order of `cols` (a cell a row lacks is
-/// empty), with the header line first when `header`.
+/// empty), with the header line first when `header`, each record ended by
+/// CRLF when `crlf` (to append to a file that uses it), else LF.
 pub fn csv_text<S: AsRef<str>>(
     rows: &[BTreeMap<&'static str, String>],
     cols: &[S],
     header: bool,
+    crlf: bool,
 ) -> String {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = csv::WriterBuilder::new()
+        .terminator(if crlf {
+            csv::Terminator::CRLF
+        } else {
+            csv::Terminator::Any(b'\n')
+        })
+        .from_writer(Vec::new());
     let cols: Vec<&str> = cols.iter().map(AsRef::as_ref).collect();
     // Writing to a Vec cannot fail; the `unwrap_or_default`s keep it so.
     if header {

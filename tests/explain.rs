@@ -788,3 +788,38 @@ fn auto_split_without_a_fitting_split_explains_the_min_memory_split() {
     assert!(stdout.contains("Verdict: REJECTED"), "{stdout}");
     assert!(stdout.contains("[memory] peak"), "{stdout}");
 }
+
+/// `--why-not` with selective recompute under flash attention names the
+/// reason the search has no row for it (it tries selective with flash only
+/// when asked), as `explain` does, not an uneven split.
+#[test]
+fn why_not_selective_with_flash_names_the_search_space() {
+    let out = meshplan()
+        .args([
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "dgx64",
+            "--why-not",
+            "tp=8,pp=4,sp=on,recompute=selective",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v["why_not"];
+    assert_eq!(w["unranked_reason"], "outside_space", "{w}");
+    assert!(
+        w["outside_space"]
+            .as_str()
+            .is_some_and(|s| s.contains("selective recompute with flash attention only when asked")),
+        "{w}"
+    );
+}

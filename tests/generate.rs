@@ -684,3 +684,69 @@ fn writing_over_an_earlier_plan_says_what_it_replaced() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A destination that cannot be replaced (a directory named CHECKLIST.md)
+/// is found before anything is written: the earlier plan stays whole.
+#[test]
+fn a_folder_that_cannot_take_every_file_keeps_the_earlier_plan() {
+    let s = Setup::new("70b", "dgx64", None);
+    let dir = common::temp_dir("preflight");
+    let first = s.bundle(&s.best().unwrap());
+    generate::write(&first.files, &dir).unwrap();
+    let plan_before = std::fs::read_to_string(dir.join(generate::PLAN_FILE)).unwrap();
+    std::fs::remove_file(dir.join(generate::CHECKLIST)).unwrap();
+    std::fs::create_dir(dir.join(generate::CHECKLIST)).unwrap();
+    let other = s.bundle(&fixed_layout());
+    let err = generate::write(&other.files, &dir).unwrap_err();
+    assert!(
+        err.to_string().contains("CHECKLIST.md: cannot write"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(generate::PLAN_FILE)).unwrap(),
+        plan_before
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The checklist's doubled micro-batch is offered only when doubling b
+/// breaks no rule the plan keeps: llama3-8b at B = 96, D = 8 (T2 p4 on 64
+/// GPUs), v = 2: b = 1 gives m = 96/8 = 12 micro-batches, a multiple of
+/// p = 4 as interleaving needs; b = 2 gives m = 6, which is not.
+#[test]
+fn no_doubled_micro_batch_where_doubling_breaks_interleaving() {
+    let dir = common::temp_dir("doubled");
+    let res = meshplan(&[
+        "generate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx64",
+        "--global-batch",
+        "96",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--vpp",
+        "2",
+        "--mbs",
+        "1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let plan = read_plan(&dir);
+    assert_eq!(plan["mesh"]["dp"], 8);
+    assert!(plan["predicted"]["doubled_micro_batch_peak_gib"].is_null());
+    let checklist = std::fs::read_to_string(dir.join(generate::CHECKLIST)).unwrap();
+    assert!(
+        checklist.contains("No doubled micro-batch run"),
+        "{checklist}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -168,6 +168,46 @@ fn append_adds_rows_once_under_one_header() {
         (last.id.as_str(), last.measured_step_s),
         ("second-run", Some(13.9124))
     );
+    // The shipped table ends its lines with CRLF: the appended row does
+    // too, and a second append names the row's own line (178 lines, the
+    // row on 179).
+    let again = append(second.to_str().unwrap(), &table);
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .contains("row id `second-run` is already there (line 179)"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let bytes = std::fs::read(&table).unwrap();
+    assert_eq!(
+        bytes.windows(2).filter(|w| w == b"\r\n").count(),
+        bytes.iter().filter(|&&b| b == b'\n').count()
+    );
+    // Two logs of one call with the same stem: refused, nothing written.
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::copy(LOG, d.join("run.log")).unwrap();
+    }
+    let twice = dir.join("twice.csv");
+    let o = meshplan(&[
+        "import-log",
+        a.join("run.log").to_str().unwrap(),
+        b.join("run.log").to_str().unwrap(),
+        "--gpu",
+        "h100-sxm",
+        "--append",
+        twice.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("two of the logs give the row id `run`"));
+    assert!(!twice.exists());
+    // A file of blank lines counts as new: header and row, validate reads it.
+    let blank = dir.join("blank.csv");
+    std::fs::write(&blank, "\n\n  \n").unwrap();
+    assert!(append(LOG, &blank).status.success());
+    let rows = validate::read_csv(&std::fs::read_to_string(&blank).unwrap(), &blank).unwrap();
+    assert_eq!(rows.len(), 1);
     // A file that is not a measurement table is refused, naming a column.
     let other = dir.join("other.csv");
     std::fs::write(&other, "a,b\n1,2\n").unwrap();

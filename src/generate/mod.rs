@@ -589,6 +589,20 @@ pub fn write(files: &[GeneratedFile], dir: &Path) -> Result<WriteReport, Generat
         move |source| GenerateError::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    // Every destination is checked before anything is written, so a file
+    // that cannot be replaced (a directory of that name) leaves the earlier
+    // plan whole instead of half replaced.
+    for f in files {
+        let path = dir.join(f.name);
+        if path.exists() && !path.is_file() {
+            return Err(GenerateError::Io {
+                path,
+                source: std::io::Error::other(
+                    "not a regular file (a directory or special file of that name): nothing was written",
+                ),
+            });
+        }
+    }
     let mut written = Vec::new();
     for f in files {
         let path = dir.join(f.name);

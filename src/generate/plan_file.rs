@@ -128,18 +128,21 @@ pub struct ModelInfo {
 }
 
 /// Peak bytes of the worst rank of `l` with its micro-batch doubled, when
-/// the global batch divides by D·2b (the layout is otherwise the same,
-/// split included).
+/// doubling breaks no rule `l` keeps, memory aside (the global batch still
+/// divides by D·2b, interleaving still has enough micro-batches, …; the
+/// layout is otherwise the same, split included).
 fn doubled_micro_batch_peak(pr: &Problem, l: &Layout) -> Option<f64> {
-    let b = l.micro_batch.checked_mul(2)?;
-    let per = u64::from(l.dp) * u64::from(b);
-    if per == 0 || !pr.job.global_batch.is_multiple_of(per) {
-        return None;
-    }
+    use crate::rules::{self, Policy, Rule};
     let doubled = Layout {
-        micro_batch: b,
+        micro_batch: l.micro_batch.checked_mul(2)?,
         ..l.clone()
     };
+    let policy = Policy::default();
+    let before = rules::violations(pr, &policy, l).0;
+    let after = rules::violations(pr, &policy, &doubled).0;
+    if after & !before & !Rule::Memory.bit() != 0 {
+        return None;
+    }
     Some(cost::evaluate(pr, &doubled).peak_bytes)
 }
 
@@ -523,9 +526,9 @@ pub struct Predicted {
     /// Usable memory minus the peak, GiB.
     pub headroom_gib: f64,
     /// Peak memory of the worst rank with the micro-batch doubled (the
-    /// checklist's activation-scaling check), GiB; `null` when the global
-    /// batch does not divide by D·2b. Above the usable memory the checklist
-    /// does not suggest the doubled run.
+    /// checklist's activation-scaling check), GiB; `null` when doubling b
+    /// breaks a rule the plan keeps (memory aside). Above the usable memory
+    /// the checklist does not suggest the doubled run.
     #[serde(default)]
     pub doubled_micro_batch_peak_gib: Option<f64>,
     /// The worst rank's memory, GiB.

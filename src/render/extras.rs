@@ -199,6 +199,9 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         (None, Some(win)) if q.unranked.is_some() => {
             let u = q.unranked.as_ref().expect("checked");
             let why = match q.unranked_reason {
+                Some(crate::explain::UnrankedReason::OutsideSpace) => {
+                    q.outside_space.clone().unwrap_or_default()
+                }
                 Some(crate::explain::UnrankedReason::SplitNotSolved) => format!(
                     "it reaches the ranking only with an uneven stage split (split {}), which the full search did not solve for it: for its ranking it re-splits only layouts the uniform split rejects, at most {} of them, best bound first, and only when every layer is alike (a valid layout below the floor with the uniform split is not re-split)",
                     crate::render::table::split_text(&u.layout.split),
