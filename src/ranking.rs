@@ -20,8 +20,8 @@
 //! - Inside a group the better-validated plan comes first: plausible before
 //!   implausible, validated before extrapolated, the narrower band first,
 //!   then the order above. "Implausible" here is above the envelope of its
-//!   own GPU class: a plan above a record borrowed from another class (no
-//!   run of its class is measured in its precision, bf16 on Blackwell
+//!   own GPU architecture: a plan above a record borrowed from another (no
+//!   run of its architecture is measured in its precision, bf16 on Blackwell
 //!   today) is clipped but not moved behind the plausible ones, since
 //!   there every plan may be as optimistic and moving the ones above the
 //!   line would make #1 whichever plan the model happens to price just
@@ -95,7 +95,7 @@ pub struct Ranked {
     /// Whether it is above the measured envelope.
     pub implausible: bool,
     /// Whether it goes behind the plausible plans of its tie group: above
-    /// the envelope of its own GPU class (not one borrowed from another).
+    /// the envelope of its own GPU architecture (not one borrowed from another).
     pub demoted: bool,
 }
 

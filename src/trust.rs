@@ -241,8 +241,9 @@ pub struct Envelope {
     pub predicted_mfu: f64,
     /// Predicted above the record by more than [`ENVELOPE_MARGIN`].
     pub implausible: bool,
-    /// The record is of the plan's own GPU class (`false`: no run of the
-    /// class is measured in the precision, so the best of any class).
+    /// The record is of the plan's own GPU architecture (`false`: no run
+    /// of the architecture is measured in the precision, so the best of any
+    /// GPU).
     #[serde(default = "yes")]
     pub same_class: bool,
 }
@@ -294,9 +295,9 @@ impl Trust {
                 100.0 * e.predicted_mfu,
                 100.0 * (e.predicted_mfu - e.record_mfu),
                 if e.same_class {
-                    "this GPU class"
+                    "this GPU architecture"
                 } else {
-                    "any GPU class (none is measured on this one in this precision)"
+                    "any GPU (none of this architecture is measured in this precision)"
                 },
                 100.0 * e.record_mfu,
                 e.record_id
@@ -414,14 +415,24 @@ impl Record {
     }
 
     /// The envelope of a plan in `regime` predicted at `mfu`: the best
-    /// measured MFU of its GPU class and precision, or, when that class has
-    /// no measured run in the precision (bf16 on GB200 today), the best of
-    /// any class in the precision: no measured run anywhere has reached a
-    /// higher share of its GPU's peak.
+    /// measured MFU in the precision on GPUs of its architecture (compute
+    /// capability: H100, H200 and H800 are one, sm_90; the share of peak a
+    /// kernel reaches is the SM's, and H200's larger, faster HBM only
+    /// raises it), or, when no GPU of the architecture has a measured run
+    /// in the precision (bf16 on Blackwell today), the best of any GPU in
+    /// the precision: no measured run anywhere has reached a higher share
+    /// of its GPU's peak.
     pub fn envelope(&self, regime: &Regime, mfu: f64) -> Option<Envelope> {
+        let arch = |gpu: &str| crate::generate::plan_file::compute_capability(gpu);
+        let same_arch = |b: &&Best| match (arch(&b.gpu), arch(&regime.gpu)) {
+            (Some(x), Some(y)) => x == y,
+            _ => b.gpu == regime.gpu,
+        };
         self.best
             .iter()
-            .find(|b| b.gpu == regime.gpu && b.precision == regime.precision)
+            .filter(|b| b.precision == regime.precision)
+            .filter(same_arch)
+            .max_by(|a, b| a.mfu.total_cmp(&b.mfu))
             .map(|b| (b, true))
             .or_else(|| {
                 self.best
@@ -514,6 +525,60 @@ mod tests {
         assert_eq!(micro_batch_band(8), "8 ≤ m < 64");
         assert_eq!(scale_band(64), "≤64");
         assert_eq!(gpu_class("a100-80g"), "a100");
+    }
+
+    /// The envelope is the best run of the plan's architecture: an H200
+    /// plan (sm_90) is held to the best Hopper record even when the H200
+    /// runs measured less; A100 (sm_80) keeps its own; with no run of the
+    /// architecture in the precision (Blackwell bf16) the best of any GPU,
+    /// flagged as borrowed.
+    #[test]
+    fn the_envelope_is_the_architectures_best() {
+        let best = |gpu: &str, precision: &'static str, mfu: f64, id: &str| Best {
+            gpu: gpu.into(),
+            precision,
+            mfu,
+            id: id.into(),
+        };
+        let record = Record {
+            runs: vec![],
+            best: vec![
+                best("h100", "16-bit", 0.494, "H100-RUN"),
+                best("h200", "16-bit", 0.359, "H200-RUN"),
+                best("a100", "16-bit", 0.563, "A100-RUN"),
+                best("b200", "fp8", 0.70, "B200-FP8"),
+            ],
+        };
+        let regime = |gpu: &str| Regime {
+            gpu: gpu.into(),
+            precision: "16-bit",
+            zero: "0–1",
+            cp: false,
+            moe: false,
+            recompute: Recompute::None,
+            micro_batches: "m ≥ 64",
+            scale: "≤64",
+            deepspeed_2021: false,
+            rowwise_table: false,
+        };
+        // H200 at 45%: under the Hopper record 49.4% + 3 (it was over the
+        // H200 runs' 35.9% + 3).
+        let h200 = record.envelope(&regime("h200"), 0.45).unwrap();
+        assert_eq!(
+            (h200.record_id.as_str(), h200.implausible, h200.same_class),
+            ("H100-RUN", false, true)
+        );
+        let a100 = record.envelope(&regime("a100"), 0.60).unwrap();
+        assert_eq!(
+            (a100.record_id.as_str(), a100.implausible, a100.same_class),
+            ("A100-RUN", true, true)
+        );
+        // B200 bf16: no sm_100 16-bit run; the best of any GPU, borrowed.
+        let b200 = record.envelope(&regime("b200"), 0.60).unwrap();
+        assert_eq!(
+            (b200.record_id.as_str(), b200.implausible, b200.same_class),
+            ("A100-RUN", true, false)
+        );
     }
 
     /// `shared` compares values; the phrases of `dims` are what the notes
