@@ -1355,7 +1355,12 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         report.best = Some(best.clone());
     }
     if !report.is_valid() {
-        report.fixes = Some(explain::smallest_fixes(&pr, policy, &layout));
+        report.fixes = Some(explain::smallest_fixes_resplit(
+            &pr,
+            policy,
+            &layout,
+            a.auto_split,
+        ));
     }
     report.outlook = Some(checkpoint::Outlook::of(&pr, &layout, &report.eval, tokens));
     if let Some(dir) = &a.extras.plot {

@@ -138,12 +138,13 @@ pub fn apply(l: &Layout, changes: &[Change], world: u64) -> Option<Layout> {
             return None;
         }
         n.dp = (world / inner) as u32;
-        if n.split
-            .as_ref()
-            .is_some_and(|s| s.len() != (n.pp * n.vpp) as usize)
-        {
-            n.split = None;
-        }
+    }
+    // A split for another number of chunks (p or v changed) is dropped.
+    if n.split
+        .as_ref()
+        .is_some_and(|s| s.len() as u64 != u64::from(n.pp) * u64::from(n.vpp))
+    {
+        n.split = None;
     }
     if n.tp == 1 {
         n.sp = false;
@@ -307,13 +308,34 @@ fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
 /// and full recompute, higher ZeRO stages and smaller micro-batches; for
 /// divisibility rules the nearest valid values of the offending size.
 pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
+    smallest_fixes_resplit(pr, policy, l, false)
+}
+
+/// [`smallest_fixes`], with every candidate's stage split solved again
+/// ([`crate::split::solve`]) when `resplit` (the layout's split came from
+/// `--auto-split`, so a change should be priced with its own best split,
+/// not the old one). Without it a candidate is re-split only when its
+/// split had to be dropped (p or v changed) and the uniform split does not
+/// divide the layers.
+pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool) -> Fixes {
     let original = crate::cost::evaluate(pr, l);
     let singles = candidate_changes(pr, l);
     let mut tried = 0;
+    let layers = pr.model.architecture.layers;
     let mut try_changes = |changes: &[Change]| -> Option<Fix> {
-        let new = apply(l, changes, pr.world)?;
+        let mut new = apply(l, changes, pr.world)?;
         if new == *l {
             return None;
+        }
+        let chunks = new.pp.saturating_mul(new.vpp).max(1);
+        if resplit || (new.split.is_none() && !layers.is_multiple_of(chunks)) {
+            let plain = Layout {
+                split: None,
+                ..new.clone()
+            };
+            if let Ok(s) = crate::split::solve(pr, &plain) {
+                new.split = Some(s.layers);
+            }
         }
         tried += 1;
         let (set, eval) = search::judge(pr, policy, &new);

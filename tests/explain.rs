@@ -823,3 +823,45 @@ fn why_not_selective_with_flash_names_the_search_space() {
         "{w}"
     );
 }
+
+/// Fixes of an `--auto-split` layout are priced with their own solved
+/// split, and a change of p whose uniform split does not divide the layers
+/// is re-split rather than dropped: llama3-405b (126 layers) on 512 H100s
+/// at T8 p4 fits with no split; p = 16 (126 / 16 is not whole) is a fix
+/// only with an uneven split. Oracle: each fix is judged again on its own.
+#[test]
+fn fixes_of_an_auto_split_layout_are_re_split() {
+    let s = common::Setup::new("llama3-405b", "h100-16k", Some(512));
+    let pr = s.problem();
+    let policy = Policy::default();
+    let mut l = Layout::dense(16, 8, 4, 1);
+    let split = match meshplan::split::solve(&pr, &l) {
+        Err(meshplan::split::SplitError::Infeasible { split, .. }) => split,
+        other => panic!("expected no fitting split, got {other:?}"),
+    };
+    l.split = Some(split);
+    let fixes = explain::smallest_fixes_resplit(&pr, &policy, &l, true);
+    assert!(!fixes.fixes.is_empty());
+    for fx in &fixes.fixes {
+        let (set, ev) = search::judge(&pr, &policy, &fx.layout);
+        assert!(set.is_empty(), "{:?} breaks {:?}", fx.changes, set);
+        assert!(ev.fits());
+        if let Some(sp) = &fx.layout.split {
+            assert_eq!(sp.len() as u32, fx.layout.pp * fx.layout.vpp);
+            assert_eq!(sp.iter().sum::<u32>(), 126);
+        }
+    }
+    // A fix at p = 16 exists, with an uneven split of 126 layers.
+    assert!(
+        fixes
+            .fixes
+            .iter()
+            .any(|f| f.layout.pp == 16 && f.layout.split.as_ref().is_some_and(|s| s.len() == 16)),
+        "{:?}",
+        fixes
+            .fixes
+            .iter()
+            .map(|f| f.layout.short())
+            .collect::<Vec<_>>()
+    );
+}

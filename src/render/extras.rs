@@ -92,7 +92,22 @@ pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
     }
     writeln!(w, "{t}")?;
     if let Some(best) = f.cheapest() {
-        writeln!(w, "  cheapest fix: {}", best.layout.short())?;
+        match &best.layout.split {
+            Some(_) => writeln!(
+                w,
+                "  cheapest fix: {} split {} (--split {})",
+                best.layout.short(),
+                crate::render::table::split_text(&best.layout.split),
+                best.layout
+                    .split
+                    .iter()
+                    .flatten()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )?,
+            None => writeln!(w, "  cheapest fix: {}", best.layout.short())?,
+        }
     }
     Ok(())
 }
