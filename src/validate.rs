@@ -1530,19 +1530,14 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 // combine saves no expert output (`moe::RoutedSaved`).
                 job.engine_memory.loss = LossBuffers::TeFusedInPlace;
                 job.engine_memory.moe_probs_in_expert = true;
-                if row.source.contains("release 25.11")
-                    && run.gpu_type.as_deref() == Some("gb200")
-                    && named.as_deref() == Some("llama3-70b")
-                    && run.zero == Some(3)
-                    && row.pp == 1
-                {
-                    // `LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG` (Megatron-FSDP,
-                    // mbs 2): `cpu_offloading_num_layers=40`, activations
-                    // only (`scripts/performance/configs/llama3/
-                    // workload_base_configs.py`, `utils/helpers.py`
-                    // `set_recompute_overrides` at v0.2.0).
-                    job.activation_offload_layers = 40;
-                    assume.push("activation offload: 40 of 80 layers' activations to host memory over NVLink-C2C (Megatron-Bridge 25.11 GB200 Llama3-70B recipe, cpu_offloading_num_layers = 40)".into());
+                if let Some(layers) = megatron_bridge_offload_layers(
+                    run.gpu_type.as_deref(),
+                    named.as_deref(),
+                    run.zero,
+                    row.pp,
+                ) {
+                    job.activation_offload_layers = layers;
+                    assume.push(format!("activation offload: {layers} of 80 layers' activations to host memory over NVLink-C2C (Megatron-Bridge Llama3-70B Megatron-FSDP recipe on this GPU, cpu_offloading_num_layers = {layers})"));
                 }
                 assume.push(format!(
                     "memory: Megatron-Bridge — TE fused cross-entropy in place (2 B per logit){}",
@@ -3446,6 +3441,30 @@ pub fn plan_check(case: &Case) -> PlanCheck {
             .map(|r| (r.layout.short(), r.tokens_per_s)),
         split,
         software: can.what,
+    }
+}
+
+/// Activation-offload layers of Megatron-Bridge's Llama3-70B Megatron-FSDP
+/// pretraining recipes on Grace-Blackwell (activations only,
+/// `cpu_offloading_weights = False`): `LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG`
+/// 40 and `LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG` 20 in
+/// `scripts/performance/configs/llama3/workload_base_configs.py` at v0.2.0
+/// (release 25.11); the same counts in the `_V1`/`_V2` presets of
+/// `scripts/performance/configs/llama/llama3_workload_base_configs.py` at
+/// v0.4.1 (release 26.04). `None` for every other row: no offload.
+fn megatron_bridge_offload_layers(
+    gpu_type: Option<&str>,
+    card: Option<&str>,
+    zero: Option<u8>,
+    pp: u32,
+) -> Option<u32> {
+    if card != Some("llama3-70b") || zero != Some(3) || pp != 1 {
+        return None;
+    }
+    match gpu_type? {
+        "gb200" => Some(40),
+        "gb300" => Some(20),
+        _ => None,
     }
 }
 

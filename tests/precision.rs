@@ -272,6 +272,9 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
         "NEMO2407-GPT3-175B-128",
         "NEMO2407-LLAMA3-70B-64",
         "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
+        // gb200 `gemm_fp8` (hardware/gpus/gb200.toml): +8.5% at Hopper's
+        // 0.5075, -0.4% at the fitted 0.44.
+        "MBRIDGE-25.11-DGX-GB200-LLAMA3_70B-FP8-CS-64",
     ];
     assert!(3 * calibration.len() <= low.len());
     for id in calibration {
@@ -324,13 +327,10 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
             assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }
     }
-    // Blackwell (no calibration row there): both within 10%.
-    for id in [
-        "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
-        "MBRIDGE-25.11-DGX-GB200-LLAMA3_70B-FP8-CS-64",
-    ] {
-        assert!(err(id).abs() <= 0.10, "{id}: {:+.3}", err(id));
-    }
+    // B200 (no row of it fitted; b200.toml keeps Hopper's `gemm_fp8`):
+    // within 10% (+5.3%).
+    let id = "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128";
+    assert!(err(id).abs() <= 0.10, "{id}: {:+.3}", err(id));
     // torchtitan, against the bf16 twin of the same table.
     let twin = |fp8: &str, bf16: &str| (1.0 + err(fp8)) / (1.0 + err(bf16)) - 1.0;
     for (fp8, bf16) in [
@@ -347,6 +347,50 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
     ] {
         let e = twin(fp8, bf16);
         assert!(e.abs() <= 0.12, "{fp8} against {bf16}: {e:+.3}");
+    }
+}
+
+/// Held-out rows: Megatron-Bridge's release 26.04.01 Llama3-70B runs on 64
+/// GPUs (`tests/data/heldout-mbridge-26.04.01.csv`, published after the
+/// dev table and after every fit; no constant was chosen on them). The
+/// measured model TFLOP/s per GPU and the errors when the gb200 fit
+/// landed: GB200 FP8 (Megatron-FSDP, 40 layers offloaded) 1892, +2.0%;
+/// GB200 MXFP8 (T2 p4 v5) 1664, +7.9%; GB200 NVFP4 2202, +29.4%; GB300
+/// FP8 2348, −17.1%; GB300 MXFP8 (T1 p4 v5) 2186, −16.2%; GB300 NVFP4
+/// 3253, +14.5%; H100 FP8 (T4 p8 v5, global batch 256) 731, −9.3%.
+/// Bounds: the GB200 FP8/MXFP8 rows within 10%. The rest are pinned
+/// within a point of today's value so that a fix shows here: NVFP4 is
+/// priced on the narrow linears only (arXiv 2509.25149's higher-precision
+/// layers and Hadamard transforms are not), and GB300 takes GB200's
+/// efficiencies, so Blackwell Ultra's measured 1.24× over GB200 at the
+/// same FP8 layout is not in the model (the profiles' dense FP8 peaks are
+/// equal).
+#[test]
+fn held_out_mbridge_26_04_rows() {
+    const FILE: &str = "tests/data/heldout-mbridge-26.04.01.csv";
+    let cat = Catalog::shipped().unwrap();
+    let t = validate::read_table(
+        include_str!("data/heldout-mbridge-26.04.01.csv"),
+        Path::new(FILE),
+    )
+    .unwrap();
+    let r = validate::validate_table(&t, &cat, None);
+    assert_eq!(r.rows.len(), 7);
+    let err = |id: &str| -> f64 {
+        r.speed_error_of(&format!("HELD-26.04.01-{id}-64"))
+            .unwrap_or_else(|| panic!("{id} has no throughput comparison"))
+    };
+    for id in ["GB200-LLAMA3_70B-FP8", "GB200-LLAMA3_70B-MXFP8"] {
+        assert!(err(id).abs() <= 0.10, "{id}: {:+.3}", err(id));
+    }
+    for (id, pinned) in [
+        ("GB200-LLAMA3_70B-NVFP4", 0.294),
+        ("GB300-LLAMA3_70B-FP8", -0.171),
+        ("GB300-LLAMA3_70B-MXFP8", -0.162),
+        ("GB300-LLAMA3_70B-NVFP4", 0.145),
+        ("H100-LLAMA3_70B-FP8", -0.093),
+    ] {
+        assert!((err(id) - pinned).abs() < 0.01, "{id}: {:+.3}", err(id));
     }
 }
 
