@@ -597,12 +597,51 @@ pub fn relax(
     if room_total < layers {
         return None;
     }
+    // Warm start: a rank's times `base[r] + j·t` (j layers held) grow with
+    // j, and the greedy below hands the layers out smallest time first, so
+    // when the times at or below some level count at most L layers, every
+    // rank may start with all of its own; the heap then places the last
+    // few (at most about p instead of L − p·v), and the result is the
+    // greedy's to the bit (`relax_warm_start_matches_the_greedy`). At the
+    // balanced level (Σ base + L·t)/p the unrounded counts sum to exactly
+    // L, so their floors to at most L, unless raising a rank to v hands
+    // out more; then the level halves its way down.
+    if t > 0.0 {
+        let fill = |level: f64, into: &mut [usize]| -> usize {
+            for r in 0..p {
+                let mut j = ((level - base[r]) / t)
+                    .floor()
+                    .clamp(v as f64, cap[r] as f64) as usize;
+                while j > v && base[r] + j as f64 * t > level {
+                    j -= 1;
+                }
+                while j < cap[r] && base[r] + (j + 1) as f64 * t <= level {
+                    j += 1;
+                }
+                into[r] = j;
+            }
+            into.iter().sum()
+        };
+        let mut warm = vec![v; p];
+        let low = base.iter().copied().fold(f64::INFINITY, f64::min) + v as f64 * t;
+        let mut level = (base.iter().sum::<f64>() + layers as f64 * t) / p as f64;
+        for _ in 0..4 {
+            if level <= low {
+                break;
+            }
+            if fill(level, &mut warm) <= layers {
+                held.copy_from_slice(&warm);
+                break;
+            }
+            level = 0.5 * (low + level);
+        }
+    }
     // Times are non-negative, so their bit patterns order like the values.
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..p)
         .filter(|&r| held[r] < cap[r])
         .map(|r| Reverse(((base[r] + (held[r] + 1) as f64 * t).to_bits(), r)))
         .collect();
-    for _ in p * v..layers {
+    for _ in held.iter().sum::<usize>()..layers {
         let Reverse((_, r)) = heap.pop()?;
         held[r] += 1;
         if held[r] < cap[r] {
@@ -664,6 +703,20 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
     let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
     let buffers = cost::temporary_buffers(pr, l, lc);
     let last = l.pp as usize - 1;
+    // ZeRO-3 transients depend on the rank only through whether it is the
+    // first or the last: priced once for each kind of rank.
+    let middle_units = if l.pp > 2 {
+        zero3_units(pr, l, lc, 1)
+    } else {
+        0.0
+    };
+    let units = |r: usize| {
+        if r == 0 || r == last {
+            zero3_units(pr, l, lc, r)
+        } else {
+            middle_units
+        }
+    };
     let rank = |r: usize| {
         let phi = memory::in_flight(
             r as u32,
@@ -673,7 +726,7 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
             pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
         ) / l.vpp as f64;
         let mut time = p2p;
-        let mut bytes = buffers + zero3_units(pr, l, lc, r);
+        let mut bytes = buffers + units(r);
         if r == 0 {
             time += lc.embedding.time();
             bytes += states(&lc.embedding) + phi * lc.embedding.activation;
@@ -716,4 +769,68 @@ pub fn solve(pr: &Problem, l: &Layout) -> Result<Split, SplitError> {
         return dp::solve(&sp);
     }
     ilp::solve(&sp, &ilp::Options::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The relaxation by its definition: layers handed out one at a time
+    /// to the rank that stays fastest (a linear scan; ties to the lowest
+    /// rank), each rank from v up to its cap. `None` when the caps cannot
+    /// hold every layer.
+    fn greedy(base: &[f64], cap: &[usize], v: usize, layers: usize, t: f64) -> Option<f64> {
+        let mut held = vec![v; base.len()];
+        for _ in v * base.len()..layers {
+            let r = (0..base.len())
+                .filter(|&r| held[r] < cap[r])
+                .min_by(|&a, &b| {
+                    let (x, y) = (
+                        base[a] + (held[a] + 1) as f64 * t,
+                        base[b] + (held[b] + 1) as f64 * t,
+                    );
+                    x.total_cmp(&y)
+                })?;
+            held[r] += 1;
+        }
+        Some(
+            (0..base.len())
+                .map(|r| base[r] + held[r] as f64 * t)
+                .fold(f64::MIN, f64::max),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// [`relax`]'s warm start gives the one-at-a-time greedy's result
+        /// to the bit, on random ranks (equal base times included, so ties
+        /// occur) with memory caps from one layer per chunk to unbounded.
+        #[test]
+        fn relax_warm_start_matches_the_greedy(
+            p in 1usize..=8,
+            v in 1usize..=4,
+            extra in 0usize..=120,
+            t in prop_oneof![Just(0.0), 1e-4f64..2e-2, 1.0f64..3.0],
+            bases in proptest::collection::vec(prop_oneof![Just(0.5f64), 0.0f64..0.2], 8),
+            rooms in proptest::collection::vec(prop_oneof![Just(1e9f64), 1.0f64..60.0], 8),
+        ) {
+            let layers = p * v + extra;
+            let cheapest = Cheapest { time: t, states: 1.0, activation: 0.0, working_set: 0.0, always: 0.0 };
+            // One byte per layer: rank r fits floor(room_r) layers.
+            let usable = 1e9;
+            let rank = |r: usize| (bases[r], usable - rooms[r], 0.0);
+            let cap: Vec<usize> = (0..p)
+                .map(|r| ((usable - (usable - rooms[r])).floor() as usize).min(layers))
+                .collect();
+            let want = if cap.iter().any(|&c| c < v) || cap.iter().sum::<usize>() < layers {
+                None
+            } else {
+                greedy(&bases[..p], &cap, v, layers, t)
+            };
+            let got = relax(p as u32, v as u32, layers, &cheapest, usable, rank);
+            prop_assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits), "{:?} vs {:?}", got, want);
+        }
+    }
 }
