@@ -37,56 +37,73 @@ use crate::spec::hardware::check_fraction;
 use crate::spec::{Catalog, Cluster, Gpu};
 use crate::validate::{self, MeasuredRow};
 
-/// Optional replacements of a GPU's `[efficiency]` values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EfficiencyOverlay {
-    /// Replaces `efficiency.gemm`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemm: Option<f64>,
-    /// Replaces `efficiency.gemm_fp8` (FP8 and MXFP8 GEMMs); not fitted by
-    /// `calibrate`, which prices bf16 runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemm_fp8: Option<f64>,
-    /// Replaces `efficiency.attention`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attention: Option<f64>,
-    /// Replaces `efficiency.memory`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<f64>,
-    /// Replaces `efficiency.kernel_overhead_us`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel_overhead_us: Option<f64>,
+/// A struct of optional replacements, one `Option<f64>` per field: a value
+/// the file gives replaces the shipped one, a value it leaves out keeps
+/// it. Every field may be left out of the file, and is left out of what is
+/// written when it has no value; `is_empty` says whether the struct replaces
+/// nothing.
+macro_rules! overlay_struct {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident {
+            $($(#[$field_doc:meta])* $field:ident,)+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $(
+                $(#[$field_doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $field: Option<f64>,
+            )+
+        }
+
+        impl $name {
+            /// Whether no value is replaced.
+            pub fn is_empty(&self) -> bool {
+                [$(self.$field),+].iter().all(Option::is_none)
+            }
+        }
+    };
 }
 
-/// Optional replacements of a cluster's `[collective]` values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CollectiveOverlay {
-    /// Replaces `collective.intra`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intra: Option<f64>,
-    /// Replaces `collective.inter`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inter: Option<f64>,
+overlay_struct! {
+    /// Optional replacements of a GPU's `[efficiency]` values.
+    pub struct EfficiencyOverlay {
+        /// Replaces `efficiency.gemm`.
+        gemm,
+        /// Replaces `efficiency.gemm_fp8` (FP8 and MXFP8 GEMMs); not fitted by
+        /// `calibrate`, which prices bf16 runs.
+        gemm_fp8,
+        /// Replaces `efficiency.attention`.
+        attention,
+        /// Replaces `efficiency.memory`.
+        memory,
+        /// Replaces `efficiency.kernel_overhead_us`.
+        kernel_overhead_us,
+    }
 }
 
-/// Optional replacements of a cluster's link latencies (written by
-/// `meshplan calibrate-network`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinksOverlay {
-    /// Replaces `intra_node.latency_us` (one NVLink ring step), µs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intra_latency_us: Option<f64>,
-    /// Replaces `inter_node.latency_us` (one inter-node ring step), µs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inter_latency_us: Option<f64>,
+overlay_struct! {
+    /// Optional replacements of a cluster's `[collective]` values.
+    pub struct CollectiveOverlay {
+        /// Replaces `collective.intra`.
+        intra,
+        /// Replaces `collective.inter`.
+        inter,
+    }
 }
 
-impl LinksOverlay {
-    fn is_empty(&self) -> bool {
-        self.intra_latency_us.is_none() && self.inter_latency_us.is_none()
+overlay_struct! {
+    /// Optional replacements of a cluster's link latencies (written by
+    /// `meshplan calibrate-network`).
+    pub struct LinksOverlay {
+        /// Replaces `intra_node.latency_us` (one NVLink ring step), µs.
+        intra_latency_us,
+        /// Replaces `inter_node.latency_us` (one inter-node ring step), µs.
+        inter_latency_us,
     }
 }
 
@@ -131,6 +148,13 @@ pub struct Overlay {
     /// Fit record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationInfo>,
+}
+
+/// Set `value` to the overlay's replacement, when it gives one.
+fn replace(value: &mut f64, replacement: Option<f64>) {
+    if let Some(x) = replacement {
+        *value = x;
+    }
 }
 
 /// [`check_fraction`] of a value the overlay may leave out.
@@ -197,37 +221,25 @@ impl Overlay {
     pub fn apply_gpu(&self, gpu: &mut Gpu) {
         let e = &mut gpu.efficiency;
         let o = &self.efficiency;
-        if let Some(x) = o.gemm {
-            e.gemm = x;
-        }
-        if let Some(x) = o.gemm_fp8 {
-            e.gemm_fp8 = Some(x);
-        }
-        if let Some(x) = o.attention {
-            e.attention = x;
-        }
-        if let Some(x) = o.memory {
-            e.memory = x;
-        }
-        if let Some(x) = o.kernel_overhead_us {
-            e.kernel_overhead_us = x;
-        }
+        replace(&mut e.gemm, o.gemm);
+        e.gemm_fp8 = o.gemm_fp8.or(e.gemm_fp8);
+        replace(&mut e.attention, o.attention);
+        replace(&mut e.memory, o.memory);
+        replace(&mut e.kernel_overhead_us, o.kernel_overhead_us);
     }
 
     /// Replace `cluster`'s collective efficiencies with the overlay's.
     pub fn apply_cluster(&self, cluster: &mut Cluster) {
-        if let Some(x) = self.collective.intra {
-            cluster.collective.intra = x;
-        }
-        if let Some(x) = self.collective.inter {
-            cluster.collective.inter = x;
-        }
-        if let Some(x) = self.links.intra_latency_us {
-            cluster.intra_node.latency_us = x;
-        }
-        if let Some(x) = self.links.inter_latency_us {
-            cluster.inter_node.latency_us = x;
-        }
+        replace(&mut cluster.collective.intra, self.collective.intra);
+        replace(&mut cluster.collective.inter, self.collective.inter);
+        replace(
+            &mut cluster.intra_node.latency_us,
+            self.links.intra_latency_us,
+        );
+        replace(
+            &mut cluster.inter_node.latency_us,
+            self.links.inter_latency_us,
+        );
     }
 
     /// Check that the overlay is for `gpu` (the GPU of the chosen cluster).
