@@ -952,20 +952,32 @@ fn states_lower_bounds(pr: &Problem, l: &Layout) -> [f64; 4] {
             s.total()
         }
     };
+    // Narrow parameters replace the working-precision weights of the
+    // low-precision linears below ZeRO-3
+    // (`cost::precision::narrow_param_weight_saving`); their narrow copies,
+    // at least zero, are left out.
+    let low = frac * (dense * lc.dense.low_params + moe * lc.moe.low_params);
+    let saving = |z: u8| {
+        pr.rates.low.as_ref().map_or(0.0, |lp| {
+            cost::precision::narrow_param_weight_saving(lp, z, low, recipe.weight_bytes)
+        })
+    };
     std::array::from_fn(|z| {
         let z = z as u8;
         let (d, e) = ((l.dp * l.cp) as f64, l.edp() as f64);
-        held(
-            cost::memory::model_states(params, recipe, z, d, unit),
-            z,
-            params,
-            d,
-        ) + held(
-            cost::memory::model_states(expert, recipe, z, e, expert_unit),
-            z,
-            expert,
-            e,
-        )
+        -saving(z)
+            + held(
+                cost::memory::model_states(params, recipe, z, d, unit),
+                z,
+                params,
+                d,
+            )
+            + held(
+                cost::memory::model_states(expert, recipe, z, e, expert_unit),
+                z,
+                expert,
+                e,
+            )
     })
 }
 

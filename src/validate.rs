@@ -1629,13 +1629,26 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         // Megatron-Bridge's FP8 current-scaling precision config (the
         // performance tables' `fp8_cs`) gathers parameters in FP8
         // ([ref:megatron-bridge-fp8-cs]).
-        if engine == Some("megatron-bridge")
-            && p == P::Fp8
-            && job.fp8_recipe == Fp8Recipe::Current
+        // Its MXFP8 and NVFP4 configs do too (`bf16_with_mxfp8_mixed`:
+        // `fp8_param_gather = True`; `bf16_with_nvfp4_mixed`:
+        // `fp4_param_gather = True`; `src/megatron/bridge/training/
+        // mixed_precision.py` at v0.4.1).
+        let bridge_config = match (p, job.fp8_recipe) {
+            (P::Fp8, Fp8Recipe::Current) => {
+                Some("bf16_with_fp8_current_scaling_mixed sets fp8_param_gather")
+            }
+            (P::Mxfp8, _) => Some("bf16_with_mxfp8_mixed sets fp8_param_gather"),
+            (P::Nvfp4, _) => Some("bf16_with_nvfp4_mixed sets fp4_param_gather"),
+            _ => None,
+        };
+        if let Some(config) = bridge_config
+            && engine == Some("megatron-bridge")
             && !job.fp8_param_gather
         {
             job.fp8_param_gather = true;
-            assume.push("fp8_param_gather: on (not stated; Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets fp8_param_gather = True)".into());
+            assume.push(format!(
+                "fp8_param_gather: on (not stated; Megatron-Bridge's {config} = True)"
+            ));
         }
         crate::cost::precision::check(&gpu, &job)
             .map_err(|e| Unpriced::new("precision: not on this GPU", e.to_string()))?;

@@ -168,6 +168,20 @@ fn pruned_equals_brute_force_70b_fp8_on_32() {
 }
 
 #[test]
+fn pruned_equals_brute_force_70b_nvfp4_param_gather_on_8() {
+    // Narrow parameters below ZeRO-3 (`--fp4-param-gather`) drop the bf16
+    // copy of the linears' weights (`precision::narrow_param_weight_saving`)
+    // and keep 2 × 0.5625 bytes of NVFP4 copies in its place: the states
+    // bound must drop the saving too. Without it, it pruned meshes that
+    // fit on 8 B200 (the brute force counted more valid layouts). In FP8
+    // the copies (2 × 1 byte) cover the saving, so the old bound held.
+    let mut job = Job::new(64, 4096);
+    job.precision = meshplan::spec::Precision::Nvfp4;
+    job.fp8_param_gather = true;
+    compare("70b", "dgx-b200-64", 8, job);
+}
+
+#[test]
 fn pruned_equals_brute_force_deepspeed_zero3_capped_gathers() {
     // DeepSpeed ZeRO-3 gathers under its live-parameter cap (3.5e9 B for
     // the 530B model, not two 10e9-B layers): the states bound used to

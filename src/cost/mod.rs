@@ -463,6 +463,28 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     } else {
         (dense_states, expert_states)
     };
+    // Narrow parameters (`--fp8-param-gather` below ZeRO-3) replace the
+    // working-precision copy of the low-precision linears' weights.
+    let narrow_saving = |low_params: f64| {
+        pr.rates.low.as_ref().map_or(0.0, |lp| {
+            precision::narrow_param_weight_saving(
+                lp,
+                l.zero,
+                low_params,
+                pr.job.recipe.weight_bytes,
+            )
+        })
+    };
+    let expert_saving = narrow_saving(items.expert_params);
+    let dense_saving = narrow_saving(items.low_params - items.expert_params);
+    let dense_states = memory::ModelStates {
+        weights: dense_states.weights - dense_saving,
+        ..dense_states
+    };
+    let expert_states = memory::ModelStates {
+        weights: expert_states.weights - expert_saving,
+        ..expert_states
+    };
     let mut mem = MemoryBreakdown::default();
     mem[MemoryPart::Weights] = dense_states.weights + expert_states.weights + gathered;
     mem[MemoryPart::Gradients] = dense_states.grads + expert_states.grads + unsharded_grads;

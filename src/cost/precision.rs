@@ -687,6 +687,30 @@ pub fn weight_copy_bytes(
     }
 }
 
+/// Working-precision weight bytes that narrow parameters replace, bytes,
+/// for `low_params` parameters of low-precision linears: with narrow
+/// parameter gathers under the distributed optimizer (ZeRO 1–2; Megatron-LM
+/// `--fp8-param-gather` / `--fp4-param-gather`, "keep params in FP8 and
+/// all-gather in FP8", [ref:megatron-arguments]) Transformer Engine holds
+/// those parameters in the narrow format itself, so the `b_w`-byte copy of
+/// [`crate::cost::memory::model_states`] does not exist: the narrow weight
+/// and its transpose ([`weight_copy_bytes`]) are the parameter, and the
+/// fp32 master copy stays in the optimizer state. Zero otherwise (ZeRO-3
+/// shards and gathered units are priced as before; torchao keeps bf16
+/// parameters).
+pub fn narrow_param_weight_saving(
+    lp: &LowPrecision,
+    zero: u8,
+    low_params: f64,
+    weight_bytes: f64,
+) -> f64 {
+    if lp.param_gather && lp.kernels == Fp8Kernels::Te && (1..=2).contains(&zero) {
+        weight_bytes * low_params
+    } else {
+        0.0
+    }
+}
+
 /// Scaling state of `gemms` low-precision GEMMs, bytes: under per-tensor
 /// scaling every scaled tensor ([`SCALED_TENSORS_PER_GEMM`]) keeps an fp32
 /// scale and its inverse, and delayed scaling also its amax history of

@@ -513,13 +513,23 @@ fn zero3_units(pr: &Problem, l: &Layout, lc: &layer::LayerCosts, r: usize) -> f6
 }
 
 /// The low-precision weight copies and scaling state one item adds to its
-/// rank, bytes ([`cost::precision::item_bytes`]; zero in bf16), as
-/// [`cost::rank_cost`] adds them.
+/// rank, less the working-precision weights narrow parameters replace,
+/// bytes ([`cost::precision::item_bytes`],
+/// [`cost::precision::narrow_param_weight_saving`]; zero in bf16), as
+/// [`cost::rank_cost`] counts them.
 fn low_item_bytes(pr: &Problem, l: &Layout, ic: &layer::ItemCost) -> f64 {
     pr.rates
         .low
         .as_ref()
-        .map(|lp| cost::precision::item_bytes(lp, l.zero, ic, pr.model.architecture.hidden))
+        .map(|lp| {
+            cost::precision::item_bytes(lp, l.zero, ic, pr.model.architecture.hidden)
+                - cost::precision::narrow_param_weight_saving(
+                    lp,
+                    l.zero,
+                    ic.low_params,
+                    pr.job.recipe.weight_bytes,
+                )
+        })
         .unwrap_or(0.0)
 }
 
