@@ -205,9 +205,10 @@ parts! {
     /// allocated peak; the allocator reserve is outside them (the usable
     /// memory is the capacity minus the reserve).
     MemoryPart {
-        /// Working weights.
+        /// Working weights (without the bf16 copy that narrow parameters
+        /// replace below ZeRO-3).
         Weights => ("weights", "weights",
-            "src/cost/memory.rs: model_states", "rajbhandari-2020"),
+            "src/cost/memory.rs: model_states; src/cost/precision.rs: narrow_param_weight_saving", "rajbhandari-2020"),
         /// Gradients as the optimizer keeps them (with the step-only ones
         /// when the optimizer step is the peak).
         Gradients => ("grads", "gradients",
