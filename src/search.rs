@@ -1663,14 +1663,18 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
                         // undercuts its price, see
                         // `pipeline_bounds_never_undercut_evaluate`). Per mesh, not
                         // per worker, so the counters do not depend on how the
-                        // meshes fall to the threads. The split-only rule is left
-                        // out: its layouts may be re-split.
-                        let single = structural.first().filter(|&r| r != Rule::LayersPp);
+                        // meshes fall to the threads. A layout only the split
+                        // rule stands against still goes to the re-split
+                        // candidates, whose test needs its bounds, not its price.
+                        let single = structural.first();
                         if let Some(r) = single
                             && space.prune
                             && balanced_bound(pr, &l, lc) * NEAR_MISS_BOUND_MARGIN
                                 < mesh_near[r as usize]
                         {
+                            if r == Rule::LayersPp && l.pp > 1 {
+                                acc.consider_resplit(pr, &l, lc, r, k, space.keep_all);
+                            }
                             acc.stats.near_miss_bounded += 1;
                             acc.reject(r, None);
                             return;

@@ -93,6 +93,32 @@ fn compare(model: &str, cluster: &str, gpus: u64, job: Job) -> u64 {
             + pruned.stats.top_k_bounded
     );
     assert_eq!(pruned.stats.top_k_bounded, 0);
+    // The ranking's pool (`keep_all`, the CLI's search) is the brute
+    // force's too: a single-rule layout left unpriced under its near-miss
+    // still reaches the re-split candidates when only the split rule
+    // stands against it, so the re-split layouts ranked are the same.
+    let ranked = |prune: bool| {
+        let mut all: Vec<_> = search(
+            &pr,
+            &Space {
+                top_k: 25,
+                prune,
+                keep_all: true,
+                ..Space::default()
+            },
+        )
+        .all
+        .into_iter()
+        .map(|c| (c.layout, c.eval.tokens_per_s))
+        .collect();
+        all.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+        all
+    };
+    assert_eq!(
+        ranked(true),
+        ranked(false),
+        "{model} on {gpus}: ranked pool"
+    );
     // A best-only search (the nearby-count probes: no counts, no
     // near-misses, mesh-level rules skip whole meshes, rule-abiding layouts
     // bounded by the 2K-th best) finds the brute force's winner at the
