@@ -1535,6 +1535,8 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                     named.as_deref(),
                     run.zero,
                     row.pp,
+                    run.precision,
+                    run.fp8_recipe,
                 ) {
                     job.activation_offload_layers = layers;
                     assume.push(format!("activation offload: {layers} of 80 layers' activations to host memory over NVLink-C2C (Megatron-Bridge Llama3-70B Megatron-FSDP recipe on this GPU, cpu_offloading_num_layers = {layers})"));
@@ -1629,16 +1631,18 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         // Megatron-Bridge's FP8 current-scaling precision config (the
         // performance tables' `fp8_cs`) gathers parameters in FP8
         // ([ref:megatron-bridge-fp8-cs]).
-        // Its MXFP8 and NVFP4 configs do too (`bf16_with_mxfp8_mixed`:
-        // `fp8_param_gather = True`; `bf16_with_nvfp4_mixed`:
-        // `fp4_param_gather = True`; `src/megatron/bridge/training/
-        // mixed_precision.py` at v0.4.1).
+        // Its MXFP8 config does too (`bf16_with_mxfp8_mixed`:
+        // `fp8_param_gather = True`, `src/megatron/bridge/training/
+        // mixed_precision.py` at v0.2.0 and v0.4.1, the releases of the
+        // 25.11 and 26.04 tables). Its NVFP4 config does not in those
+        // releases (`bf16_with_nvfp4_mixed` sets `fp8_param_gather = False`;
+        // `fp4_param_gather` arrived after v0.4.1, in v0.5.0), so NVFP4 rows
+        // keep the bf16 parameters and gather them in bf16.
         let bridge_config = match (p, job.fp8_recipe) {
             (P::Fp8, Fp8Recipe::Current) => {
                 Some("bf16_with_fp8_current_scaling_mixed sets fp8_param_gather")
             }
             (P::Mxfp8, _) => Some("bf16_with_mxfp8_mixed sets fp8_param_gather"),
-            (P::Nvfp4, _) => Some("bf16_with_nvfp4_mixed sets fp4_param_gather"),
             _ => None,
         };
         if let Some(config) = bridge_config
@@ -3458,26 +3462,86 @@ pub fn plan_check(case: &Case) -> PlanCheck {
 }
 
 /// Activation-offload layers of Megatron-Bridge's Llama3-70B Megatron-FSDP
-/// pretraining recipes on Grace-Blackwell (activations only,
-/// `cpu_offloading_weights = False`): `LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG`
-/// 40 and `LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG` 20 in
+/// pretraining recipes (activations only, `cpu_offloading_weights =
+/// False`), by GPU and precision, in
 /// `scripts/performance/configs/llama3/workload_base_configs.py` at v0.2.0
-/// (release 25.11); the same counts in the `_V1`/`_V2` presets of
+/// (release 25.11, `LLAMA3_70B_<GPU>_<PRECISION>_BASE_CONFIG`) and the same
+/// counts in the `_V1`/`_V2` presets of
 /// `scripts/performance/configs/llama/llama3_workload_base_configs.py` at
-/// v0.4.1 (release 26.04). `None` for every other row: no offload.
+/// v0.4.1 (release 26.04): GB300 BF16 30 and FP8 current scaling 20, GB200
+/// BF16 20 and FP8 current scaling 40, B200 FP8 current scaling 5. The
+/// MXFP8 and NVFP4 recipes run without Megatron-FSDP and offload nothing;
+/// `None` for every other row.
 fn megatron_bridge_offload_layers(
     gpu_type: Option<&str>,
     card: Option<&str>,
     zero: Option<u8>,
     pp: u32,
+    precision: Option<Precision>,
+    fp8_recipe: Option<RowRecipe>,
 ) -> Option<u32> {
+    use crate::spec::{Fp8Recipe, Precision as P};
     if card != Some("llama3-70b") || zero != Some(3) || pp != 1 {
         return None;
     }
-    match gpu_type? {
-        "gb200" => Some(40),
-        "gb300" => Some(20),
+    let bf16 = matches!(precision, None | Some(Precision::Bf16));
+    let fp8_cs = precision == Some(Precision::Low(P::Fp8))
+        && fp8_recipe == Some(RowRecipe::Fp8(Fp8Recipe::Current));
+    match (gpu_type?, bf16, fp8_cs) {
+        ("gb300", true, _) => Some(30),
+        ("gb300", _, true) => Some(20),
+        ("gb200", true, _) => Some(20),
+        ("gb200", _, true) => Some(40),
+        ("b200", _, true) => Some(5),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod offload_tests {
+    use super::*;
+    use crate::spec::{Fp8Recipe, Precision as P};
+
+    /// The recipes' `cpu_offloading_num_layers` (Megatron-Bridge v0.2.0 and
+    /// v0.4.1, [`megatron_bridge_offload_layers`]): by GPU and precision,
+    /// and only for Llama3-70B under Megatron-FSDP without pipelining.
+    #[test]
+    fn offload_follows_the_recipe_of_the_rows_precision() {
+        let cs = Some(RowRecipe::Fp8(Fp8Recipe::Current));
+        let fp8 = Some(Precision::Low(P::Fp8));
+        let bf16 = Some(Precision::Bf16);
+        let at = |gpu: &str, precision, recipe| {
+            megatron_bridge_offload_layers(
+                Some(gpu),
+                Some("llama3-70b"),
+                Some(3),
+                1,
+                precision,
+                recipe,
+            )
+        };
+        assert_eq!(at("gb200", fp8, cs), Some(40));
+        assert_eq!(at("gb200", bf16, None), Some(20));
+        assert_eq!(at("gb300", fp8, cs), Some(20));
+        assert_eq!(at("gb300", bf16, None), Some(30));
+        assert_eq!(at("b200", fp8, cs), Some(5));
+        // No offload in the recipes without Megatron-FSDP or without one.
+        assert_eq!(at("b200", bf16, None), None);
+        assert_eq!(
+            at("gb200", Some(Precision::Low(P::Mxfp8)), Some(RowRecipe::Mx)),
+            None
+        );
+        assert_eq!(
+            at("gb200", fp8, Some(RowRecipe::Fp8(Fp8Recipe::Delayed))),
+            None
+        );
+        assert_eq!(at("h100", fp8, cs), None);
+        let other = |card, zero, pp| {
+            megatron_bridge_offload_layers(Some("gb200"), Some(card), Some(zero), pp, fp8, cs)
+        };
+        assert_eq!(other("llama3-8b", 3, 1), None);
+        assert_eq!(other("llama3-70b", 1, 1), None);
+        assert_eq!(other("llama3-70b", 3, 4), None);
     }
 }
 

@@ -926,7 +926,18 @@ mod tests {
         }
         // bf16 on B200: OpenXLA's table for sm_100 (cuBLAS, batch 4,
         // m = n = 4096), relative to k = 4096 (1670.5 TFLOP/s), against
-        // b200's k½ = 325 (hardware/gpus/b200.toml): within 1.5%.
+        // the shipped b200 profile's k½ (hardware/gpus/b200.toml, 325):
+        // within 1.5%.
+        let cat = Catalog::shipped().unwrap();
+        let half_k = |name: &str| {
+            cat.gpus
+                .iter()
+                .find(|g| g.name == name)
+                .unwrap()
+                .efficiency
+                .gemm_half_k
+        };
+        let b200_half_k = half_k("b200");
         let b200 = [
             (256.0, 791.8),
             (512.0, 1090.6),
@@ -934,7 +945,7 @@ mod tests {
             (2048.0, 1539.9),
         ];
         for (k, tf) in b200 {
-            let (want, got) = (tf / 1670.5, contraction_factor(k, 325.0));
+            let (want, got) = (tf / 1670.5, contraction_factor(k, b200_half_k));
             assert!(
                 (got / want - 1.0).abs() < 0.015,
                 "b200 bf16 k={k}: {got} vs {want}"
@@ -943,6 +954,9 @@ mod tests {
         // The machine-balance estimate it replaced (152) misses k = 256 by
         // more than a fifth: (256/408)·(4248/4096) = 0.651 against 0.474.
         assert!(contraction_factor(256.0, 152.0) / (791.8 / 1670.5) > 1.2);
+        // GB200 and GB300 carry the same die's curve.
+        assert_eq!(half_k("gb200"), b200_half_k);
+        assert_eq!(half_k("gb300"), b200_half_k);
     }
 
     /// Rates of a compute-bound GPU at 1e15 FLOP/s (no launch cost,
