@@ -66,7 +66,7 @@ impl Regime {
     /// `gpu` for a model with or without experts.
     pub fn of(gpu: &Gpu, l: &Layout, m: u64, gpus: u64, moe: bool) -> Regime {
         Regime {
-            gpu: gpu_class(&gpu.name),
+            gpu: gpu.measured_class(),
             precision: "16-bit",
             zero: zero_band(l.zero),
             cp: l.cp > 1,
@@ -373,7 +373,7 @@ impl Record {
             );
             if let (true, Some((tf, _))) = (model_flops, case.measured_tflops()) {
                 let mfu = tf / case.gpu.peak_tflops_bf16;
-                let gpu = gpu_class(&case.gpu.name);
+                let gpu = case.gpu.measured_class();
                 match best
                     .iter_mut()
                     .find(|b| b.gpu == gpu && b.precision == precision)

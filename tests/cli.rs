@@ -1140,3 +1140,83 @@ fn why_not_names_an_unpriced_batch_near_miss() {
     );
     assert!(!text.contains("best: dp=64"), "{text}");
 }
+
+/// A renamed copy of a shipped GPU profile is a GPU no run measured unless
+/// it says whose runs judge it (`measured_as`): the newcomer's copy of
+/// `a100-80g` named `my-gpu` got "no measured run with my GPUs", every plan
+/// extrapolated and a different #1; with `measured_as = "a100"` it ranks as
+/// the shipped profile does (the README's D8 T2 p4 v5, ±9% on its runs).
+#[test]
+fn a_renamed_gpu_profile_is_judged_by_the_runs_it_names() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/hardware");
+    let search_on = |tag: &str, extra: &str| {
+        let d = temp_dir(tag);
+        std::fs::create_dir_all(d.join("gpus")).unwrap();
+        std::fs::create_dir_all(d.join("clusters")).unwrap();
+        let gpu = std::fs::read_to_string(format!("{root}/gpus/a100-80g.toml"))
+            .unwrap()
+            .replace(
+                "name = \"a100-80g\"",
+                &format!("name = \"my-gpu\"\n{extra}"),
+            );
+        std::fs::write(d.join("gpus/my-gpu.toml"), gpu).unwrap();
+        let cluster = std::fs::read_to_string(format!("{root}/clusters/dgx64.toml"))
+            .unwrap()
+            .replace("name = \"dgx64\"", "name = \"my-cluster\"")
+            .replace("gpu = \"a100-80g\"", "gpu = \"my-gpu\"");
+        std::fs::write(d.join("clusters/my-cluster.toml"), cluster).unwrap();
+        let o = meshplan(&[
+            "search",
+            "--model",
+            "70b",
+            "--cluster",
+            "my-cluster",
+            "--top",
+            "1",
+            "--format",
+            "csv",
+            "--hardware-dir",
+            d.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let first = stdout(&o).lines().nth(1).unwrap().to_string();
+        first
+    };
+    let shipped = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "1",
+        "--format",
+        "csv",
+    ]);
+    let shipped = stdout(&shipped).lines().nth(1).unwrap().to_string();
+    // Same layout and numbers as the shipped profile, trust included.
+    let judged = search_on("gpu-measured-as", "measured_as = \"a100\"");
+    assert_eq!(judged, shipped);
+    assert!(shipped.contains("±9%"), "{shipped}");
+    // Without it: no run of a `my` GPU, so #1 is another, extrapolated plan.
+    let unjudged = search_on("gpu-unmeasured", "");
+    assert_ne!(unjudged, shipped);
+    assert!(!unjudged.contains("±"), "{unjudged}");
+    // A blank class is refused with the file and field.
+    let d = hardware_dir_with("gpu-measured-blank", "gpus/a100-80g.toml", |t| {
+        t.replace(
+            "name = \"a100-80g\"",
+            "name = \"a100-80g\"\nmeasured_as = \"\"",
+        )
+    });
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--hardware-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["gpus/a100-80g.toml", "measured_as"]);
+}

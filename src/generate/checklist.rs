@@ -87,6 +87,10 @@ pub struct Checklist {
     pub mfu_pct: f64,
     /// HFU, percent.
     pub hfu_pct: f64,
+    /// How far the prediction is checked: its band on measured runs, or
+    /// what no run covers, and the envelope when the plan is above it
+    /// ([`crate::trust::Trust::sentence`]).
+    pub trust: String,
     /// Bubble, percent of the step.
     pub bubble_pct: f64,
     /// Checkpoint size, GB (10⁹ bytes).
@@ -247,6 +251,7 @@ pub fn checklist(plan: &Plan) -> Checklist {
         step_ms: pr.step_s * 1e3,
         mfu_pct: pr.mfu * 100.0,
         hfu_pct: pr.hfu * 100.0,
+        trust: pr.trust.sentence(),
         bubble_pct: pr.bubble_fraction * 100.0,
         checkpoint_gb: ck.bytes / 1e9,
         checkpoint_per_rank_gb: ck.bytes_per_rank / 1e9,

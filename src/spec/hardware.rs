@@ -120,6 +120,13 @@ pub struct Gpu {
     /// priced).
     #[serde(default)]
     pub host_link_gbs: f64,
+    /// The GPU whose measured runs judge plans on this profile (the trust
+    /// column, the error band and the MFU envelope, `src/trust.rs`), e.g.
+    /// `a100` for a renamed or re-tuned copy of `a100-80g`; absent, the
+    /// name up to its first `-` (`a100-80g` → `a100`, `my-gpu` → `my`, of
+    /// which no run is measured).
+    #[serde(default)]
+    pub measured_as: Option<String>,
     /// Achieved-fraction parameters.
     pub efficiency: ComputeEfficiency,
     /// Compute slowdown under overlapped communication.
@@ -331,11 +338,28 @@ impl Gpu {
         InputError::parse_checked(text, file, Gpu::check)
     }
 
+    /// The GPU whose measured runs judge plans on this profile
+    /// ([`Gpu::measured_as`], else the name up to its first `-`).
+    pub fn measured_class(&self) -> String {
+        match &self.measured_as {
+            Some(c) => c.clone(),
+            None => crate::trust::gpu_class(&self.name),
+        }
+    }
+
     /// Check every value (also used for calibrated overlays).
     ///
     /// # Errors
     /// [`InputError::Field`] naming the first bad field.
     pub fn check(&self, file: &Path) -> Result<(), InputError> {
+        if let Some(c) = &self.measured_as {
+            InputError::unless(
+                !c.is_empty() && !c.contains(char::is_whitespace),
+                file,
+                "measured_as",
+                || format!("{c:?} is not a GPU name (e.g. \"a100\", \"h100\")"),
+            )?;
+        }
         check_positive(file, "memory_gib", self.memory_gib)?;
         check_non_negative(file, "reserve_gib", self.reserve_gib)?;
         if self.reserve_gib >= self.memory_gib {
