@@ -1179,8 +1179,7 @@ fn a_renamed_gpu_profile_is_judged_by_the_runs_it_names() {
             d.to_str().unwrap(),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let first = stdout(&o).lines().nth(1).unwrap().to_string();
-        first
+        stdout(&o).lines().nth(1).unwrap().to_string()
     };
     let shipped = meshplan(&[
         "search",
