@@ -92,6 +92,9 @@ pub struct Ranked {
     pub band: f64,
     /// Whether a measured run covers its regime.
     pub validated: bool,
+    /// Regime dimensions in which the nearest measured run differs (0 when
+    /// validated; [`Trust::distance`]).
+    pub distance: usize,
     /// Whether it is above the measured envelope.
     pub implausible: bool,
     /// Whether it goes behind the plausible plans of its tie group: above
@@ -125,6 +128,7 @@ impl Ranked {
             predicted: tokens_per_s,
             band: bands.band(t),
             validated: t.extrapolated.is_none() && t.median_abs.is_some(),
+            distance: t.distance,
             implausible,
             demoted,
         }
@@ -187,12 +191,14 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
 }
 
 /// Inside a tie group: plausible first (against its own class's
-/// envelope), validated first, narrower band first (a stable sort keeps
+/// envelope), validated first, then nearer to a measured run (fewer regime
+/// dimensions differing from it), narrower band first (a stable sort keeps
 /// the order by key after that).
 fn better_validated(a: &Ranked, b: &Ranked) -> Ordering {
     a.demoted
         .cmp(&b.demoted)
         .then(b.validated.cmp(&a.validated))
+        .then(a.distance.cmp(&b.distance))
         .then(a.band.total_cmp(&b.band))
 }
 
@@ -206,6 +212,7 @@ mod tests {
             predicted: tokens,
             band,
             validated,
+            distance: if validated { 0 } else { 1 },
             implausible: false,
             demoted: false,
         }
@@ -251,6 +258,25 @@ mod tests {
         );
     }
 
+    /// The newcomer's H100 case: every top plan is extrapolated with the
+    /// same band, and the fastest as priced differs from the nearest
+    /// measured run in two dimensions (16-bit GEMMs, ZeRO 2), the next in
+    /// one (16-bit GEMMs). All three overlap (the 90th-percentile band is
+    /// wide), so the plan one dimension from a measurement leads, then the
+    /// faster of the two two away.
+    #[test]
+    fn inside_a_group_the_plan_nearer_a_measurement_leads() {
+        let at = |tokens: f64, distance: usize| Ranked {
+            distance,
+            ..plan(tokens, 0.2, false)
+        };
+        let plans = [at(73890.0, 2), at(73860.0, 1), at(73826.0, 2)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1), (2, 1)]
+        );
+    }
+
     #[test]
     fn robust_prefers_the_narrow_band() {
         // X: 100 ± 30% (lower 70), Y: 90 ± 5% (lower 85.5). Predicted: X
@@ -283,6 +309,7 @@ mod tests {
             max_abs: Some(0.1),
             nearest: vec![],
             extrapolated: None,
+            distance: 0,
             envelope: Some(Envelope {
                 record_mfu: 0.50,
                 record_id: "R".into(),
@@ -332,6 +359,7 @@ mod tests {
             max_abs: None,
             nearest: vec![],
             extrapolated: Some("gpu".into()),
+            distance: 1,
             envelope: Some(Envelope {
                 record_mfu: 0.563,
                 record_id: "KOR22-4b".into(),

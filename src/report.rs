@@ -675,6 +675,7 @@ mod tests {
             max_abs: Some(median),
             nearest: vec![],
             extrapolated: extrapolated.map(str::to_string),
+            distance: usize::from(extrapolated.is_some()),
             envelope: None,
         }
     }

@@ -32,6 +32,9 @@ use crate::validate;
 /// The shipped measurement table.
 const TABLE: &str = include_str!("../tests/data/published-dev-v2.csv");
 
+/// How many dimensions a regime is matched on ([`Regime::dims`]).
+const DIMS: usize = 9;
+
 /// The dimensions a regime is matched on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Regime {
@@ -91,7 +94,7 @@ impl Regime {
     }
 
     /// `(dimension, value)` in a fixed order, as the notes name them.
-    fn dims(&self) -> [(&'static str, String); 9] {
+    fn dims(&self) -> [(&'static str, String); DIMS] {
         [
             ("gpu", self.gpu.clone()),
             ("precision", self.precision.to_string()),
@@ -265,6 +268,12 @@ pub struct Trust {
     pub nearest: Vec<String>,
     /// When extrapolated: the dimensions no nearest run shares.
     pub extrapolated: Option<String>,
+    /// How many regime dimensions ([`Regime::dims`], nine) the nearest
+    /// measured run differs in: 0 when a run of exactly this regime is
+    /// measured. Inside a tie group the ranking puts the plan nearer to a
+    /// measurement first ([`crate::ranking`]).
+    #[serde(default)]
+    pub distance: usize,
     /// The predicted MFU against the best measured one of its class, when
     /// one is measured.
     pub envelope: Option<Envelope>,
@@ -467,6 +476,7 @@ impl Record {
                 max_abs: Some(abs.iter().copied().fold(0.0, f64::max)),
                 nearest: exact.iter().map(|m| m.id.clone()).collect(),
                 extrapolated: None,
+                distance: 0,
                 envelope: None,
             };
         }
@@ -503,6 +513,7 @@ impl Record {
             max_abs: None,
             nearest: nearest.iter().map(|m| m.id.clone()).collect(),
             envelope: None,
+            distance: DIMS - best,
             extrapolated: Some(if missing.is_empty() {
                 // Each nearest run misses a different dimension: name them.
                 format!("{} together", differing(false).join(" and "))
@@ -579,6 +590,47 @@ mod tests {
             (b200.record_id.as_str(), b200.implausible, b200.same_class),
             ("A100-RUN", true, false)
         );
+    }
+
+    /// `distance` counts the dimensions the nearest run differs in: a
+    /// record with one run (a100, 16-bit, ZeRO 0–1, no CP, dense, no
+    /// recompute, m ≥ 64, ≤64 GPUs): that regime is 0 away (validated), the
+    /// same with ZeRO 3 is 1, with ZeRO 3, CP and full recompute 3.
+    #[test]
+    fn distance_counts_the_dimensions_the_nearest_run_differs_in() {
+        let base = Regime {
+            gpu: "a100".into(),
+            precision: "16-bit",
+            zero: "0–1",
+            cp: false,
+            moe: false,
+            recompute: Recompute::None,
+            micro_batches: "m ≥ 64",
+            scale: "≤64",
+            deepspeed_2021: false,
+            rowwise_table: false,
+        };
+        let record = Record {
+            runs: vec![Measured {
+                id: "RUN".into(),
+                regime: base.clone(),
+                error: 0.04,
+            }],
+            best: vec![],
+        };
+        assert_eq!(record.trust(&base).distance, 0);
+        let zero3 = Regime {
+            zero: "3",
+            ..base.clone()
+        };
+        assert_eq!(record.trust(&zero3).distance, 1);
+        let far = Regime {
+            cp: true,
+            recompute: Recompute::Full,
+            ..zero3
+        };
+        let t = record.trust(&far);
+        assert_eq!((t.distance, t.nearest), (3, vec!["RUN".to_string()]));
     }
 
     /// `shared` compares values; the phrases of `dims` are what the notes
