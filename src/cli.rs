@@ -1150,6 +1150,15 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             before,
             a.target
         );
+        if report.rows.is_empty()
+            && let Some(hint) = a.target.widening_hint(s.job.recipe_name)
+        {
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: --target {}: no valid layout; {hint}",
+                a.target
+            );
+        }
     }
     // The whole ranking as the table lists it, for `--why-not`.
     let ranked = if a.why_not.is_some() {

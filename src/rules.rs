@@ -902,7 +902,9 @@ const RULES: [RuleDef; 18] = [
             remedy: |x| {
                 // Only the levers this layout has not pulled already.
                 let l = x.l;
-                let mut levers = vec!["raise T or p".to_string()];
+                // T and p shard weights and activations; C shards the
+                // activations over the sequence.
+                let mut levers = vec!["raise T, p or C".to_string()];
                 // SP shards activations over T: nothing to turn on at T = 1.
                 if !l.sp && l.tp > 1 {
                     levers.push("turn on SP".into());

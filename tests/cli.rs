@@ -1219,3 +1219,40 @@ fn a_renamed_gpu_profile_is_judged_by_the_runs_it_names() {
     ]);
     assert_clean_error(&o, &["gpus/a100-80g.toml", "measured_as"]);
 }
+
+/// `search --target deepspeed` with the Megatron recipe keeps DeepSpeed to
+/// ZeRO 1 (fp32 gradients), where Llama 3 70B does not fit at T = p = 1 on
+/// 80 GB (the near-miss needs 428.7 GiB): no valid layout. The note names
+/// the recipe that widens the search, and that recipe does find layouts.
+#[test]
+fn an_empty_deepspeed_search_names_the_recipe_that_widens_it() {
+    let base = [
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "deepspeed",
+    ];
+    let o = meshplan(&base);
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).contains("0 valid"), "{}", stdout(&o));
+    assert!(
+        err.contains("note: --target deepspeed: no valid layout; --recipe deepspeed"),
+        "{err}"
+    );
+    let mut widened = base.to_vec();
+    widened.extend(["--recipe", "deepspeed", "--format", "json"]);
+    let o = meshplan(&widened);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter()
+            .all(|r| r["layout"]["zero"].as_u64().unwrap() >= 2)
+    );
+    assert!(!stderr(&o).contains("no valid layout"), "{}", stderr(&o));
+}

@@ -865,3 +865,29 @@ fn fixes_of_an_auto_split_layout_are_re_split() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A split with the wrong number of stages (3 for p = 4) is dropped by
+/// every change, so every fix really runs a uniform split: its words must
+/// say so, or "micro-batch 1 → 2" reads as a fix on its own. Every fix's
+/// layout is the words' layout: no split, and "uniform layer split" named.
+#[test]
+fn a_fix_that_drops_the_split_says_so() {
+    let f = fixture();
+    let pr = f.problem();
+    let policy = Policy::default();
+    let l = Layout {
+        split: Some(vec![20, 20, 40]),
+        ..layout(2, 8, 4, Recompute::None, 1, true)
+    };
+    assert!(rules::violations(&pr, &policy, &l).contains(Rule::Split));
+    let fixes = explain::smallest_fixes(&pr, &policy, &l);
+    assert!(fixes.fixes.len() > 1, "{:?}", fixes.fixes);
+    for fx in &fixes.fixes {
+        assert_eq!(fx.layout.split, None, "{:?}", fx.changes);
+        assert!(
+            fx.changes.iter().any(|c| c == "uniform layer split"),
+            "{:?}",
+            fx.changes
+        );
+    }
+}

@@ -375,7 +375,7 @@ fn memory_sentence() {
     // attention (the job's default) selective recompute saves nothing, so
     // only full recompute is named.
     let remedy =
-        "raise T or p, use full recompute, or a higher ZeRO stage (explain shows which works)";
+        "raise T, p or C, use full recompute, or a higher ZeRO stage (explain shows which works)";
     let cases = [
         (
             90.0 * GIB,
@@ -416,7 +416,7 @@ fn memory_sentence() {
     );
     assert_eq!(
         v[0].remedy,
-        "raise T or p, use selective or full recompute, or a higher ZeRO stage (explain shows which works)"
+        "raise T, p or C, use selective or full recompute, or a higher ZeRO stage (explain shows which works)"
     );
     // Every other lever pulled (SP on, full recompute, ZeRO 3) but the
     // micro-batch of 2.
@@ -431,7 +431,7 @@ fn memory_sentence() {
     let memory = v.iter().find(|x| x.rule == Rule::Memory).expect("memory");
     assert_eq!(
         memory.remedy,
-        "raise T or p, or a smaller micro-batch (explain shows which works)"
+        "raise T, p or C, or a smaller micro-batch (explain shows which works)"
     );
     // After the structural sentences, not instead of them.
     let bad = Layout::dense(3, 8, 4, 1);
