@@ -772,10 +772,15 @@ pub fn megatron(plan: &Plan) -> Megatron {
         val("--eval-interval", ck.interval_steps),
         val("--eval-iters", 1).note({
             let e = eval_batch_s(&plan.predicted.time_s, plan.sharding.zero);
+            // Evaluated every checkpoint interval: its share of the
+            // training time, which tokens/s and goodput do not count.
+            let share = e / (e + ck.interval_steps.max(1) as f64 * plan.predicted.step_s);
             format!(
-                "one eval batch is forward only: about {:.0} s, {:.2} of a step",
+                "one eval batch is forward only: about {:.0} s, {:.2} of a step; every {} steps that is {:.1}% of the run, not counted in the predicted tokens/s or goodput",
                 e,
-                e / plan.predicted.step_s
+                e / plan.predicted.step_s,
+                ck.interval_steps,
+                100.0 * share
             )
         }),
         val("--log-interval", 1),
