@@ -1150,7 +1150,10 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             before,
             a.target
         );
-        if report.rows.is_empty()
+        // Only when the search itself found nothing valid: when valid
+        // layouts were left out for the target's other conditions (a
+        // `--fix tp=2`), another recipe would not bring them back.
+        if before == 0
             && let Some(hint) = a.target.widening_hint(s.job.recipe_name)
         {
             let _ = writeln!(

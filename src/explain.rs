@@ -294,19 +294,14 @@ fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
     if new.sp != l.sp && !changes.iter().any(|c| matches!(c, Change::Sp(_))) {
         out.push(format!("SP {}", if new.sp { "on" } else { "off" }));
     }
-    // A split the change dropped (it no longer had p·v stages) or solved
-    // again: say so, or a change that works only with another split reads
-    // as working alone.
-    if new.split != l.split
-        && l.split.is_some()
-        && !changes.iter().any(|c| matches!(c, Change::UniformSplit))
-    {
+    // A split the change dropped (it no longer had p·v stages), solved
+    // again, or brought in (the layers do not divide into the new p·v):
+    // say so, or a change that works only with another split reads as
+    // working alone.
+    if new.split != l.split && !changes.iter().any(|c| matches!(c, Change::UniformSplit)) {
         out.push(match &new.split {
             None => "uniform layer split".to_string(),
-            Some(s) => format!(
-                "split {}",
-                s.iter().map(u32::to_string).collect::<Vec<_>>().join("/")
-            ),
+            Some(_) => format!("split {}", crate::layout::split_text(&new.split)),
         });
     }
     out

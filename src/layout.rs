@@ -800,6 +800,25 @@ pub fn orthogonal_groups(sizes: &[u32], mask: &[bool]) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// Layers per pipeline chunk, runs of equal counts folded: `7/8×14/7`.
+pub fn split_text(split: &Option<Vec<u32>>) -> String {
+    let Some(s) = split else {
+        return "uniform".into();
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        let run = s[i..].iter().take_while(|x| **x == s[i]).count();
+        parts.push(if run > 2 {
+            format!("{}×{}", s[i], run)
+        } else {
+            vec![s[i].to_string(); run].join("/")
+        });
+        i += run;
+    }
+    parts.join("/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

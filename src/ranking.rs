@@ -18,8 +18,12 @@
 //!   earlier group than a faster one (a wide-band plan cannot jump a
 //!   faster, narrower one).
 //! - Inside a group the better-validated plan comes first: plausible before
-//!   implausible, validated before extrapolated, the narrower band first,
-//!   then the order above. "Implausible" here is above the envelope of its
+//!   implausible, validated before extrapolated; among extrapolated plans
+//!   predicted within one resolution step of each other (the median
+//!   |error| of every measured run, counted down from the group's first
+//!   plan) the one nearer a measured run (fewer regime dimensions differing,
+//!   [`crate::trust::Trust::distance`]); then the narrower band, then the
+//!   order above. "Implausible" here is above the envelope of its
 //!   own GPU architecture: a plan above a record borrowed from another (no
 //!   run of its architecture is measured in its precision, bf16 on Blackwell
 //!   today) is clipped but not moved behind the plausible ones, since
@@ -49,25 +53,34 @@ pub enum RankBy {
 
 crate::names::named!(RankBy, "ranking", [Predicted => "predicted", Robust => "robust"]);
 
-/// The band of a plan that no measured run covers.
+/// The band of a plan that no measured run covers, and the speed
+/// difference the model can tell apart.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bands {
     /// 90th percentile |error| of every measured run of the record.
     pub extrapolated: f64,
+    /// Median |error| of every measured run: extrapolated plans of one tie
+    /// group predicted within this fraction of each other are ordered by
+    /// their distance from a measured run ([`order`]).
+    pub resolution: f64,
 }
 
 impl Bands {
-    /// Bands from `record`: the 90th percentile (nearest rank) of its runs'
-    /// |error|, or 0.5 when it holds no run.
+    /// Bands from `record`: the 90th percentile (nearest rank) and the
+    /// median of its runs' |error|, or 0.5 and 0.1 when it holds no run.
     pub fn of(record: &Record) -> Bands {
         let mut e: Vec<f64> = record.runs.iter().map(|r| r.error.abs()).collect();
         if e.is_empty() {
-            return Bands { extrapolated: 0.5 };
+            return Bands {
+                extrapolated: 0.5,
+                resolution: 0.1,
+            };
         }
         e.sort_by(f64::total_cmp);
         let i = ((0.9 * e.len() as f64).ceil() as usize).clamp(1, e.len()) - 1;
         Bands {
             extrapolated: e[i].min(0.95),
+            resolution: crate::validate::median(&e).max(1e-3),
         }
     }
 
@@ -95,6 +108,8 @@ pub struct Ranked {
     /// Regime dimensions in which the nearest measured run differs (0 when
     /// validated; [`Trust::distance`]).
     pub distance: usize,
+    /// [`Bands::resolution`].
+    pub resolution: f64,
     /// Whether it is above the measured envelope.
     pub implausible: bool,
     /// Whether it goes behind the plausible plans of its tie group: above
@@ -119,7 +134,19 @@ impl Ranked {
                 // clips to the same value (then the faster as priced leads).
                 let unit = tokens_per_s / e.predicted_mfu;
                 let q = 10f64.powi(unit.abs().log10().floor() as i32 - 9);
-                (unit / q).round() * q * (e.record_mfu + crate::trust::ENVELOPE_MARGIN)
+                let cap_mfu = e.record_mfu + crate::trust::ENVELOPE_MARGIN;
+                // Over the HFU record: the MFU at which its HFU would be
+                // at the record plus the margin (HFU/MFU is the plan's
+                // own FLOP ratio, alike for plans of one recompute mode up
+                // to rounding: 10 significant digits here too).
+                let cap = if e.predicted_hfu > e.record_hfu + crate::trust::ENVELOPE_MARGIN {
+                    let ratio = e.predicted_hfu / e.predicted_mfu;
+                    let c = (e.record_hfu + crate::trust::ENVELOPE_MARGIN) / ratio;
+                    cap_mfu.min((c * 1e10).round() / 1e10)
+                } else {
+                    cap_mfu
+                };
+                (unit / q).round() * q * cap.min(e.predicted_mfu)
             }
             _ => tokens_per_s,
         };
@@ -129,6 +156,7 @@ impl Ranked {
             band: bands.band(t),
             validated: t.extrapolated.is_none() && t.median_abs.is_some(),
             distance: t.distance,
+            resolution: bands.resolution,
             implausible,
             demoted,
         }
@@ -181,8 +209,25 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
                 .iter()
                 .take_while(|&&j| plans[j].upper() >= floor)
                 .count();
+        let leader = &plans[idx[start]];
+        // Extrapolated plans by how far below the leader they are, in steps
+        // of the model's median |error|: inside a step the plan nearer a
+        // measured run leads; a plan a step or more faster stays ahead.
+        let step = |j: usize| -> u64 {
+            let p = &plans[j];
+            if p.validated {
+                return 0;
+            }
+            let below = 1.0 - p.key(by) / leader.key(by);
+            (below / leader.resolution).floor().clamp(0.0, 1e6) as u64
+        };
         let mut members = idx[start..end].to_vec();
-        members.sort_by(|&a, &b| better_validated(&plans[a], &plans[b]));
+        members.sort_by(|&a, &b| {
+            better_validated(&plans[a], &plans[b])
+                .then_with(|| step(a).cmp(&step(b)))
+                .then(plans[a].distance.cmp(&plans[b].distance))
+                .then(plans[a].band.total_cmp(&plans[b].band))
+        });
         out.extend(members.into_iter().map(|m| (m, group)));
         start = end;
     }
@@ -191,15 +236,15 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
 }
 
 /// Inside a tie group: plausible first (against its own class's
-/// envelope), validated first, then nearer to a measured run (fewer regime
-/// dimensions differing from it), narrower band first (a stable sort keeps
-/// the order by key after that).
+/// envelope), validated first; [`order`] then puts, among extrapolated
+/// plans predicted within one resolution step of each other, the one
+/// nearer a measured run first (fewer regime dimensions differing from
+/// it), then the narrower band (a stable sort keeps the order by key after
+/// that).
 fn better_validated(a: &Ranked, b: &Ranked) -> Ordering {
     a.demoted
         .cmp(&b.demoted)
         .then(b.validated.cmp(&a.validated))
-        .then(a.distance.cmp(&b.distance))
-        .then(a.band.total_cmp(&b.band))
 }
 
 #[cfg(test)]
@@ -213,6 +258,7 @@ mod tests {
             band,
             validated,
             distance: if validated { 0 } else { 1 },
+            resolution: 0.05,
             implausible: false,
             demoted: false,
         }
@@ -259,7 +305,8 @@ mod tests {
     }
 
     /// The newcomer's H100 case: every top plan is extrapolated with the
-    /// same band, and the fastest as priced differs from the nearest
+    /// same band and predicted within 0.1% of the others (one resolution
+    /// step), and the fastest as priced differs from the nearest
     /// measured run in two dimensions (16-bit GEMMs, ZeRO 2), the next in
     /// one (16-bit GEMMs). All three overlap (the 90th-percentile band is
     /// wide), so the plan one dimension from a measurement leads, then the
@@ -274,6 +321,21 @@ mod tests {
         assert_eq!(
             order(&plans, RankBy::Predicted, usize::MAX),
             vec![(1, 1), (0, 1), (2, 1)]
+        );
+        // The 128K-token case: a CP plan two dimensions away predicted at
+        // 104,194 tokens/s and a ZeRO-3 plan one away at 90,507, 13.1%
+        // slower: both ± 20% overlap, but 13.1% is two 5% resolution steps
+        // (floor(0.131/0.05) = 2), so the faster plan stays first; a third
+        // plan one away at 101,000 (3.1% below, step 0) goes before it.
+        let plans = [at(90507.0, 1), at(104194.0, 2)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
+        );
+        let plans = [at(90507.0, 1), at(104194.0, 2), at(101000.0, 1)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(2, 1), (1, 1), (0, 1)]
         );
     }
 
@@ -302,7 +364,10 @@ mod tests {
     #[test]
     fn implausible_is_clipped_to_the_envelope_and_goes_last_in_its_group() {
         use crate::trust::{Envelope, Trust};
-        let bands = Bands { extrapolated: 0.35 };
+        let bands = Bands {
+            extrapolated: 0.35,
+            resolution: 0.05,
+        };
         let t = Trust {
             runs: 10,
             median_abs: Some(0.05),
@@ -314,6 +379,9 @@ mod tests {
                 record_mfu: 0.50,
                 record_id: "R".into(),
                 predicted_mfu: 0.62,
+                record_hfu: 0.50,
+                record_hfu_id: "R".into(),
+                predicted_hfu: 0.62,
                 implausible: true,
                 same_class: true,
             }),
@@ -352,7 +420,10 @@ mod tests {
     #[test]
     fn a_borrowed_envelope_clips_without_demoting() {
         use crate::trust::{Envelope, Trust};
-        let bands = Bands { extrapolated: 0.18 };
+        let bands = Bands {
+            extrapolated: 0.18,
+            resolution: 0.05,
+        };
         let trust = |predicted_mfu: f64, same_class: bool| Trust {
             runs: 0,
             median_abs: None,
@@ -364,6 +435,9 @@ mod tests {
                 record_mfu: 0.563,
                 record_id: "KOR22-4b".into(),
                 predicted_mfu,
+                record_hfu: 0.57,
+                record_hfu_id: "KOR22-4b".into(),
+                predicted_hfu: predicted_mfu,
                 implausible: predicted_mfu > 0.563 + crate::trust::ENVELOPE_MARGIN,
                 same_class,
             }),
@@ -413,5 +487,7 @@ mod tests {
             best: vec![],
         };
         assert!((Bands::of(&record).extrapolated - 0.09).abs() < 1e-12);
+        // Median of 0.01 … 0.10: (0.05 + 0.06)/2.
+        assert!((Bands::of(&record).resolution - 0.055).abs() < 1e-12);
     }
 }

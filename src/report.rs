@@ -264,14 +264,14 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
             };
             regime_at.push(i);
             let (regime, trust) = &mut regimes[i];
-            trust.envelope = record.envelope(regime, c.eval.mfu);
+            trust.envelope = record.envelope(regime, c.eval.mfu, c.eval.hfu);
             Ranked::of(c.eval.tokens_per_s, trust, &bands)
         })
         .collect();
     let trust_of = |j: usize| {
         let (regime, base) = &regimes[regime_at[j]];
         Trust {
-            envelope: record.envelope(regime, pool[j].eval.mfu),
+            envelope: record.envelope(regime, pool[j].eval.mfu, pool[j].eval.hfu),
             ..base.clone()
         }
     };
@@ -329,7 +329,7 @@ pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
     let regime = regime_of(pr, l, e);
     let record = Record::shipped();
     Trust {
-        envelope: record.envelope(&regime, e.mfu),
+        envelope: record.envelope(&regime, e.mfu, e.hfu),
         ..record.trust(&regime)
     }
 }

@@ -217,6 +217,13 @@ pub struct Best {
     pub mfu: f64,
     /// The run that measured it.
     pub id: String,
+    /// The best measured hardware-FLOPs utilisation (HFU: recomputed
+    /// forward passes counted), against the same peak: a run's measured
+    /// MFU times its priced HFU/MFU ratio, which is FLOP accounting only
+    /// (1 without recompute, about 4/3 with full recompute).
+    pub hfu: f64,
+    /// The run that measured it.
+    pub hfu_id: String,
 }
 
 /// How far above the best measured MFU of its class a plan may be
@@ -233,7 +240,8 @@ pub struct Record {
     pub best: Vec<Best>,
 }
 
-/// A plan's predicted MFU against the measured envelope of its class.
+/// A plan's predicted MFU and HFU against the measured envelope of its
+/// class.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Envelope {
     /// The best measured MFU of the plan's GPU class and precision.
@@ -242,7 +250,19 @@ pub struct Envelope {
     pub record_id: String,
     /// The plan's predicted MFU.
     pub predicted_mfu: f64,
-    /// Predicted above the record by more than [`ENVELOPE_MARGIN`].
+    /// The best measured HFU of the same runs ([`Best::hfu`]); 0 in a
+    /// plan file written before it was recorded.
+    #[serde(default)]
+    pub record_hfu: f64,
+    /// The run that measured it.
+    #[serde(default)]
+    pub record_hfu_id: String,
+    /// The plan's predicted HFU.
+    #[serde(default)]
+    pub predicted_hfu: f64,
+    /// Predicted above the record by more than [`ENVELOPE_MARGIN`], in MFU
+    /// or in HFU (a recompute plan keeps the GPU busier than its MFU says:
+    /// no measured run kept it busier than the HFU record).
     pub implausible: bool,
     /// The record is of the plan's own GPU architecture (`false`: no run
     /// of the architecture is measured in the precision, so the best of any
@@ -294,23 +314,50 @@ impl Trust {
         }
     }
 
+    /// [`Trust::short`] with, for an extrapolated plan, how many regime
+    /// dimensions the nearest measured run differs in: what the ranking
+    /// orders extrapolated plans of one tie group by.
+    pub fn standing(&self) -> String {
+        let short = self.short();
+        if short == "extrap." {
+            let n = self.distance;
+            format!(
+                "extrap., {n} dimension{} from the nearest measured run",
+                if n == 1 { "" } else { "s" }
+            )
+        } else {
+            short
+        }
+    }
+
     /// A sentence: the band and its runs, or what no run covers, and the
     /// envelope when the plan is above it.
     pub fn sentence(&self) -> String {
         let band = self.band_sentence();
         match &self.envelope {
-            Some(e) if e.implausible => format!(
-                "{band}; implausible: predicted MFU {:.1}% is {:.1} points above the best measured on {}, {:.1}% ({})",
-                100.0 * e.predicted_mfu,
-                100.0 * (e.predicted_mfu - e.record_mfu),
-                if e.same_class {
-                    "this GPU architecture"
-                } else {
-                    "any GPU (none of this architecture is measured in this precision)"
-                },
-                100.0 * e.record_mfu,
-                e.record_id
-            ),
+            Some(e) if e.implausible => {
+                // Name the utilisation that is over its record by more
+                // (MFU, or HFU for a recompute plan that keeps the GPU
+                // busier than its MFU shows).
+                let (what, predicted, record, id) =
+                    if e.predicted_hfu - e.record_hfu > e.predicted_mfu - e.record_mfu {
+                        ("HFU", e.predicted_hfu, e.record_hfu, &e.record_hfu_id)
+                    } else {
+                        ("MFU", e.predicted_mfu, e.record_mfu, &e.record_id)
+                    };
+                format!(
+                    "{band}; implausible: predicted {what} {:.1}% is {:.1} points above the best measured on {}, {:.1}% ({})",
+                    100.0 * predicted,
+                    100.0 * (predicted - record),
+                    if e.same_class {
+                        "this GPU architecture"
+                    } else {
+                        "any GPU (none of this architecture is measured in this precision)"
+                    },
+                    100.0 * record,
+                    id
+                )
+            }
             _ => band,
         }
     }
@@ -382,21 +429,33 @@ impl Record {
             );
             if let (true, Some((tf, _))) = (model_flops, case.measured_tflops()) {
                 let mfu = tf / case.gpu.peak_tflops_bf16;
+                let hfu = if e.mfu > 0.0 {
+                    mfu * e.hfu / e.mfu
+                } else {
+                    mfu
+                };
                 let gpu = case.gpu.measured_class();
                 match best
                     .iter_mut()
                     .find(|b| b.gpu == gpu && b.precision == precision)
                 {
-                    Some(b) if b.mfu >= mfu => {}
                     Some(b) => {
-                        b.mfu = mfu;
-                        b.id = row.id.clone();
+                        if mfu > b.mfu {
+                            b.mfu = mfu;
+                            b.id = row.id.clone();
+                        }
+                        if hfu > b.hfu {
+                            b.hfu = hfu;
+                            b.hfu_id = row.id.clone();
+                        }
                     }
                     None => best.push(Best {
                         gpu,
                         precision,
                         mfu,
                         id: row.id.clone(),
+                        hfu,
+                        hfu_id: row.id.clone(),
                     }),
                 }
             }
@@ -423,7 +482,7 @@ impl Record {
         Record { runs, best }
     }
 
-    /// The envelope of a plan in `regime` predicted at `mfu`: the best
+    /// The envelope of a plan in `regime` predicted at `mfu` and `hfu`: the best
     /// measured MFU in the precision on GPUs of its architecture (compute
     /// capability: H100, H200 and H800 are one, sm_90; the share of peak a
     /// kernel reaches is the SM's, and H200's larger, faster HBM only
@@ -431,7 +490,7 @@ impl Record {
     /// in the precision (bf16 on Blackwell today), the best of any GPU in
     /// the precision: no measured run anywhere has reached a higher share
     /// of its GPU's peak.
-    pub fn envelope(&self, regime: &Regime, mfu: f64) -> Option<Envelope> {
+    pub fn envelope(&self, regime: &Regime, mfu: f64, hfu: f64) -> Option<Envelope> {
         let arch = |gpu: &str| crate::generate::plan_file::compute_capability(gpu);
         let same_arch = |b: &&Best| match (arch(&b.gpu), arch(&regime.gpu)) {
             (Some(x), Some(y)) => x == y,
@@ -454,7 +513,10 @@ impl Record {
                 record_mfu: b.mfu,
                 record_id: b.id.clone(),
                 predicted_mfu: mfu,
-                implausible: mfu > b.mfu + ENVELOPE_MARGIN,
+                record_hfu: b.hfu,
+                record_hfu_id: b.hfu_id.clone(),
+                predicted_hfu: hfu,
+                implausible: mfu > b.mfu + ENVELOPE_MARGIN || hfu > b.hfu + ENVELOPE_MARGIN,
                 same_class,
             })
     }
@@ -550,6 +612,8 @@ mod tests {
             precision,
             mfu,
             id: id.into(),
+            hfu: mfu,
+            hfu_id: id.into(),
         };
         let record = Record {
             runs: vec![],
@@ -574,22 +638,70 @@ mod tests {
         };
         // H200 at 45%: under the Hopper record 49.4% + 3 (it was over the
         // H200 runs' 35.9% + 3).
-        let h200 = record.envelope(&regime("h200"), 0.45).unwrap();
+        let h200 = record.envelope(&regime("h200"), 0.45, 0.45).unwrap();
         assert_eq!(
             (h200.record_id.as_str(), h200.implausible, h200.same_class),
             ("H100-RUN", false, true)
         );
-        let a100 = record.envelope(&regime("a100"), 0.60).unwrap();
+        let a100 = record.envelope(&regime("a100"), 0.60, 0.60).unwrap();
         assert_eq!(
             (a100.record_id.as_str(), a100.implausible, a100.same_class),
             ("A100-RUN", true, true)
         );
         // B200 bf16: no sm_100 16-bit run; the best of any GPU, borrowed.
-        let b200 = record.envelope(&regime("b200"), 0.60).unwrap();
+        let b200 = record.envelope(&regime("b200"), 0.60, 0.60).unwrap();
         assert_eq!(
             (b200.record_id.as_str(), b200.implausible, b200.same_class),
             ("A100-RUN", true, false)
         );
+    }
+
+    /// A full-recompute plan keeps the GPU busier than its MFU says: on
+    /// the shipped A100 record, a plan at 47.0% MFU and 62.5% HFU is under
+    /// the MFU record plus 3 points but over the HFU record plus 3, so it
+    /// is implausible and the sentence names HFU. The A100 HFU record is
+    /// Korthikanti et al. 2022's 1T run with selective recompute (KOR22-4b:
+    /// MFU 56.3%, the paper's HFU 57.0%; priced with its FLOP ratio,
+    /// 56.3% · 1.0022 = 56.4%); their full-recompute rows give step times,
+    /// not TFLOP/s, so they set no record.
+    #[test]
+    fn a_recompute_plan_over_the_hfu_record_is_implausible() {
+        let record = Record::shipped();
+        let a100 = record
+            .best
+            .iter()
+            .find(|b| b.gpu == "a100" && b.precision == "16-bit")
+            .unwrap();
+        assert_eq!(
+            (a100.id.as_str(), a100.hfu_id.as_str()),
+            ("KOR22-4b", "KOR22-4b")
+        );
+        assert!(a100.hfu > 0.563 && a100.hfu < 0.570, "{}", a100.hfu);
+        let regime = Regime {
+            gpu: "a100".into(),
+            precision: "16-bit",
+            zero: "0–1",
+            cp: false,
+            moe: false,
+            recompute: Recompute::Full,
+            micro_batches: "m ≥ 64",
+            scale: "≤64",
+            deepspeed_2021: false,
+            rowwise_table: false,
+        };
+        let e = record.envelope(&regime, 0.470, 0.625).unwrap();
+        assert!(e.implausible && 0.470 < e.record_mfu + ENVELOPE_MARGIN);
+        let t = Trust {
+            envelope: Some(e),
+            ..record.trust(&regime)
+        };
+        assert!(
+            t.sentence().contains("implausible: predicted HFU 62.5%"),
+            "{}",
+            t.sentence()
+        );
+        // The same MFU without recompute (HFU = MFU) is plausible.
+        assert!(!record.envelope(&regime, 0.470, 0.470).unwrap().implausible);
     }
 
     /// `distance` counts the dimensions the nearest run differs in: a

@@ -200,7 +200,20 @@ fn hopeless_layout_needs_two_changes() {
     assert!(fixes.pairs);
     assert!(!fixes.fixes.is_empty());
     for fx in &fixes.fixes {
-        assert_eq!(fx.changes.len(), 2, "{:?}", fx.changes);
+        // Two knobs, plus the split the pair brings in when the layers do
+        // not divide into the new p (80 layers, p = 32: 1/2×12/3×18/1).
+        let knobs = fx
+            .changes
+            .iter()
+            .filter(|c| !c.starts_with("split "))
+            .count();
+        assert_eq!(knobs, 2, "{:?}", fx.changes);
+        assert_eq!(
+            fx.changes.iter().any(|c| c.starts_with("split ")),
+            fx.layout.split.is_some(),
+            "{:?}",
+            fx.changes
+        );
         assert!(search::judge(&pr, &policy, &fx.layout).0.is_empty());
     }
 }
@@ -298,7 +311,7 @@ fn why_not_tp8_pp1_rank_and_gap() {
     assert!(ranked.iter().enumerate().all(|(i, x)| x.rank == i + 1));
     assert!(
         best.rank > 1,
-        "T = 8 is not the winner on dgx64 (T = 2 and T = 4 lead)"
+        "T = 8, p = 1 is not the winner on dgx64 (T = 8, p = 2 leads)"
     );
     // Every ranked layout once (rank-order twins folded; those below half
     // the fastest's tokens/s are not ranked).
@@ -314,15 +327,22 @@ fn why_not_tp8_pp1_rank_and_gap() {
         "{sum} vs {}",
         gap.delta_s
     );
-    // The winner leads the ranking, not the predicted speed: since the
-    // DeepSpeed 0.3 rows are priced per tensor (issue 15) the extrapolation
-    // band (the 90th-percentile |error| of all measured runs) is narrower,
-    // and the best T = 8 plan (C = 2, no recompute, extrapolated) is
-    // predicted faster than the validated winner but ranked behind it in
-    // the winner's tie group: the gap is negative.
+    // Both extrapolated and within the model's resolution of each other
+    // (2.3% apart, under the 4.8% median |error|), in one tie group: the
+    // winner (T = 8, p = 2, C = 1) is nearer a measured run than the best
+    // T = 8, p = 1 plan (C = 2, one more dimension no run shares) and also
+    // faster, so the gap is positive.
     assert_eq!(best.group, winner.group);
-    assert!(best.tokens_per_s > winner.tokens_per_s);
-    assert!(gap.delta_s < 0.0);
+    assert!(best.layout.cp == 2 && winner.layout.cp == 1);
+    let distance = |i: usize| ranked[i].trust.as_ref().unwrap().distance;
+    assert!(
+        distance(0) < distance(pos),
+        "{} vs {}",
+        distance(0),
+        distance(pos)
+    );
+    assert!(best.tokens_per_s < winner.tokens_per_s);
+    assert!(gap.delta_s > 0.0);
     assert_eq!(gap.delta_s, best.step_s - winner.step_s);
 }
 

@@ -191,11 +191,11 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                 )?;
                 if b.tokens_per_s > win.tokens_per_s {
                     let short = |r: &crate::report::Row| {
-                        r.trust.as_ref().map(|t| t.short()).unwrap_or_default()
+                        r.trust.as_ref().map(|t| t.standing()).unwrap_or_default()
                     };
                     writeln!(
                         w,
-                        "It is predicted {:.1}% faster than the winner but ranked behind it: {} (trust {}) against the winner's {} — inside a tie group the better-validated plan comes first (src/ranking.rs).",
+                        "It is predicted {:.1}% faster than the winner but ranked behind it: {} (trust {}) against the winner's {} — inside a tie group the better-validated plan comes first: plausible, validated, then, within the model's resolution, nearer a measured run (src/ranking.rs).",
                         100.0 * (b.tokens_per_s / win.tokens_per_s - 1.0),
                         if b.group == win.group {
                             "in the same tie group"

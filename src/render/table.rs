@@ -67,24 +67,7 @@ fn pct(x: f64) -> String {
     format!("{:.1}", 100.0 * x)
 }
 
-/// Layers per pipeline chunk, runs of equal counts folded: `7/8×14/7`.
-pub(crate) fn split_text(split: &Option<Vec<u32>>) -> String {
-    let Some(s) = split else {
-        return "uniform".into();
-    };
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < s.len() {
-        let run = s[i..].iter().take_while(|x| **x == s[i]).count();
-        parts.push(if run > 2 {
-            format!("{}×{}", s[i], run)
-        } else {
-            vec![s[i].to_string(); run].join("/")
-        });
-        i += run;
-    }
-    parts.join("/")
-}
+pub(crate) use crate::layout::split_text;
 
 impl Exporter for Table {
     fn search(&self, w: &mut dyn Write, r: &SearchReport) -> anyhow::Result<()> {
@@ -338,7 +321,7 @@ impl Exporter for Table {
             } else {
                 writeln!(
                     w,
-                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% slower but in the same tie group and better validated; src/ranking.rs)",
+                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% slower but in the same tie group and better validated: plausible, validated, then, within the model's resolution, nearer a measured run; src/ranking.rs)",
                     best.layout.short(),
                     best.tokens_per_s,
                     -100.0 * ratio
