@@ -285,11 +285,15 @@ fn relief(before: &Evaluation, after: &Evaluation) -> Option<(String, f64, f64)>
 
 fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
     let mut out: Vec<String> = changes.iter().map(|c| c.describe(l)).collect();
+    // D follows the mesh change that moved it (T, p or C).
+    let mesh = changes
+        .iter()
+        .rposition(|c| matches!(c, Change::Tp(_) | Change::Pp(_) | Change::Cp(_)));
     if new.dp != l.dp
         && !changes.iter().any(|c| matches!(c, Change::Dp(_)))
-        && let Some(last) = out.last_mut()
+        && let Some(at) = mesh.or(out.len().checked_sub(1))
     {
-        last.push_str(&format!(" (D {} → {})", l.dp, new.dp));
+        out[at].push_str(&format!(" (D {} → {})", l.dp, new.dp));
     }
     if new.sp != l.sp && !changes.iter().any(|c| matches!(c, Change::Sp(_))) {
         out.push(format!("SP {}", if new.sp { "on" } else { "off" }));
@@ -309,9 +313,10 @@ fn describe(l: &Layout, changes: &[Change], new: &Layout) -> Vec<String> {
 
 /// The smallest changes that make `l` valid under `policy`: every single
 /// change of [`candidate_changes`] is priced; for each knob the nearest value
-/// that passes every rule (memory included) is kept. If no single change
-/// works, every pair of changes of two different knobs is priced and, for
-/// each pair of knobs, the nearest working pair kept. Fixes are sorted by
+/// that passes every rule (memory included) is kept. Every pair of changes
+/// of two different knobs is priced too and, for each pair of knobs, the
+/// nearest working pair kept: all of them when no single change works,
+/// else those faster than the fastest single fix. Fixes are sorted by
 /// predicted step time, so the first is the cheapest.
 ///
 /// For memory the candidates include raising T or p (or C), SP, selective
@@ -386,16 +391,23 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
             keep(&mut best, (c.knob(), usize::MAX), f);
         }
     }
+    // Pairs when no single change works; when some do, the pairs that beat
+    // the fastest of them too (SP with p 1 → 2 can be faster than any one
+    // change that fits alone), so "cheapest" is the cheapest of both.
     let pairs = best.is_empty();
-    if pairs {
-        for (i, a) in singles.iter().enumerate() {
-            for b in &singles[i + 1..] {
-                if a.knob() == b.knob() {
-                    continue;
-                }
-                if let Some(f) = try_changes(&[*a, *b]) {
-                    keep(&mut best, (a.knob(), b.knob()), f);
-                }
+    let fastest_single = best
+        .values()
+        .map(|f| f.eval.time.step)
+        .fold(f64::INFINITY, f64::min);
+    for (i, a) in singles.iter().enumerate() {
+        for b in &singles[i + 1..] {
+            if a.knob() == b.knob() {
+                continue;
+            }
+            if let Some(f) = try_changes(&[*a, *b])
+                && (pairs || f.eval.time.step < fastest_single)
+            {
+                keep(&mut best, (a.knob(), b.knob()), f);
             }
         }
     }
