@@ -14,7 +14,9 @@
 //! 2. Without such a row the plan is *extrapolated*; the nearest rows are
 //!    those that share the most dimensions with it (ties: all of them), and
 //!    the note names the dimensions in which every nearest row differs
-//!    (e.g. "no measured run with ZeRO 3, m ≥ 64 on a100").
+//!    (e.g. "the nearest differ from it in ZeRO 3, m ≥ 64"; when each
+//!    nearest row misses another one, "no measured run with ZeRO 3 and
+//!    m ≥ 64 together").
 //! 3. Both draw only on rows priced as the plan is: a plan priced as
 //!    DeepSpeed 0.3's ZeRO-3 (`--deepspeed-2021`, the `engine = deepspeed`
 //!    rows at ZeRO-3) on those rows alone, any other plan never on them
@@ -380,8 +382,15 @@ impl Trust {
                 100.0 * x,
                 list(&self.nearest)
             ),
-            (Some(why), _, _) => format!(
+            // "… together": each nearest run misses another of these, so
+            // no run has them all; else every nearest run differs in each
+            // named dimension (runs with any one of them may exist).
+            (Some(why), _, _) if why.ends_with(" together") => format!(
                 "extrapolated: no measured run with {why}; nearest: {}",
+                list(&self.nearest)
+            ),
+            (Some(why), _, _) => format!(
+                "extrapolated: no measured run of this regime; the nearest differ from it in {why}: {}",
                 list(&self.nearest)
             ),
             _ => "extrapolated: no measured run".into(),
