@@ -1989,6 +1989,10 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
             "{:<16} {:>12} {:>12}",
             "row", "err before", "err after"
         )?;
+        writeln!(
+            out,
+            "(step-time error, predicted / measured − 1: negative is predicted faster)"
+        )?;
         for ((id, b), f) in c.rows.iter().zip(&c.error_before).zip(&c.error_after) {
             writeln!(out, "{id:<16} {:>11.1}% {:>11.1}%", 100.0 * b, 100.0 * f)?;
         }

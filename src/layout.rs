@@ -178,6 +178,16 @@ impl Layout {
         ));
         s
     }
+
+    /// [`Layout::short`] and, when the split is uneven, ` split 41/39`
+    /// ([`split_text`]): two layouts that print alike in `short` differ
+    /// there when their splits do.
+    pub fn short_with_split(&self) -> String {
+        match &self.split {
+            Some(_) => format!("{} split {}", self.short(), split_text(&self.split)),
+            None => self.short(),
+        }
+    }
 }
 
 /// Axis of the dense mesh.

@@ -173,7 +173,7 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             writeln!(
                 w,
                 "Best matching layout: {} — row {} of the ranking ({} ranked), tie group {}, {:.0} tokens/s, peak {:.1} GiB",
-                b.layout.short(),
+                b.layout.short_with_split(),
                 b.rank,
                 q.ranked_total,
                 b.group,
@@ -186,7 +186,7 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                 writeln!(
                     w,
                     "Winner: {} at {:.0} tokens/s",
-                    win.layout.short(),
+                    win.layout.short_with_split(),
                     win.tokens_per_s
                 )?;
                 if b.tokens_per_s > win.tokens_per_s {
@@ -230,7 +230,7 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
             writeln!(
                 w,
                 "Best matching layout: {} — valid, {:.0} tokens/s ({:.0}% of the winner's {:.0}), peak {:.1} GiB; it has no row: {why} ({} of the ranked ones are predicted faster).",
-                u.layout.short(),
+                u.layout.short_with_split(),
                 u.tokens_per_s,
                 100.0 * u.tokens_per_s / win.tokens_per_s,
                 win.tokens_per_s,
