@@ -248,6 +248,14 @@ pub struct Envelope {
     pub same_class: bool,
 }
 
+impl Envelope {
+    /// The envelope of the same record for a plan predicted at `mfu`.
+    pub fn set_predicted(&mut self, mfu: f64) {
+        self.predicted_mfu = mfu;
+        self.implausible = mfu > self.record_mfu + ENVELOPE_MARGIN;
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -441,12 +449,16 @@ impl Record {
                     .max_by(|a, b| a.mfu.total_cmp(&b.mfu))
                     .map(|b| (b, false))
             })
-            .map(|(b, same_class)| Envelope {
-                record_mfu: b.mfu,
-                record_id: b.id.clone(),
-                predicted_mfu: mfu,
-                implausible: mfu > b.mfu + ENVELOPE_MARGIN,
-                same_class,
+            .map(|(b, same_class)| {
+                let mut e = Envelope {
+                    record_mfu: b.mfu,
+                    record_id: b.id.clone(),
+                    predicted_mfu: mfu,
+                    implausible: false,
+                    same_class,
+                };
+                e.set_predicted(mfu);
+                e
             })
     }
 
