@@ -1108,6 +1108,14 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
     }
+    // The trust record (every published run priced, a couple of
+    // milliseconds) does not depend on this search, and the ranking needs
+    // it right after: build it on its own thread, where it fills the
+    // search's serial stretches on a two-core machine. The ranking waits
+    // for it (`Record::shipped` is a `OnceLock`), so nothing else changes.
+    std::thread::spawn(|| {
+        crate::trust::Record::shipped();
+    });
     let result = search::search(&pr, &space);
     let top = a.top.max(1).min(usize::MAX as u64) as usize;
     // Another target filters the ranked rows, and `--why-not` places a

@@ -250,21 +250,41 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
     // printed (cloning it for every plan cost milliseconds).
     let mut regimes: Vec<(Regime, Trust)> = Vec::new();
     let mut regime_at: Vec<usize> = Vec::with_capacity(pool.len());
+    // A plan's regime depends on its layout and prices only through
+    // `RegimeKey` (`regime_of`): the regime is built once per key, not once
+    // per plan (its GPU class is a string).
+    type RegimeKey = (u8, bool, crate::layout::Recompute, u64);
+    let mut keys: Vec<(RegimeKey, usize)> = Vec::new();
     let plans: Vec<Ranked> = pool
         .iter()
         .map(|c| {
-            let regime = regime_of(pr, &c.layout, &c.eval);
-            let i = match regimes.iter().position(|(r, _)| *r == regime) {
-                Some(i) => i,
+            let l = &c.layout;
+            let key = (l.zero, l.cp > 1, l.recompute, c.eval.micro_batches);
+            let i = match keys.iter().find(|(k, _)| *k == key) {
+                Some(&(_, i)) => i,
                 None => {
-                    let t = record.trust(&regime);
-                    regimes.push((regime, t));
-                    regimes.len() - 1
+                    let regime = regime_of(pr, l, &c.eval);
+                    let i = match regimes.iter().position(|(r, _)| *r == regime) {
+                        Some(i) => i,
+                        None => {
+                            let t = record.trust(&regime);
+                            regimes.push((regime, t));
+                            regimes.len() - 1
+                        }
+                    };
+                    keys.push((key, i));
+                    i
                 }
             };
             regime_at.push(i);
             let (regime, trust) = &mut regimes[i];
-            trust.envelope = record.envelope(regime, c.eval.mfu, c.eval.hfu);
+            // The envelope's record depends on the regime alone: once set,
+            // only the plan's MFU and HFU are refreshed in place (as
+            // `Record::envelope` would set them, without a new record id).
+            match &mut trust.envelope {
+                Some(e) => e.set_predicted(c.eval.mfu, c.eval.hfu),
+                None => trust.envelope = record.envelope(regime, c.eval.mfu, c.eval.hfu),
+            }
             Ranked::of(c.eval.tokens_per_s, trust, &bands)
         })
         .collect();
@@ -335,6 +355,10 @@ pub fn trust_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Trust {
 }
 
 /// The regime of layout `l`, priced as `e`, on problem `pr`.
+///
+/// It reads the layout and prices only through the ZeRO stage, whether C >
+/// 1, the recompute mode and the micro-batch count (`ranking_of` keys its
+/// regimes on these).
 fn regime_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Regime {
     Regime {
         precision: crate::trust::precision_class(pr.job.precision),
@@ -677,6 +701,45 @@ mod tests {
             extrapolated: extrapolated.map(str::to_string),
             distance: usize::from(extrapolated.is_some()),
             envelope: None,
+        }
+    }
+
+    /// `ranking_of` builds a regime once per key and refreshes the
+    /// envelope in place: the ranking is the one each plan's own trust
+    /// ([`trust_of`]) gives.
+    #[test]
+    fn keyed_regimes_rank_as_each_plans_own_trust() {
+        let cat = crate::spec::Catalog::shipped().unwrap();
+        for (model, cluster) in [("70b", "dgx64"), ("mixtral-8x7b", "dgx64")] {
+            let m = cat.model(model).unwrap();
+            let c = cat.cluster(cluster).unwrap();
+            let g = cat.gpu(&c.gpu).unwrap();
+            let job = crate::spec::Job::new(m.defaults.global_batch, m.defaults.seq_len);
+            let pr = Problem::new(m, g, c, &job, c.job_gpus());
+            let space = crate::search::Space {
+                keep_all: true,
+                ..Default::default()
+            };
+            let r = crate::search::search(&pr, &space);
+            let pool = r.pool();
+            let bands = Bands::of(Record::shipped());
+            let plans: Vec<Ranked> = pool
+                .iter()
+                .map(|c| {
+                    let t = trust_of(&pr, &c.layout, &c.eval);
+                    Ranked::of(c.eval.tokens_per_s, &t, &bands)
+                })
+                .collect();
+            let want = crate::ranking::order(&plans, RankBy::Predicted, usize::MAX);
+            let got = ranking_of(&pr, pool, RankBy::Predicted, usize::MAX);
+            assert_eq!(got.rows.len(), want.len());
+            for (row, &(j, group)) in got.rows.iter().zip(&want) {
+                assert_eq!((&row.layout, row.group), (&pool[j].layout, group));
+                assert_eq!(
+                    row.trust.as_ref(),
+                    Some(&trust_of(&pr, &row.layout, &row.eval))
+                );
+            }
         }
     }
 

@@ -273,6 +273,17 @@ pub struct Envelope {
     pub same_class: bool,
 }
 
+impl Envelope {
+    /// The envelope of the same record for a plan predicted at `mfu` and
+    /// `hfu`.
+    pub fn set_predicted(&mut self, mfu: f64, hfu: f64) {
+        self.predicted_mfu = mfu;
+        self.predicted_hfu = hfu;
+        self.implausible =
+            mfu > self.record_mfu + ENVELOPE_MARGIN || hfu > self.record_hfu + ENVELOPE_MARGIN;
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -518,15 +529,19 @@ impl Record {
                     .max_by(|a, b| a.mfu.total_cmp(&b.mfu))
                     .map(|b| (b, false))
             })
-            .map(|(b, same_class)| Envelope {
-                record_mfu: b.mfu,
-                record_id: b.id.clone(),
-                predicted_mfu: mfu,
-                record_hfu: b.hfu,
-                record_hfu_id: b.hfu_id.clone(),
-                predicted_hfu: hfu,
-                implausible: mfu > b.mfu + ENVELOPE_MARGIN || hfu > b.hfu + ENVELOPE_MARGIN,
-                same_class,
+            .map(|(b, same_class)| {
+                let mut e = Envelope {
+                    record_mfu: b.mfu,
+                    record_id: b.id.clone(),
+                    predicted_mfu: mfu,
+                    record_hfu: b.hfu,
+                    record_hfu_id: b.hfu_id.clone(),
+                    predicted_hfu: hfu,
+                    implausible: false,
+                    same_class,
+                };
+                e.set_predicted(mfu, hfu);
+                e
             })
     }
 

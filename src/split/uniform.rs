@@ -151,118 +151,397 @@ impl Sums {
 }
 
 /// `T_r(N)` and `M_r(N)` for N = 0 … `max` (entries below v unused), and
-/// the chunk times `X_c(k)` for k = 0 … `max`.
-struct Tables {
-    time: Vec<Vec<f64>>,
-    bytes: Vec<Vec<f64>>,
-    chunk: Vec<Vec<f64>>,
+/// the chunk times `X_c(k)` for k = 0 … `max`, formed on demand from a few
+/// running sums.
+///
+/// A rank's sums run over the head (rank 0 only), then N layers, and the
+/// tail (rank p − 1 only) is added on top of each ([`SplitProblem::price`]'s
+/// order): so the running sums depend only on whether the head is there
+/// (and, for the time, on `τ_r`), and the tail is added when a value is
+/// read, with the same additions in the same order as a row per rank
+/// would hold. The largest working set and the expert flag are maxima, the
+/// same for every N ≥ 1. Rows per rank took `O(p·L)` entries, most of a
+/// solve; these are a handful of rows. Chunks likewise: a running sum of
+/// times from zero, with or without the head.
+struct Tables<'a> {
+    p: &'a SplitProblem,
+    sh: Shape<'a>,
+    width: usize,
+    /// Running time sums, flat, `width` entries each; rank r's is
+    /// `time_of[r]` (one per distinct `τ_r` and head).
+    time: Vec<f64>,
+    time_of: Vec<usize>,
+    /// Running states and activation sums, with the head (`[1]`) and
+    /// without (`[0]`); empty when no rank of that kind exists.
+    states: [Vec<f64>; 2],
+    activation: [Vec<f64>; 2],
+    /// Chunk time sums from zero, without and with the head.
+    chunk: [Vec<f64>; 2],
+    chunks: usize,
+    /// Whether no `M_r(n)` is NaN, for [`fill`]. Times never are (finite
+    /// starts plus finite non-negative items); bytes only when `φ_r = 0`
+    /// meets an activation sum that overflowed to +∞ (every other term is
+    /// finite or +∞ added to a finite value), so they are not when the
+    /// activation sums stay finite (they are non-decreasing, so the last
+    /// entry with the tail tells).
+    ordered: bool,
 }
 
-fn tables(p: &SplitProblem, sh: &Shape, max: usize) -> Tables {
-    let pp = p.pp as usize;
-    let s = p.chunks();
-    let mut time = Vec::with_capacity(pp);
-    let mut bytes = Vec::with_capacity(pp);
-    for r in 0..pp {
-        let mut sums = Sums {
-            time: p.rank_time[r],
+impl Tables<'_> {
+    /// `T_r(n)`.
+    fn time(&self, r: usize, n: usize) -> f64 {
+        let mut x = self.time[self.time_of[r] * self.width + n];
+        if r == self.p.pp as usize - 1 {
+            self.sh.tail.iter().for_each(|it| x += it.time);
+        }
+        x
+    }
+
+    /// `M_r(n)`, as `price` adds it.
+    fn bytes(&self, r: usize, n: usize) -> f64 {
+        let (p, sh) = (self.p, &self.sh);
+        let head = usize::from(r == 0);
+        let tail = r == p.pp as usize - 1;
+        let mut x = Sums {
+            states: self.states[head][n],
+            activation: self.activation[head][n],
             ..Sums::default()
         };
-        if r == 0 {
-            sh.head.iter().for_each(|it| sums.add(it));
+        let pinned = sh.head.iter().filter(|_| head == 1);
+        for it in pinned.chain(sh.tail.iter().filter(|_| tail)) {
+            x.working_set = x.working_set.max(it.working_set);
+            x.expert |= it.expert;
         }
-        let (mut t, mut b) = (Vec::with_capacity(max + 1), Vec::with_capacity(max + 1));
-        for n in 0..=max {
-            if n > 0 {
-                sums.add(&sh.layer);
-            }
-            let mut x = sums;
-            if r == pp - 1 {
-                sh.tail.iter().for_each(|it| x.add(it));
-            }
-            let dispatch = if x.expert { p.expert_bytes } else { 0.0 };
-            t.push(x.time);
-            b.push(
-                p.rank_bytes[r]
-                    + x.states
-                    + p.in_flight[r] * x.activation
-                    + x.working_set
-                    + dispatch,
-            );
+        if n > 0 {
+            x.working_set = x.working_set.max(sh.layer.working_set);
+            x.expert |= sh.layer.expert;
         }
-        time.push(t);
-        bytes.push(b);
+        if tail {
+            for it in sh.tail {
+                x.states += it.states;
+                x.activation += it.activation;
+            }
+        }
+        let dispatch = if x.expert { p.expert_bytes } else { 0.0 };
+        p.rank_bytes[r] + x.states + p.in_flight[r] * x.activation + x.working_set + dispatch
     }
-    // Chunks differ only at the ends (head on chunk 0, tail on S − 1).
-    let chunk_row = |head: bool, tail: bool| {
-        let mut t = 0.0;
-        if head {
-            sh.head.iter().for_each(|it| t += it.time);
+
+    /// `X_c(k)`.
+    fn chunk(&self, c: usize, k: usize) -> f64 {
+        let mut x = self.chunk[usize::from(c == 0)][k];
+        if c == self.chunks - 1 {
+            self.sh.tail.iter().for_each(|it| x += it.time);
         }
-        (0..=max)
-            .map(|n| {
-                if n > 0 {
-                    t += sh.layer.time;
-                }
-                let mut x = t;
-                if tail {
-                    sh.tail.iter().for_each(|it| x += it.time);
-                }
-                x
-            })
-            .collect::<Vec<f64>>()
-    };
-    let chunk = (0..s).map(|c| chunk_row(c == 0, c == s - 1)).collect();
-    Tables { time, bytes, chunk }
+        x
+    }
+}
+
+/// Running sums from `start` over the head items (when `head`), then one
+/// more layer per entry: entry n holds n layers.
+fn running(start: Sums, sh: &Shape, head: bool, max: usize, mut f: impl FnMut(&Sums)) {
+    let mut sums = start;
+    if head {
+        sh.head.iter().for_each(|it| sums.add(it));
+    }
+    f(&sums);
+    for _ in 0..max {
+        sums.add(&sh.layer);
+        f(&sums);
+    }
+}
+
+fn tables<'a>(p: &'a SplitProblem, sh: Shape<'a>, max: usize) -> Tables<'a> {
+    let pp = p.pp as usize;
+    let width = max + 1;
+    let mut time = Vec::with_capacity(2 * width);
+    let mut keys: Vec<(u64, bool)> = Vec::with_capacity(2);
+    let mut time_of = Vec::with_capacity(pp);
+    for r in 0..pp {
+        let key = (p.rank_time[r].to_bits(), r == 0);
+        let row = match keys.iter().position(|x| *x == key) {
+            Some(i) => i,
+            None => {
+                let start = Sums {
+                    time: p.rank_time[r],
+                    ..Sums::default()
+                };
+                running(start, &sh, r == 0, max, |x| time.push(x.time));
+                keys.push(key);
+                keys.len() - 1
+            }
+        };
+        time_of.push(row);
+    }
+    let mut states: [Vec<f64>; 2] = Default::default();
+    let mut activation: [Vec<f64>; 2] = Default::default();
+    // Rank 0 holds the head; ranks 1 … p − 1 do not.
+    for head in [false, true] {
+        if !head && pp == 1 {
+            continue;
+        }
+        let (s, a) = (
+            &mut states[usize::from(head)],
+            &mut activation[usize::from(head)],
+        );
+        s.reserve_exact(width);
+        a.reserve_exact(width);
+        running(Sums::default(), &sh, head, max, |x| {
+            s.push(x.states);
+            a.push(x.activation);
+        });
+    }
+    let mut chunk: [Vec<f64>; 2] = Default::default();
+    for head in [false, true] {
+        let row = &mut chunk[usize::from(head)];
+        row.reserve_exact(width);
+        running(Sums::default(), &sh, head, max, |x| row.push(x.time));
+    }
+    // The largest activation sum a rank can hold, tail included.
+    let ordered = activation.iter().all(|row| {
+        row.last().is_none_or(|&x| {
+            let mut x = x;
+            sh.tail.iter().for_each(|it| x += it.activation);
+            x.is_finite()
+        })
+    });
+    Tables {
+        ordered,
+        p,
+        sh,
+        width,
+        time,
+        time_of,
+        states,
+        activation,
+        chunk,
+        chunks: p.chunks(),
+    }
 }
 
 /// The most units a member may hold: the largest n in `[lo, cap]` with
-/// `row[n] ≤ bound` (`row` non-decreasing), or `None` when even `lo` is
+/// `row(n) ≤ bound` (`row` non-decreasing), or `None` when even `lo` is
 /// above it.
-fn most(row: &[f64], lo: usize, cap: usize, bound: f64) -> Option<usize> {
-    if cap < lo || row[lo] > bound {
+fn most(lo: usize, cap: usize, bound: f64, row: impl Fn(usize) -> f64) -> Option<usize> {
+    if cap < lo || row(lo) > bound {
         return None;
     }
-    Some(lo + row[lo..=cap].partition_point(|x| *x <= bound) - 1)
+    // Binary search for the last n with row(n) ≤ bound: row(a) ≤ bound
+    // holds throughout, row(b + 1) > bound or b = cap.
+    let (mut a, mut b) = (lo, cap);
+    while a < b {
+        let mid = a + (b - a).div_ceil(2);
+        if row(mid) <= bound {
+            a = mid;
+        } else {
+            b = mid - 1;
+        }
+    }
+    Some(a)
+}
+
+/// The members' next values in a tournament tree, for [`fill`]: the root
+/// holds the least value and, among equal values, the lowest index (a
+/// right child wins only when strictly less). A closed member holds +∞.
+/// Each step of a filling then costs `O(log n)` instead of a scan of every
+/// member (p = 32 ranks took most of a solve in those scans).
+struct Tourney {
+    /// Leaves: a power of two at least the members.
+    leaves: usize,
+    /// Node i's (value, member); children of i at 2i and 2i + 1, leaves
+    /// from `leaves` on.
+    node: Vec<(f64, usize)>,
+    /// Members holding a NaN (their order is not the scan's).
+    nans: usize,
+}
+
+impl Tourney {
+    fn new(values: impl ExactSizeIterator<Item = f64>) -> Tourney {
+        let leaves = values.len().next_power_of_two();
+        let mut node = vec![(f64::INFINITY, usize::MAX); 2 * leaves];
+        let mut nans = 0;
+        for (i, x) in values.enumerate() {
+            nans += usize::from(x.is_nan());
+            node[leaves + i] = (x, i);
+        }
+        for i in (1..leaves).rev() {
+            node[i] = Self::winner(node[2 * i], node[2 * i + 1]);
+        }
+        Tourney { leaves, node, nans }
+    }
+
+    fn winner(l: (f64, usize), r: (f64, usize)) -> (f64, usize) {
+        if r.0 < l.0 { r } else { l }
+    }
+
+    fn set(&mut self, i: usize, x: f64) {
+        let mut at = self.leaves + i;
+        self.nans -= usize::from(self.node[at].0.is_nan());
+        self.nans += usize::from(x.is_nan());
+        self.node[at].0 = x;
+        while at > 1 {
+            at /= 2;
+            self.node[at] = Self::winner(self.node[2 * at], self.node[2 * at + 1]);
+        }
+    }
+
+    /// The least finite next value's member, lowest index among equals;
+    /// `None` when the least is not finite or a NaN is held, where the
+    /// caller scans (an open member at +∞ is not told from a closed one).
+    fn best(&self) -> Option<usize> {
+        let (x, i) = self.node[1];
+        (self.nans == 0 && x.is_finite()).then_some(i)
+    }
 }
 
 /// Greedy filling: from `held`, give each of `extra` more units to the
 /// member whose value after taking it, `value(i, held_i + 1)`, is least
-/// among those with `open(i, held_i)`; the lowest index first among
+/// among the open ones (`held_i < caps_i`); the lowest index first among
 /// equals. `None` when no member is open while units remain. Exact for
 /// the min-max of non-decreasing values (module docs).
+///
+/// Two shortcuts give the same counts as that definition, step by step.
+///
+/// First, when `ordered` (no value of any member is NaN), the units below
+/// a threshold are handed out at once. The values the filling hands out
+/// never decrease (a member's next value only grows when it takes), so it
+/// hands out exactly the `extra` least of all open units (unit n of member
+/// i valued `value(i, n)`, `held_i < n ≤ caps_i`), ties in index order. If
+/// `c < extra` units are valued at most x, the `extra`-th least, x*, is
+/// above x: every unit at most x is handed out, and handing them out first
+/// leaves the filling of the other `extra − c` units unchanged (they are
+/// the least of those left, with the same ties). x is the least value a
+/// member reaches `q` units on, with `q` one short of an even share, so
+/// most of the units go at once; a threshold that catches `extra` units
+/// or more is not used.
+///
+/// Second, each member's next value is kept (+∞ once closed) and only the
+/// taker's recomputed, in a [`Tourney`]; a step whose least value is not
+/// finite scans the open members as the definition reads.
 fn fill(
     held: &mut [usize],
-    extra: usize,
+    mut extra: usize,
     value: impl Fn(usize, usize) -> f64,
-    open: impl Fn(&[usize], usize) -> bool,
+    caps: &[usize],
+    ordered: bool,
 ) -> Option<()> {
-    for _ in 0..extra {
-        let mut best: Option<(f64, usize)> = None;
-        for i in 0..held.len() {
-            if !open(held, i) {
-                continue;
-            }
-            let x = value(i, held[i] + 1);
-            if best.is_none_or(|(b, _)| x < b) {
-                best = Some((x, i));
+    let m = held.len();
+    if ordered && m > 0 && extra / m >= 2 {
+        let q = extra / m - 1;
+        let x = (0..m)
+            .filter(|&i| held[i] + q <= caps[i])
+            .map(|i| value(i, held[i] + q))
+            .fold(f64::INFINITY, f64::min);
+        if x.is_finite() {
+            // Units at most x per member (rows are non-decreasing).
+            let to: Vec<usize> = (0..m)
+                .map(|i| most(held[i] + 1, caps[i], x, |n| value(i, n)).unwrap_or(held[i]))
+                .collect();
+            let c: usize = (0..m).map(|i| to[i] - held[i]).sum();
+            if c < extra {
+                held.copy_from_slice(&to);
+                extra -= c;
             }
         }
-        held[best?.1] += 1;
+    }
+    let next = |held: &[usize], i: usize| {
+        if held[i] < caps[i] {
+            value(i, held[i] + 1)
+        } else {
+            f64::INFINITY
+        }
+    };
+    let mut tree = Tourney::new((0..m).map(|i| next(held, i)));
+    for _ in 0..extra {
+        let i = match tree.best() {
+            Some(i) => i,
+            None => {
+                let mut best: Option<(f64, usize)> = None;
+                for i in 0..m {
+                    if held[i] < caps[i] {
+                        let x = value(i, held[i] + 1);
+                        if best.is_none_or(|(b, _)| x < b) {
+                            best = Some((x, i));
+                        }
+                    }
+                }
+                best?.1
+            }
+        };
+        held[i] += 1;
+        tree.set(i, next(held, i));
     }
     Some(())
 }
 
-/// Counts per rank: from v each, filled by `value` within `caps`.
-fn fill_ranks(v: usize, layers: usize, caps: &[usize], value: &[Vec<f64>]) -> Option<Vec<usize>> {
+/// Counts per rank: from v each, filled by `value` (rows of
+/// `tables`) within `caps`.
+fn fill_ranks(
+    v: usize,
+    layers: usize,
+    caps: &[usize],
+    value: impl Fn(usize, usize) -> f64,
+    ordered: bool,
+) -> Option<Vec<usize>> {
     let mut n = vec![v; caps.len()];
-    fill(
-        &mut n,
-        layers - v * caps.len(),
-        |r, k| value[r][k],
-        |n, r| n[r] < caps[r],
-    )?;
+    fill(&mut n, layers - v * caps.len(), value, caps, ordered)?;
     Some(n)
+}
+
+/// Program 2's filling over the S chunks (one layer each to start): the
+/// next layer to the chunk whose time after taking it is least, among
+/// chunks below `kmax` whose rank holds fewer than `a_r` layers; the
+/// lowest chunk first among equals. As [`fill`], with each rank's count
+/// kept as it grows (a rank that reaches `a_r` closes its chunks).
+fn fill_chunks(
+    tb: &Tables,
+    pp: usize,
+    layers: usize,
+    kmax: usize,
+    a: &[usize],
+) -> Option<Vec<usize>> {
+    let s = tb.chunks;
+    let v = s / pp;
+    let mut k = vec![1usize; s];
+    let mut on_rank = vec![v; pp];
+    let open =
+        |k: &[usize], on_rank: &[usize], c: usize| k[c] < kmax && on_rank[c % pp] < a[c % pp];
+    let next = |k: &[usize], on_rank: &[usize], c: usize| {
+        if open(k, on_rank, c) {
+            tb.chunk(c, k[c] + 1)
+        } else {
+            f64::INFINITY
+        }
+    };
+    let mut tree = Tourney::new((0..s).map(|c| next(&k, &on_rank, c)));
+    for _ in 0..layers - s {
+        let c = match tree.best() {
+            Some(c) => c,
+            None => {
+                let mut best: Option<(f64, usize)> = None;
+                for c in 0..s {
+                    if open(&k, &on_rank, c) {
+                        let x = tb.chunk(c, k[c] + 1);
+                        if best.is_none_or(|(b, _)| x < b) {
+                            best = Some((x, c));
+                        }
+                    }
+                }
+                best?.1
+            }
+        };
+        let r = c % pp;
+        k[c] += 1;
+        on_rank[r] += 1;
+        if on_rank[r] < a[r] {
+            tree.set(c, next(&k, &on_rank, c));
+        } else {
+            // The rank is full: every chunk of it closes.
+            for c in (r..s).step_by(pp) {
+                tree.set(c, f64::INFINITY);
+            }
+        }
+    }
+    Some(k)
 }
 
 /// The optimum values of the three programs, with the split.
@@ -303,45 +582,35 @@ pub fn solve_values(p: &SplitProblem) -> Result<Solved, SplitError> {
     let s = pp * v;
     // Most layers one rank can hold (every other rank holds v).
     let max = l - (pp - 1) * v;
-    let tb = tables(p, &sh, max);
+    let tb = tables(p, sh, max);
     let all = vec![max; pp];
     // Program 1: caps from memory, then fill by time.
     let fit: Option<Vec<usize>> = (0..pp)
-        .map(|r| most(&tb.bytes[r], v, max, p.usable))
+        .map(|r| most(v, max, p.usable, |n| tb.bytes(r, n)))
         .collect();
     let Some(fit) = fit.filter(|f| f.iter().sum::<usize>() >= l) else {
         // No split fits: the split that minimises the largest peak.
-        let n = fill_ranks(v, l, &all, &tb.bytes).ok_or(SplitError::NotUniform)?;
-        let z = (0..pp).map(|r| tb.bytes[r][n[r]]).fold(f64::MIN, f64::max);
+        let n = fill_ranks(v, l, &all, |r, n| tb.bytes(r, n), tb.ordered)
+            .ok_or(SplitError::NotUniform)?;
+        let z = (0..pp).map(|r| tb.bytes(r, n[r])).fold(f64::MIN, f64::max);
         let caps: Vec<usize> = (0..pp)
-            .map(|r| most(&tb.bytes[r], v, max, z).unwrap_or(v))
+            .map(|r| most(v, max, z, |n| tb.bytes(r, n)).unwrap_or(v))
             .collect();
         let split = spread(p, &tb, v, l, &caps, None)?;
         return Err(p.infeasible(&split));
     };
-    let n1 = fill_ranks(v, l, &fit, &tb.time).ok_or(SplitError::NotUniform)?;
-    let t_star = (0..pp).map(|r| tb.time[r][n1[r]]).fold(f64::MIN, f64::max);
+    let n1 = fill_ranks(v, l, &fit, |r, n| tb.time(r, n), true).ok_or(SplitError::NotUniform)?;
+    let t_star = (0..pp).map(|r| tb.time(r, n1[r])).fold(f64::MIN, f64::max);
     let a: Vec<usize> = (0..pp)
-        .map(|r| most(&tb.time[r], v, fit[r], t_star).unwrap_or(v))
+        .map(|r| most(v, fit[r], t_star, |n| tb.time(r, n)).unwrap_or(v))
         .collect();
     // Program 2: chunks, each rank within A_r.
     let (b, chunk_caps) = if v > 1 {
         let kmax = l - (s - 1);
-        let mut k = vec![1usize; s];
-        fill(
-            &mut k,
-            l - s,
-            |c, n| tb.chunk[c][n],
-            |k, c| {
-                let r = c % pp;
-                let on_rank: usize = (r..s).step_by(pp).map(|c| k[c]).sum();
-                k[c] < kmax && on_rank < a[r]
-            },
-        )
-        .ok_or(SplitError::NotUniform)?;
-        let c_star = (0..s).map(|c| tb.chunk[c][k[c]]).fold(f64::MIN, f64::max);
+        let k = fill_chunks(&tb, pp, l, kmax, &a).ok_or(SplitError::NotUniform)?;
+        let c_star = (0..s).map(|c| tb.chunk(c, k[c])).fold(f64::MIN, f64::max);
         let caps: Vec<usize> = (0..s)
-            .map(|c| most(&tb.chunk[c], 1, kmax, c_star).unwrap_or(1))
+            .map(|c| most(1, kmax, c_star, |n| tb.chunk(c, n)).unwrap_or(1))
             .collect();
         let b: Vec<usize> = (0..pp)
             .map(|r| a[r].min((r..s).step_by(pp).map(|c| caps[c]).sum()))
@@ -351,10 +620,11 @@ pub fn solve_values(p: &SplitProblem) -> Result<Solved, SplitError> {
         (a, None)
     };
     // Program 3: memory within B_r.
-    let n3 = fill_ranks(v, l, &b, &tb.bytes).ok_or(SplitError::NotUniform)?;
-    let z_star = (0..pp).map(|r| tb.bytes[r][n3[r]]).fold(f64::MIN, f64::max);
+    let n3 =
+        fill_ranks(v, l, &b, |r, n| tb.bytes(r, n), tb.ordered).ok_or(SplitError::NotUniform)?;
+    let z_star = (0..pp).map(|r| tb.bytes(r, n3[r])).fold(f64::MIN, f64::max);
     let d: Vec<usize> = (0..pp)
-        .map(|r| most(&tb.bytes[r], v, b[r], z_star).unwrap_or(v))
+        .map(|r| most(v, b[r], z_star, |n| tb.bytes(r, n)).unwrap_or(v))
         .collect();
     let split = spread(p, &tb, v, l, &d, chunk_caps.as_deref())?;
     debug_assert!(p.fits(&split.priced));
@@ -379,17 +649,25 @@ fn spread(
 ) -> Result<Split, SplitError> {
     let pp = caps.len();
     let s = pp * v;
-    let n = fill_ranks(v, l, caps, &tb.time).ok_or(SplitError::NotUniform)?;
+    let n = fill_ranks(v, l, caps, |r, n| tb.time(r, n), true).ok_or(SplitError::NotUniform)?;
     let mut k = vec![1usize; s];
     let kmax = l - (s - 1);
+    let mut chunks: Vec<usize> = Vec::with_capacity(v);
+    let mut held: Vec<usize> = Vec::with_capacity(v);
+    let mut held_caps: Vec<usize> = Vec::with_capacity(v);
     for (r, &nr) in n.iter().enumerate() {
-        let chunks: Vec<usize> = (r..s).step_by(pp).collect();
-        let mut held: Vec<usize> = vec![1; v];
+        chunks.clear();
+        chunks.extend((r..s).step_by(pp));
+        held.clear();
+        held.resize(v, 1);
+        held_caps.clear();
+        held_caps.extend(chunks.iter().map(|&c| chunk_caps.map_or(kmax, |cc| cc[c])));
         fill(
             &mut held,
             nr - v,
-            |j, m| tb.chunk[chunks[j]][m],
-            |held, j| held[j] < chunk_caps.map_or(kmax, |cc| cc[chunks[j]]),
+            |j, m| tb.chunk(chunks[j], m),
+            &held_caps,
+            true,
         )
         .ok_or(SplitError::NotUniform)?;
         for (j, &c) in chunks.iter().enumerate() {
@@ -488,6 +766,74 @@ mod tests {
                 assert_eq!((stage, peak, usable), (0, 118.0, 110.0));
             }
             e => panic!("expected infeasible, got {e:?}"),
+        }
+    }
+
+    /// [`fill`] (threshold and tournament shortcuts) against the filling
+    /// as defined, one unit at a time by a scan of every member, on random
+    /// non-decreasing rows with many ties (small integer steps, some
+    /// flat), random caps and a few +∞ entries.
+    #[test]
+    fn fill_matches_the_definition() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..20_000 {
+            let m = 1 + rnd(12) as usize;
+            let width = 2 + rnd(40) as usize;
+            let rows: Vec<Vec<f64>> = (0..m)
+                .map(|_| {
+                    let mut x = rnd(5) as f64;
+                    let mut row: Vec<f64> = (0..width)
+                        .map(|_| {
+                            x += rnd(3) as f64;
+                            x
+                        })
+                        .collect();
+                    if rnd(8) == 0 {
+                        let from = rnd(width as u64) as usize;
+                        row[from..].iter_mut().for_each(|x| *x = f64::INFINITY);
+                    }
+                    row
+                })
+                .collect();
+            let start: Vec<usize> = (0..m).map(|_| rnd(3) as usize).collect();
+            let caps: Vec<usize> = (0..m)
+                .map(|i| (start[i] + rnd(width as u64) as usize).min(width - 1))
+                .collect();
+            let extra = rnd((m * width) as u64) as usize;
+            let value = |i: usize, n: usize| rows[i][n];
+            // The definition.
+            let mut want = start.clone();
+            let mut ok = true;
+            for _ in 0..extra {
+                let mut best: Option<(f64, usize)> = None;
+                for i in 0..m {
+                    if want[i] < caps[i] {
+                        let x = value(i, want[i] + 1);
+                        if best.is_none_or(|(b, _)| x < b) {
+                            best = Some((x, i));
+                        }
+                    }
+                }
+                match best {
+                    Some((_, i)) => want[i] += 1,
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            let mut got = start.clone();
+            let r = fill(&mut got, extra, value, &caps, true);
+            assert_eq!(r.is_some(), ok, "{rows:?} {start:?} {caps:?} {extra}");
+            if ok {
+                assert_eq!(got, want, "{rows:?} {start:?} {caps:?} {extra}");
+            }
         }
     }
 
