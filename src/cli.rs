@@ -1149,14 +1149,20 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             .filter(|r| r.tokens_per_s > report.rows[0].tokens_per_s)
             .min_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s))
             .cloned();
+        let left_out = if before == 0 {
+            "no layout it kept is valid".to_string()
+        } else {
+            format!(
+                "{} of the {before} best layouts kept are left out for another of its conditions (`generate --target {}` names them)",
+                before - report.rows.len(),
+                a.target
+            )
+        };
         let _ = writeln!(
             std::io::stderr(),
-            "note: --target {}: the search kept to {}; {} of the {} best layouts kept are left out for another of its conditions (`generate --target {}` names them)",
+            "note: --target {}: the search kept to {}; {left_out}",
             a.target,
             a.target.search_limits(),
-            before - report.rows.len(),
-            before,
-            a.target
         );
         // Only when the search itself found nothing valid: when valid
         // layouts were left out for the target's other conditions (a

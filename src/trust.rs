@@ -614,6 +614,23 @@ impl Record {
 mod tests {
     use super::*;
 
+    /// A dense 16-bit regime on ≤ 64 GPUs of `gpu` with ZeRO 0–1, no CP,
+    /// m ≥ 64 and today's pricing.
+    fn plain(gpu: &str, recompute: Recompute) -> Regime {
+        Regime {
+            gpu: gpu.into(),
+            precision: "16-bit",
+            zero: "0–1",
+            cp: false,
+            moe: false,
+            recompute,
+            micro_batches: "m ≥ 64",
+            scale: "≤64",
+            deepspeed_2021: false,
+            rowwise_table: false,
+        }
+    }
+
     #[test]
     fn bands() {
         assert_eq!(zero_band(1), "0–1");
@@ -648,18 +665,7 @@ mod tests {
                 best("b200", "fp8", 0.70, "B200-FP8"),
             ],
         };
-        let regime = |gpu: &str| Regime {
-            gpu: gpu.into(),
-            precision: "16-bit",
-            zero: "0–1",
-            cp: false,
-            moe: false,
-            recompute: Recompute::None,
-            micro_batches: "m ≥ 64",
-            scale: "≤64",
-            deepspeed_2021: false,
-            rowwise_table: false,
-        };
+        let regime = |gpu: &str| plain(gpu, Recompute::None);
         // H200 at 45%: under the Hopper record 49.4% + 3 (it was over the
         // H200 runs' 35.9% + 3).
         let h200 = record.envelope(&regime("h200"), 0.45, 0.45).unwrap();
@@ -701,18 +707,7 @@ mod tests {
             ("KOR22-4b", "KOR22-4b")
         );
         assert!(a100.hfu > 0.563 && a100.hfu < 0.570, "{}", a100.hfu);
-        let regime = Regime {
-            gpu: "a100".into(),
-            precision: "16-bit",
-            zero: "0–1",
-            cp: false,
-            moe: false,
-            recompute: Recompute::Full,
-            micro_batches: "m ≥ 64",
-            scale: "≤64",
-            deepspeed_2021: false,
-            rowwise_table: false,
-        };
+        let regime = plain("a100", Recompute::Full);
         let e = record.envelope(&regime, 0.470, 0.625).unwrap();
         assert!(e.implausible && 0.470 < e.record_mfu + ENVELOPE_MARGIN);
         let t = Trust {
@@ -734,18 +729,7 @@ mod tests {
     /// same with ZeRO 3 is 1, with ZeRO 3, CP and full recompute 3.
     #[test]
     fn distance_counts_the_dimensions_the_nearest_run_differs_in() {
-        let base = Regime {
-            gpu: "a100".into(),
-            precision: "16-bit",
-            zero: "0–1",
-            cp: false,
-            moe: false,
-            recompute: Recompute::None,
-            micro_batches: "m ≥ 64",
-            scale: "≤64",
-            deepspeed_2021: false,
-            rowwise_table: false,
-        };
+        let base = plain("a100", Recompute::None);
         let record = Record {
             runs: vec![Measured {
                 id: "RUN".into(),

@@ -1246,6 +1246,7 @@ fn an_empty_deepspeed_search_names_the_recipe_that_widens_it() {
         err.contains("note: --target deepspeed: no valid layout; --recipe deepspeed"),
         "{err}"
     );
+    assert!(err.contains("; no layout it kept is valid\n"), "{err}");
     let mut widened = base.to_vec();
     widened.extend(["--recipe", "deepspeed", "--format", "json"]);
     let o = meshplan(&widened);
