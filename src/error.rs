@@ -68,12 +68,24 @@ pub enum InputError {
     Job(String),
 }
 
-/// The candidate closest to `name` (case-insensitive edit distance, at most
-/// one edit per four characters and at least one), for "did you mean".
+/// The candidate closest to `name`, for "did you mean": one whose name
+/// ends in `-name` (`7b` → `llama2-7b`, where the edit distance would pick
+/// `70b`; the shortest such, then the first), else the closest by
+/// case-insensitive edit distance, at most one edit per four characters
+/// and at least one.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let name = name.to_ascii_lowercase();
     if name.len() > 4 * crate::limits::MAX_NAME_ECHO {
         return None;
+    }
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    let suffix = format!("-{name}");
+    if let Some(c) = candidates
+        .iter()
+        .filter(|c| c.to_ascii_lowercase().ends_with(&suffix))
+        .min_by_key(|c| c.len())
+    {
+        return Some(c.to_string());
     }
     let limit = (name.chars().count() / 4).max(1);
     candidates
@@ -146,5 +158,28 @@ impl InputError {
         } else {
             Err(InputError::field(file, field, problem()))
         }
+    }
+}
+
+#[cfg(test)]
+mod closest_tests {
+    use super::closest;
+
+    /// A size alone names the model of that size: `7b` is `llama2-7b`,
+    /// not `70b` one edit away; a typo still gets the edit-distance match.
+    #[test]
+    fn a_size_suffix_beats_an_edit() {
+        let names = [
+            "70b",
+            "llama3-70b",
+            "llama2-7b",
+            "llama-2-7b",
+            "gpt-1.7b",
+            "8b",
+        ];
+        assert_eq!(closest("7b", names).as_deref(), Some("llama2-7b"));
+        assert_eq!(closest("1.7b", names).as_deref(), Some("gpt-1.7b"));
+        assert_eq!(closest("llama3-7b", names).as_deref(), Some("llama3-70b"));
+        assert_eq!(closest("zz", names), None);
     }
 }
