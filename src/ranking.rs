@@ -18,12 +18,13 @@
 //!   earlier group than a faster one (a wide-band plan cannot jump a
 //!   faster, narrower one).
 //! - Inside a group the better-validated plan comes first: plausible before
-//!   implausible, validated before extrapolated; among extrapolated plans
-//!   predicted within one resolution step of each other (the median
-//!   |error| of every measured run, counted down from the group's first
-//!   plan) the one nearer a measured run (fewer regime dimensions differing,
-//!   [`crate::trust::Trust::distance`]); then the narrower band, then the
-//!   order above. "Implausible" here is above the envelope of its
+//!   implausible, validated before extrapolated; then, among plans of the
+//!   same kind predicted within one resolution step of each other (steps of
+//!   `1 + r` counted down from the group's first plan, `r` the median
+//!   |error| of every measured run), the one nearer a measured run (fewer
+//!   regime dimensions differing, [`crate::trust::Trust::distance`]), then
+//!   the narrower band, then the order above; a plan a step or more
+//!   faster stays ahead of a slower one of its kind. "Implausible" here is above the envelope of its
 //!   own GPU architecture: a plan above a record borrowed from another (no
 //!   run of its architecture is measured in its precision, bf16 on Blackwell
 //!   today) is clipped but not moved behind the plausible ones, since
@@ -210,16 +211,15 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
                 .take_while(|&&j| plans[j].upper() >= floor)
                 .count();
         let leader = &plans[idx[start]];
-        // Extrapolated plans by how far below the leader they are, in steps
-        // of the model's median |error|: inside a step the plan nearer a
-        // measured run leads; a plan a step or more faster stays ahead.
+        // Plans by how far below the leader they are, in steps of the
+        // model's resolution (its median |error|) on a log scale, so that a
+        // plan (1 + resolution)× faster than another is always a step
+        // ahead: inside a step the better-validated plan leads (validated,
+        // nearer a measured run, narrower band); a plan a step or more
+        // faster stays ahead of a slower one of its kind.
         let step = |j: usize| -> u64 {
-            let p = &plans[j];
-            if p.validated {
-                return 0;
-            }
-            let below = 1.0 - p.key(by) / leader.key(by);
-            (below / leader.resolution).floor().clamp(0.0, 1e6) as u64
+            let below = (leader.key(by) / plans[j].key(by)).ln();
+            (below / leader.resolution.ln_1p()).floor().clamp(0.0, 1e6) as u64
         };
         let mut members = idx[start..end].to_vec();
         members.sort_by(|&a, &b| {
@@ -236,11 +236,10 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
 }
 
 /// Inside a tie group: plausible first (against its own class's
-/// envelope), validated first; [`order`] then puts, among extrapolated
-/// plans predicted within one resolution step of each other, the one
-/// nearer a measured run first (fewer regime dimensions differing from
-/// it), then the narrower band (a stable sort keeps the order by key after
-/// that).
+/// envelope), validated first; [`order`] then puts, among plans predicted
+/// within one resolution step of each other, the one nearer a measured run
+/// first (fewer regime dimensions differing from it), then the narrower
+/// band (a stable sort keeps the order by key after that).
 fn better_validated(a: &Ranked, b: &Ranked) -> Ordering {
     a.demoted
         .cmp(&b.demoted)
@@ -333,6 +332,26 @@ mod tests {
             vec![(1, 1), (0, 1)]
         );
         let plans = [at(90507.0, 1), at(104194.0, 2), at(101000.0, 1)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(2, 1), (1, 1), (0, 1)]
+        );
+    }
+
+    /// The reviewer's gpt3-175b on dgx-a100-3072 case, scaled: leader L
+    /// extrapolated 500 ± 20% (floor 400); A validated 410 ± 3% (upper
+    /// 422.3, in the group) and B validated 480 ± 9% (in the group), B's
+    /// lower edge 436.8 above A's upper edge 422.3. Steps of ln 1.05 =
+    /// 0.0488 below L: B ln(500/480) = 0.041 → 0, A ln(500/410) = 0.198 →
+    /// 4. Validated first, then the step: B, A, L (by band alone A led, 17%
+    /// slower than B and distinguishably so).
+    #[test]
+    fn a_distinguishably_faster_validated_plan_stays_ahead() {
+        let plans = [
+            plan(500.0, 0.20, false),
+            plan(410.0, 0.03, true),
+            plan(480.0, 0.09, true),
+        ];
         assert_eq!(
             order(&plans, RankBy::Predicted, usize::MAX),
             vec![(2, 1), (1, 1), (0, 1)]

@@ -401,7 +401,15 @@ impl Trust {
                 list(&self.nearest)
             ),
             (Some(why), _, _) => format!(
-                "extrapolated: no measured run of this regime; the nearest differ from it in {why}: {}",
+                "extrapolated: no measured run of this regime; the nearest, {} dimension{} away, all differ from it in {why}{}: {}",
+                self.distance,
+                if self.distance == 1 { "" } else { "s" },
+                // Each also differs in others, not the same for all.
+                if why.matches(", ").count() + 1 < self.distance {
+                    " (and each in others)"
+                } else {
+                    ""
+                },
                 list(&self.nearest)
             ),
             _ => "extrapolated: no measured run".into(),

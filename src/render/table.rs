@@ -178,7 +178,7 @@ impl Exporter for Table {
                 let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
                 writeln!(
                     w,
-                    "Fastest predicted: row {}, {}{} at {:.0} tokens/s ({:.1}% MFU, {trust}); better-validated plans whose bands overlap its band rank first (--rank-by, src/ranking.rs).",
+                    "Fastest predicted: row {}, {}{} at {:.0} tokens/s ({:.1}% MFU, {trust}); plans whose bands overlap its band rank first when better validated (plausible, validated, or, within the model's resolution, nearer a measured run; --rank-by, src/ranking.rs).",
                     f.rank,
                     f.layout.short(),
                     match &f.layout.split {
