@@ -18,7 +18,11 @@
 //!   earlier group than a faster one (a wide-band plan cannot jump a
 //!   faster, narrower one).
 //! - Inside a group the better-validated plan comes first: plausible before
-//!   implausible, validated before extrapolated; then, among plans of the
+//!   implausible, validated before extrapolated among plans within one
+//!   coarse step of `(1 + r)/(1 − b_x)` of each other (`b_x` the
+//!   extrapolated band; counted like the steps below), since a plan that
+//!   much faster has its lower edge above a validated plan's upper edge;
+//!   then, among plans of the
 //!   same kind predicted within one resolution step of each other (steps of
 //!   `1 + r` counted down from the group's first plan, `r` the median
 //!   |error| of every measured run), the one nearer a measured run (fewer
@@ -111,6 +115,8 @@ pub struct Ranked {
     pub distance: usize,
     /// [`Bands::resolution`].
     pub resolution: f64,
+    /// [`Bands::extrapolated`].
+    pub extrapolated_band: f64,
     /// Whether it is above the measured envelope.
     pub implausible: bool,
     /// Whether it goes behind the plausible plans of its tie group: above
@@ -158,6 +164,7 @@ impl Ranked {
             validated: t.extrapolated.is_none() && t.median_abs.is_some(),
             distance: t.distance,
             resolution: bands.resolution,
+            extrapolated_band: bands.extrapolated,
             implausible,
             demoted,
         }
@@ -217,13 +224,26 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
         // ahead: inside a step the better-validated plan leads (validated,
         // nearer a measured run, narrower band); a plan a step or more
         // faster stays ahead of a slower one of its kind.
-        let step = |j: usize| -> u64 {
+        let steps = |j: usize, width: f64| -> u64 {
             let below = (leader.key(by) / plans[j].key(by)).ln();
-            (below / leader.resolution.ln_1p()).floor().clamp(0.0, 1e6) as u64
+            (below / width).floor().clamp(0.0, 1e6) as u64
         };
+        let step = |j: usize| steps(j, leader.resolution.ln_1p());
+        // Validation orders plans only within a coarse step of
+        // (1 + r)/(1 − b_x), b_x the extrapolated band: an extrapolated plan
+        // that much faster than a validated one has its lower edge above
+        // the validated plan's upper edge (for a validated band up to r),
+        // so the model tells them apart and the faster stays ahead.
+        let coarse_width =
+            (leader.resolution.ln_1p() - (-leader.extrapolated_band).ln_1p()).max(1e-9);
+        let coarse = |j: usize| steps(j, coarse_width);
         let mut members = idx[start..end].to_vec();
         members.sort_by(|&a, &b| {
-            better_validated(&plans[a], &plans[b])
+            plans[a]
+                .demoted
+                .cmp(&plans[b].demoted)
+                .then_with(|| coarse(a).cmp(&coarse(b)))
+                .then_with(|| better_validated(&plans[a], &plans[b]))
                 .then_with(|| step(a).cmp(&step(b)))
                 .then(plans[a].distance.cmp(&plans[b].distance))
                 .then(plans[a].band.total_cmp(&plans[b].band))
@@ -258,6 +278,7 @@ mod tests {
             validated,
             distance: if validated { 0 } else { 1 },
             resolution: 0.05,
+            extrapolated_band: 0.20,
             implausible: false,
             demoted: false,
         }
@@ -355,6 +376,26 @@ mod tests {
         assert_eq!(
             order(&plans, RankBy::Predicted, usize::MAX),
             vec![(2, 1), (1, 1), (0, 1)]
+        );
+    }
+
+    /// The reviewer's gpt-1.7b on dgx-a100-3072 case, in round numbers:
+    /// a validated plan 100 ± 10% and an extrapolated one faster, ± 20% (the
+    /// test plans' b_x), r = 5%: the coarse step is ln(1.05/0.80) = 0.272.
+    /// At 128 (in the group: 110 ≥ 102.4; ln 1.28 = 0.247, the same coarse
+    /// step) validation leads; at 135 (in the group: 110 ≥ 108; ln 1.35 =
+    /// 0.300, a coarse step ahead) the faster leads.
+    #[test]
+    fn validation_orders_plans_only_within_a_coarse_step() {
+        let plans = [plan(100.0, 0.10, true), plan(128.0, 0.20, false)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(0, 1), (1, 1)]
+        );
+        let plans = [plan(100.0, 0.10, true), plan(135.0, 0.20, false)];
+        assert_eq!(
+            order(&plans, RankBy::Predicted, usize::MAX),
+            vec![(1, 1), (0, 1)]
         );
     }
 
