@@ -237,18 +237,23 @@ pub fn order(plans: &[Ranked], by: RankBy, limit: usize) -> Vec<(usize, usize)> 
         let coarse_width =
             (leader.resolution.ln_1p() - (-leader.extrapolated_band).ln_1p()).max(1e-9);
         let coarse = |j: usize| steps(j, coarse_width);
-        let mut members = idx[start..end].to_vec();
-        members.sort_by(|&a, &b| {
+        // The steps are computed once per plan, not once per comparison
+        // (two logarithms each: milliseconds over a search's pool).
+        let mut members: Vec<(usize, u64, u64)> = idx[start..end]
+            .iter()
+            .map(|&j| (j, coarse(j), step(j)))
+            .collect();
+        members.sort_by(|&(a, coarse_a, step_a), &(b, coarse_b, step_b)| {
             plans[a]
                 .demoted
                 .cmp(&plans[b].demoted)
-                .then_with(|| coarse(a).cmp(&coarse(b)))
+                .then(coarse_a.cmp(&coarse_b))
                 .then_with(|| better_validated(&plans[a], &plans[b]))
-                .then_with(|| step(a).cmp(&step(b)))
+                .then(step_a.cmp(&step_b))
                 .then(plans[a].distance.cmp(&plans[b].distance))
                 .then(plans[a].band.total_cmp(&plans[b].band))
         });
-        out.extend(members.into_iter().map(|m| (m, group)));
+        out.extend(members.into_iter().map(|(m, _, _)| (m, group)));
         start = end;
     }
     out.truncate(limit);
