@@ -236,58 +236,112 @@ pub struct Ranking {
     pub fastest: Option<Row>,
 }
 
+/// The pool's plans as the ranking sees them ([`Ranked`]), with the trust
+/// record of each regime, for ranking the pool again after some of its
+/// plans change ([`RankedPool::replace`]).
+pub struct RankedPool {
+    plans: Vec<Ranked>,
+    /// Each regime of the pool with its trust record.
+    regimes: Vec<(Regime, Trust)>,
+    /// The regime of each plan, an index into `regimes`.
+    regime_at: Vec<usize>,
+    bands: Bands,
+}
+
+impl RankedPool {
+    /// The plans of `pool`.
+    pub fn of(pr: &Problem, pool: &[Candidate]) -> RankedPool {
+        let bands = Bands::of(Record::shipped());
+        let record = Record::shipped();
+        // One trust record per regime (a search holds a handful of regimes and
+        // thousands of plans); the envelope depends on each plan's MFU.
+        // A plan's trust is its regime's with its own envelope; it is put
+        // together in place for the ranking and cloned only for the rows
+        // printed (cloning it for every plan cost milliseconds).
+        let mut regimes: Vec<(Regime, Trust)> = Vec::new();
+        let mut regime_at: Vec<usize> = Vec::with_capacity(pool.len());
+        // A plan's regime depends on its layout and prices only through
+        // `RegimeKey` (`regime_of`): the regime is built once per key, not once
+        // per plan (its GPU class is a string).
+        type RegimeKey = (u8, bool, crate::layout::Recompute, u64);
+        let mut keys: Vec<(RegimeKey, usize)> = Vec::new();
+        let plans: Vec<Ranked> = pool
+            .iter()
+            .map(|c| {
+                let l = &c.layout;
+                let key = (l.zero, l.cp > 1, l.recompute, c.eval.micro_batches);
+                let i = match keys.iter().find(|(k, _)| *k == key) {
+                    Some(&(_, i)) => i,
+                    None => {
+                        let regime = regime_of(pr, l, &c.eval);
+                        let i = match regimes.iter().position(|(r, _)| *r == regime) {
+                            Some(i) => i,
+                            None => {
+                                let t = record.trust(&regime);
+                                regimes.push((regime, t));
+                                regimes.len() - 1
+                            }
+                        };
+                        keys.push((key, i));
+                        i
+                    }
+                };
+                regime_at.push(i);
+                let (regime, trust) = &mut regimes[i];
+                // The envelope's record depends on the regime alone: once set,
+                // only the plan's MFU and HFU are refreshed in place (as
+                // `Record::envelope` would set them, without a new record id).
+                match &mut trust.envelope {
+                    Some(e) => e.set_predicted(c.eval.mfu, c.eval.hfu),
+                    None => trust.envelope = record.envelope(regime, c.eval.mfu, c.eval.hfu),
+                }
+                Ranked::of(c.eval.tokens_per_s, trust, &bands)
+            })
+            .collect();
+        RankedPool {
+            plans,
+            regimes,
+            regime_at,
+            bands,
+        }
+    }
+
+    /// Plan `j` is now `c`, the same layout with another stage split: its
+    /// regime (which the split does not enter, `regime_of`) stays, its
+    /// speed and envelope follow `c`.
+    pub fn replace(&mut self, j: usize, c: &Candidate) {
+        let (regime, trust) = &mut self.regimes[self.regime_at[j]];
+        match &mut trust.envelope {
+            Some(e) => e.set_predicted(c.eval.mfu, c.eval.hfu),
+            None => {
+                trust.envelope = Record::shipped().envelope(regime, c.eval.mfu, c.eval.hfu);
+            }
+        }
+        self.plans[j] = Ranked::of(c.eval.tokens_per_s, trust, &self.bands);
+    }
+
+    /// The pool's indices in the ranking's order `by` ([`ranking_of`]'s
+    /// rows without building them).
+    pub fn order(&self, by: RankBy) -> Vec<usize> {
+        ranking::order(&self.plans, by, usize::MAX)
+            .into_iter()
+            .map(|(j, _)| j)
+            .collect()
+    }
+}
+
 /// Rank every plan of `pool` (the search's valid layouts,
 /// [`crate::search::SearchResult::pool`]) and keep the first `limit`: the
 /// ranking is the same whatever `limit` is, so row K of `--top N` is row K
 /// for every N ≥ K.
 pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) -> Ranking {
-    let bands = Bands::of(Record::shipped());
     let record = Record::shipped();
-    // One trust record per regime (a search holds a handful of regimes and
-    // thousands of plans); the envelope depends on each plan's MFU.
-    // A plan's trust is its regime's with its own envelope; it is put
-    // together in place for the ranking and cloned only for the rows
-    // printed (cloning it for every plan cost milliseconds).
-    let mut regimes: Vec<(Regime, Trust)> = Vec::new();
-    let mut regime_at: Vec<usize> = Vec::with_capacity(pool.len());
-    // A plan's regime depends on its layout and prices only through
-    // `RegimeKey` (`regime_of`): the regime is built once per key, not once
-    // per plan (its GPU class is a string).
-    type RegimeKey = (u8, bool, crate::layout::Recompute, u64);
-    let mut keys: Vec<(RegimeKey, usize)> = Vec::new();
-    let plans: Vec<Ranked> = pool
-        .iter()
-        .map(|c| {
-            let l = &c.layout;
-            let key = (l.zero, l.cp > 1, l.recompute, c.eval.micro_batches);
-            let i = match keys.iter().find(|(k, _)| *k == key) {
-                Some(&(_, i)) => i,
-                None => {
-                    let regime = regime_of(pr, l, &c.eval);
-                    let i = match regimes.iter().position(|(r, _)| *r == regime) {
-                        Some(i) => i,
-                        None => {
-                            let t = record.trust(&regime);
-                            regimes.push((regime, t));
-                            regimes.len() - 1
-                        }
-                    };
-                    keys.push((key, i));
-                    i
-                }
-            };
-            regime_at.push(i);
-            let (regime, trust) = &mut regimes[i];
-            // The envelope's record depends on the regime alone: once set,
-            // only the plan's MFU and HFU are refreshed in place (as
-            // `Record::envelope` would set them, without a new record id).
-            match &mut trust.envelope {
-                Some(e) => e.set_predicted(c.eval.mfu, c.eval.hfu),
-                None => trust.envelope = record.envelope(regime, c.eval.mfu, c.eval.hfu),
-            }
-            Ranked::of(c.eval.tokens_per_s, trust, &bands)
-        })
-        .collect();
+    let RankedPool {
+        plans,
+        regimes,
+        regime_at,
+        ..
+    } = RankedPool::of(pr, pool);
     let trust_of = |j: usize| {
         let (regime, base) = &regimes[regime_at[j]];
         Trust {

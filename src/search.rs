@@ -1014,11 +1014,18 @@ fn split_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> Option
 
 /// Upper bound on the tokens/s of layout `l` under any stage split: every
 /// stage equally loaded, so the slowest takes the mean `Σ/p` of the ranks'
-/// times per micro-batch (items and point-to-point; Σ does not depend on
-/// the split); data-parallel and optimizer terms left out (≥ 0).
+/// times per micro-batch (items, and the least point-to-point time any
+/// rank exposes, [`cost::schedule::p2p_exposed_floor`]; Σ does not depend
+/// on the split); data-parallel and optimizer terms left out (≥ 0).
 fn balanced_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> f64 {
     let (dense, moe) = (pr.model.dense_layers() as f64, pr.model.moe_layers() as f64);
-    let p2p = lc.p2p * l.vpp as f64;
+    let p2p = cost::schedule::p2p_exposed_floor(
+        lc.p2p,
+        l.pp,
+        l.vpp,
+        cost::micro_batches_or_floor(pr, l),
+        pr.job.overlap_p2p_comm,
+    );
     let sum = lc.embedding.time()
         + dense * lc.dense.time()
         + moe * lc.moe.time()
@@ -1151,6 +1158,67 @@ impl Splitter {
     fn lookup(&self, sp: &SplitProblem) -> Option<Option<Vec<u32>>> {
         self.cache.get(&Self::key(sp)).cloned()
     }
+}
+
+/// Rows at the head of each ranking order whose stage split is solved
+/// before a keep-all search returns ([`settle_ranked`]): the default
+/// `--top`.
+pub const SETTLED_ROWS: usize = 10;
+
+/// Re-split the plans the ranking puts first. [`refine`] re-splits the 2K
+/// fastest, but the ranking orders by trust as well as speed
+/// ([`crate::report::RankedPool`]), so its first rows can come from
+/// further down and would show the uniform split where another is faster.
+/// The first [`SETTLED_ROWS`] of each order ([`RankBy::Predicted`] and
+/// [`RankBy::Robust`]) are re-split (each plan once) and replaced when the
+/// split is better; the pool is ranked again until those rows have all
+/// been tried. Each round tries at least one new plan, so it ends.
+fn settle_ranked(pr: &Problem, policy: &Policy, acc: &mut Acc) {
+    use crate::ranking::RankBy;
+    let mut splitter = Splitter {
+        cache: HashMap::default(),
+        solved: 0,
+        dp_solved: 0,
+        uniform_solved: 0,
+    };
+    let mut tried = vec![false; acc.all.len()];
+    let mut ranked = crate::report::RankedPool::of(pr, &acc.all);
+    loop {
+        let mut todo: Vec<usize> = Vec::new();
+        for by in [RankBy::Predicted, RankBy::Robust] {
+            let order = ranked.order(by);
+            for &j in order.iter().take(SETTLED_ROWS) {
+                let l = &acc.all[j].layout;
+                if !tried[j] && l.pp > 1 && l.split.is_none() && !todo.contains(&j) {
+                    todo.push(j);
+                }
+            }
+        }
+        if todo.is_empty() {
+            break;
+        }
+        let problems: Vec<(usize, SplitProblem)> = todo
+            .iter()
+            .filter_map(|&j| {
+                tried[j] = true;
+                split_problem(pr, &acc.all[j].layout).map(|sp| (j, sp))
+            })
+            .collect();
+        splitter.prepare(problems.iter().map(|(_, sp)| sp));
+        for (j, sp) in &problems {
+            let c = &acc.all[*j];
+            let better_split = splitter
+                .get(sp)
+                .and_then(|layers| with_split(pr, policy, &c.layout, layers))
+                .filter(|c2| better(c2, c) == Ordering::Less);
+            if let Some(c2) = better_split {
+                acc.stats.resplit += 1;
+                ranked.replace(*j, &c2);
+                acc.all[*j] = c2;
+            }
+        }
+    }
+    acc.stats.splits_solved += splitter.solved + splitter.dp_solved + splitter.uniform_solved;
 }
 
 /// The end, in `pending` (sorted best bound first), of the first
@@ -1792,6 +1860,7 @@ pub fn search(pr: &Problem, space: &Space) -> SearchResult {
         let floor = RANKED_FLOOR * fastest(&acc.all, acc.fastest);
         acc.all.retain(|c| c.eval.tokens_per_s >= floor);
         fold_twins(&mut acc.all);
+        settle_ranked(pr, &space.policy, &mut acc);
         acc.stats.ranked = acc.all.len() as u64;
     }
     let mut stats = acc.stats;

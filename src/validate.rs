@@ -1103,8 +1103,8 @@ impl From<&str> for Unpriced {
 /// The software of the 2021–22 Megatron-LM and Megatron-DeepSpeed rows:
 /// a 16-bit recipe (`recipe`) under the `adam-16b` name, fused softmax
 /// instead of flash attention (FlashAttention appeared May 2022), and
-/// neither the gradient reduction, the parameter gather nor the TP
-/// collectives overlapped with compute; `async_tp_backward` says whether
+/// neither the gradient reduction, the parameter gather, the TP
+/// collectives nor the pipeline sends overlapped with compute; `async_tp_backward` says whether
 /// the backward TP all-reduce already ran asynchronously.
 fn megatron_2021_software(job: &mut Job, recipe: Recipe, async_tp_backward: bool) {
     job.recipe = recipe;
@@ -1113,6 +1113,7 @@ fn megatron_2021_software(job: &mut Job, recipe: Recipe, async_tp_backward: bool
     job.overlap_grad_reduce = false;
     job.overlap_param_gather = false;
     job.tp_comm_overlap = false;
+    job.overlap_p2p_comm = false;
     job.async_tp_backward = async_tp_backward;
 }
 
@@ -1126,6 +1127,9 @@ pub struct MegatronLmCommit {
     pub date: &'static str,
     /// Whether the reduction and gather overlap the compute.
     pub dp_overlap: bool,
+    /// Whether the interleaved schedule overlaps its pipeline sends and
+    /// receives (`overlap_p2p_comm`, from f9283c5a, 2023-05-31).
+    pub p2p_overlap: bool,
     /// The code's behaviour, for the assumptions.
     pub what: &'static str,
 }
@@ -1143,7 +1147,10 @@ pub const MEGATRON_LM_COMMITS: &[MegatronLmCommit] = &[MegatronLmCommit {
     sha: "285068c8",
     date: "2023-01-11",
     dp_overlap: false,
-    what: "reduce-scatters the gradients after the last backward and all-gathers the parameters after the step, neither overlapped (train_step; --overlap-grad-reduce came in 2d5220a4, 2023-08-16)",
+    // No `--no-overlap-p2p-communication` in megatron/arguments.py at
+    // 285068c8: the interleaved schedule's sends and receives block.
+    p2p_overlap: false,
+    what: "reduce-scatters the gradients after the last backward and all-gathers the parameters after the step, neither overlapped (train_step; --overlap-grad-reduce came in 2d5220a4, 2023-08-16); pipeline sends and receives blocking (overlap_p2p_comm came in f9283c5a, 2023-05-31)",
 }];
 
 /// The Megatron-LM commit `notes` name (`Megatron-LM commit <sha>`), if
@@ -1467,6 +1474,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 // The code the run used decides, not today's defaults.
                 job.overlap_grad_reduce = commit.dp_overlap;
                 job.overlap_param_gather = commit.dp_overlap;
+                job.overlap_p2p_comm = commit.p2p_overlap;
                 assume.push(format!(
                     "data parallel: Megatron-LM {} ({}) {}",
                     commit.sha, commit.date, commit.what
@@ -1551,14 +1559,14 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 ));
             }
             assume.push(format!(
-                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}",
+                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}, overlap-p2p-comm {}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
                 match engine {
                     Some("megatron-bridge") => "bf16 (grad_reduce_in_fp32 off)",
                     Some("nemo") => "bf16 (distributed_fused_adam grad_sync_dtype bf16)",
                     _ => "fp32",
                 },
-                job.overlap_grad_reduce, job.overlap_param_gather
+                job.overlap_grad_reduce, job.overlap_param_gather, job.overlap_p2p_comm
             ));
         }
     }

@@ -87,7 +87,7 @@ fn table_note_and_json_field() {
         .expect("the note");
     assert!(note.contains("384 of 424 GPUs (2^7·3)"), "{note}");
     assert!(
-        note.contains("all 424 (2^3·53) reach ") && note.contains("MFU 7.2%)"),
+        note.contains("all 424 (2^3·53) reach ") && note.contains("MFU 6.4%)"),
         "{note}"
     );
     assert!(note.contains("Probed 400, 392, 384"), "{note}");

@@ -359,14 +359,17 @@ fn published_fp8_rows_are_priced_within_the_issue_bounds() {
             // per layer (`compute::qk_norm_bytes_per_token`): +18.9% →
             // +18.7%; the experts' inputs quantized split by split under
             // current scaling (`precision::grouped_linear_cast`, 4 local
-            // experts): → +17.8%.
-            assert!((e - 0.178).abs() < 0.01, "{id}: {e:+.3}");
+            // experts): → +17.8%. The interleaved schedule's p2p overlap
+            // (v = 4) with the refits it brought (`gemm_fp8` 0.495,
+            // `grouped_gemm_half_tokens` 3072): → +19.1%.
+            assert!((e - 0.191).abs() < 0.01, "{id}: {e:+.3}");
         } else if *id != "MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16" {
             assert!(e.abs() <= 0.15, "{id}: {e:+.3}");
         }
     }
     // B200 (no row of it fitted; b200.toml keeps Hopper's `gemm_fp8`):
-    // within 10% (+5.3%).
+    // within 10% (+7.8%; +5.3% before the p2p overlap of its v = 8 and
+    // Hopper's refit to 0.495).
     let id = "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128";
     assert!(err(id).abs() <= 0.10, "{id}: {:+.3}", err(id));
     // torchtitan, against the bf16 twin of the same table.
@@ -442,12 +445,16 @@ fn held_out_mbridge_26_04_rows() {
         let narrow = !row.id.contains("NVFP4");
         assert_eq!(case.problem().job.fp8_param_gather, narrow, "{}", row.id);
     }
+    // Since the interleaved schedule's p2p overlap was priced (and
+    // h100-sxm's `gemm_fp8` refitted to 0.495 on the dev rows): GB200
+    // MXFP8 +6.1% → +6.5%, NVFP4 +25.9% → +26.6%, GB300 MXFP8 −17.5% →
+    // −17.3%, NVFP4 +10.6% → +11.2%, H100 FP8 −9.3% → −7.4%.
     for (id, pinned) in [
-        ("GB200-LLAMA3_70B-NVFP4", 0.259),
+        ("GB200-LLAMA3_70B-NVFP4", 0.266),
         ("GB300-LLAMA3_70B-FP8", -0.175),
-        ("GB300-LLAMA3_70B-MXFP8", -0.175),
-        ("GB300-LLAMA3_70B-NVFP4", 0.106),
-        ("H100-LLAMA3_70B-FP8", -0.093),
+        ("GB300-LLAMA3_70B-MXFP8", -0.173),
+        ("GB300-LLAMA3_70B-NVFP4", 0.112),
+        ("H100-LLAMA3_70B-FP8", -0.074),
     ] {
         assert!((err(id) - pinned).abs() < 0.01, "{id}: {:+.3}", err(id));
     }

@@ -529,28 +529,34 @@ fn context_parallel_rows_by_the_step_by_step_ring() {
     // calibration row is NeMo's, which this change must not move.
     let pins = [
         // Calibration rows.
-        ("TT-8B-CP-2", 0.029, 0.01),
-        ("NEMO2407-LLAMA3-8B-8", 0.026, 0.01),
+        ("TT-8B-CP-2", 0.022, 0.01),
+        // +2.6% before the refit of h100-sxm `gemm_fp8` (0.5075 → 0.495)
+        // that came with the interleaved schedule's p2p overlap.
+        ("NEMO2407-LLAMA3-8B-8", 0.013, 0.01),
         // Checks. TT-8B-CP-3 and -4 (C = 4 and 8) stay far too fast: their
         // later ring steps cost about twice what C = 2 shows per step, which
         // no priced mechanism (kernel curve, exchange, fp32 merges) explains
         // (docs/fidelity.md); pinned so that a fix shows up here.
-        ("TT-8B-CP-3", 0.488, 0.02),
-        ("TT-8B-CP-4", 0.633, 0.02),
-        ("NEMO2407-LLAMA3-70B-64", -0.014, 0.01),
+        ("TT-8B-CP-3", 0.482, 0.02),
+        ("TT-8B-CP-4", 0.630, 0.02),
+        // The interleaved rows (v = 5, 8) since their p2p overlap was
+        // priced and `gemm_fp8` refitted: −1.4% → −1.1%, +2.4% → +2.8%,
+        // +6.0% → +6.4%, +5.3% → +7.8% (B200 takes Hopper's `gemm_fp8` and
+        // hides its p2p too).
+        ("NEMO2407-LLAMA3-70B-64", -0.011, 0.01),
         (
             "MBRIDGE-25.09-DGX-H100-LLAMA3.1_405B-FP8(default)-1024",
-            0.024,
+            0.028,
             0.01,
         ),
         (
             "MBRIDGE-25.11-DGX-H100-LLAMA3.1_405B-FP8-CS-1024",
-            0.060,
+            0.064,
             0.01,
         ),
         (
             "MBRIDGE-25.11-DGX-B200-LLAMA3.1_405B-FP8-CS-128",
-            0.053,
+            0.078,
             0.01,
         ),
     ];
@@ -704,22 +710,27 @@ fn moe_rows_follow_their_recipes() {
 #[test]
 fn moe_rows_pinned() {
     let r = run(V2);
+    // Since the interleaved schedule's p2p overlap was priced (every MoE
+    // row runs v > 1) and `grouped_gemm_half_tokens` refitted on the first
+    // and third and fourth rows (2048 → 3072): −3.6% → −5.9%, −2.9% →
+    // −1.4%, +4.7% → +8.8%, +8.5% → +6.1%, +146.3% → +157.9%, +17.8% →
+    // +19.1%.
     let pins = [
-        ("MCORE-MOE-MIXTRAL8x7B", -0.036),
+        ("MCORE-MOE-MIXTRAL8x7B", -0.0586),
         (
             "MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024",
-            -0.029,
+            -0.0144,
         ),
         (
             "MBRIDGE-25.09-DGX-H100-Qwen3_30B_a3B-FP8(default)-16",
-            0.047,
+            0.088,
         ),
         (
             "MBRIDGE-25.09-DGX-H100-Qwen3_235B_a22B-FP8(default)-256",
-            0.085,
+            0.0605,
         ),
-        ("MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16", 1.463),
-        ("MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256", 0.178),
+        ("MBRIDGE-25.11-DGX-H100-Qwen3_30B_a3B-FP8-CS-16", 1.579),
+        ("MBRIDGE-25.11-DGX-H100-Qwen3_235B_a22B-FP8-CS-256", 0.1915),
     ];
     let moe: Vec<&str> = r
         .rows
@@ -754,7 +765,10 @@ fn moe_rows_pinned() {
 /// TFLOP/s −2.5%, step +2.6% (25.92 s). With its QK norms (MLA's latent
 /// norms) and the experts' inputs quantized split by split under current
 /// scaling (4 local experts, `precision::grouped_linear_cast`): TFLOP/s
-/// −2.9%, step +3.0% (26.02 s). Nothing was refitted to this row.
+/// −2.9%, step +3.0% (26.02 s). With the interleaved schedule's p2p
+/// overlap (v = 4) and the refits it brought (h100-sxm `gemm_fp8` 0.495,
+/// `grouped_gemm_half_tokens` 3072, on other rows): TFLOP/s −1.4%, step
+/// +1.5% (25.64 s). Nothing was refitted to this row.
 #[test]
 fn deepseek_v3_bridge_row_prices_its_mtp_layer() {
     let r = run(V2);
@@ -764,8 +778,8 @@ fn deepseek_v3_bridge_row_prices_its_mtp_layer() {
         .find(|x| x.id == "MBRIDGE-25.09-DGX-H100-DeepSeekV3-FP8(default)-1024")
         .unwrap();
     let (tf, st) = (x.tflops.unwrap(), x.step_s.unwrap());
-    assert!((tf.error - -0.029).abs() < 0.01, "{:+.3}", tf.error);
-    assert!((st.error - 0.030).abs() < 0.01, "{:+.3}", st.error);
+    assert!((tf.error - -0.014).abs() < 0.01, "{:+.3}", tf.error);
+    assert!((st.error - 0.015).abs() < 0.01, "{:+.3}", st.error);
     let flops = |tflops: f64, step: f64| tflops * 1e12 * 1024.0 * step;
     let (ours, bridge) = (
         flops(tf.predicted, st.predicted),
@@ -1141,4 +1155,48 @@ fn published_layouts_are_valid_and_first_choices_stay_near_them() {
     let (rows, median, _, _) = validate::ranked_plan_ratios(&plans).unwrap();
     assert_eq!(rows, plans.len());
     assert!(median <= 1.15, "median {median:.3} over {rows} rows");
+}
+
+/// Megatron overlaps the interleaved schedule's pipeline sends in steady
+/// state (`overlap_p2p_comm`, since f9283c5a, 2023-05-31; Megatron-Bridge
+/// and NeMo turn it on with VPP), so only the warm-up and cool-down sends
+/// block. NEMO2407-LLAMA2-13B-16 runs D4 p4 v10 with global batch 128 and
+/// b = 1: m = 128/4 = 32, so m·v = 320 chunk micro-batches per direction;
+/// rank 0 warms up 2·(4 − 1) + (10 − 1)·4 = 42 of them and the last rank
+/// (10 − 1)·4 = 36. One layer per chunk computes for milliseconds against
+/// a sub-millisecond send, so the steady state hides all of it: exposed
+/// 42/320 and 36/320 of the total. Rows whose code predates the option
+/// (Megatron-LM 2022, the MegaScale baseline at 285068c8) keep every send
+/// exposed.
+#[test]
+fn interleaved_pipeline_sends_overlap_where_megatron_does() {
+    use meshplan::cost::{self, TimePart};
+    let t = table(V2);
+    let cat = Catalog::shipped().unwrap();
+    let case = |id: &str| {
+        let row = t.rows.iter().find(|x| x.id == id).unwrap();
+        validate::build_case(row, &cat, None).unwrap()
+    };
+    let nemo = case("NEMO2407-LLAMA2-13B-16");
+    assert!(nemo.job.overlap_p2p_comm);
+    assert_eq!((nemo.layout.pp, nemo.layout.vpp), (4, 10));
+    let ranks = cost::rank_costs(&nemo.problem(), &nemo.layout);
+    for (r, warm) in [(0, 42.0), (3, 36.0)] {
+        let p2p = ranks[r].items.time[TimePart::PpComm];
+        assert!(p2p.total > 0.0);
+        assert!(
+            (p2p.exposed / p2p.total - warm / 320.0).abs() < 1e-12,
+            "rank {r}: {} of {}",
+            p2p.exposed,
+            p2p.total
+        );
+    }
+    for id in ["KOR22-2a", "MEGASCALE-175B-MLM-256"] {
+        let c = case(id);
+        assert!(!c.job.overlap_p2p_comm, "{id}");
+        assert!(c.layout.vpp > 1, "{id}");
+        let ranks = cost::rank_costs(&c.problem(), &c.layout);
+        let p2p = ranks[0].items.time[TimePart::PpComm];
+        assert!(p2p.total > 0.0 && p2p.exposed == p2p.total, "{id}");
+    }
 }

@@ -110,6 +110,9 @@ pub struct LayerCosts {
     /// Pipeline point-to-point time per micro-batch per chunk boundary,
     /// forward + backward, seconds.
     pub p2p: f64,
+    /// Compute slowdown share σ while the pipeline sends overlap compute
+    /// (the PP group's tier, [`contention::Slowdown::of`]).
+    pub p2p_sigma: f64,
     /// Local tokens per micro-batch on one rank, `b·s/C`.
     pub tokens: f64,
     /// Context-parallel K/V exchange buffers of one layer in flight, bytes
@@ -943,6 +946,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         embedding,
         output,
         p2p,
+        p2p_sigma: pr.slowdown.of(pl.pp),
         tokens,
         cp_buffers: cp::buffer_bytes(l.cp_comm, job.cp_impl, kv_bytes, l.cp),
         ep_buffers,

@@ -390,8 +390,25 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
             has_output = true;
         }
     }
-    // Point-to-point sends at each of the rank's v chunk boundaries.
-    items.time[TimePart::PpComm] = Term::serial(lc.p2p * l.vpp as f64);
+    // Point-to-point sends at each of the rank's v chunk boundaries, hidden
+    // in steady state under Megatron's `overlap_p2p_comm`.
+    let compute = items.time[TimePart::Compute].total;
+    let chunks_f = l.vpp.max(1) as f64;
+    items.time[TimePart::PpComm] = schedule::p2p_exposed(
+        lc.p2p,
+        items.fwd_compute / chunks_f,
+        (compute - items.fwd_compute) / chunks_f,
+        rank,
+        l.pp,
+        l.vpp,
+        m,
+        pr.job.overlap_p2p_comm,
+    );
+    let p2p_hidden = items.time[TimePart::PpComm].hidden();
+    items.time[TimePart::Contention].add_scaled(
+        Term::serial(contention::contention(p2p_hidden, lc.p2p_sigma)),
+        1.0,
+    );
     // Activations: the rank's items times the micro-batches in flight. For
     // interleaving the in-flight count is in chunk micro-batches, so divide
     // by v to get whole-rank micro-batches.

@@ -396,6 +396,13 @@ pub struct Job {
     pub overlap_param_gather: bool,
     /// Overlap TP communication with GEMMs when SP is on (`--tp-comm-overlap`).
     pub tp_comm_overlap: bool,
+    /// Overlap the interleaved schedule's pipeline sends and receives with
+    /// the other chunks' compute in steady state (Megatron-LM
+    /// `overlap_p2p_comm`, on unless `--no-overlap-p2p-communication`, and
+    /// only with VPP; Megatron-Bridge turns it on whenever PP > 1 and
+    /// VPP > 1). Added to Megatron-LM in f9283c5a (2023-05-31). Priced by
+    /// [`crate::cost::schedule::p2p_exposed`].
+    pub overlap_p2p_comm: bool,
     /// Backward TP collectives of column-parallel linears run asynchronously
     /// under the weight-gradient GEMM (Megatron-LM
     /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
@@ -495,6 +502,7 @@ impl Job {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             tp_comm_overlap: false,
+            overlap_p2p_comm: true,
             async_tp_backward: true,
             moe_imbalance: 1.0,
             moe_capacity_factor: None,

@@ -118,7 +118,7 @@ pub struct SplitProblem {
     /// Virtual stages per rank v; chunks S = p·v, chunk c on rank `c mod p`.
     pub vpp: u32,
     /// Time every rank spends per micro-batch besides its items
-    /// (point-to-point sends), seconds; p entries.
+    /// (its exposed point-to-point sends), seconds; p entries.
     pub rank_time: Vec<f64>,
     /// Bytes every rank holds besides its items (buffers, logits on the
     /// last rank, ZeRO-3 unit); p entries.
@@ -295,7 +295,7 @@ impl SplitProblem {
         }
         items.push(item(&lc.output, false, false));
         let m = cost::micro_batches_or_floor(pr, l);
-        let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
+        let rank_time = (0..l.pp).map(|r| rank_p2p_time(pr, l, lc, m, r)).collect();
         let buffers = cost::temporary_buffers(pr, l, lc);
         let rank_bytes = (0..l.pp)
             .map(|r| {
@@ -312,7 +312,7 @@ impl SplitProblem {
             items,
             pp: l.pp,
             vpp: l.vpp,
-            rank_time: vec![p2p; l.pp as usize],
+            rank_time,
             rank_bytes,
             in_flight: (0..l.pp)
                 .map(|r| {
@@ -677,6 +677,28 @@ pub struct LayoutBound {
     pub sum: f64,
 }
 
+/// Time pipeline rank `r` spends on its point-to-point sends per
+/// micro-batch whatever the split, seconds: the exposed part
+/// ([`cost::schedule::p2p_exposed`]: its warm-up and cool-down share under
+/// Megatron's p2p overlap) and the contention of the hidden rest, as
+/// `cost::rank_cost` prices them. The steady-state remainder, which
+/// depends on the chunks' compute and so on the split, is left out: it is
+/// zero unless a chunk computes for less time than one send takes, so the
+/// split programs and bounds stay exact or below the cost model.
+pub fn rank_p2p_time(pr: &Problem, l: &Layout, lc: &layer::LayerCosts, m: u64, r: u32) -> f64 {
+    let t = cost::schedule::p2p_exposed(
+        lc.p2p,
+        f64::INFINITY,
+        f64::INFINITY,
+        r,
+        l.pp,
+        l.vpp,
+        m,
+        pr.job.overlap_p2p_comm,
+    );
+    t.exposed + cost::contention::contention(t.hidden(), lc.p2p_sigma)
+}
+
 /// [`SplitProblem::relaxation`] of layout `l` straight from its item costs
 /// `lc` (no per-layer vector; the search calls it for thousands of
 /// layouts), with the sum of rank times. `None` when no split can fit.
@@ -710,7 +732,7 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
         always: if dense == 0 { lc.ep_buffers } else { 0.0 },
     };
     let m = cost::micro_batches_or_floor(pr, l);
-    let p2p = if l.pp > 1 { lc.p2p * l.vpp as f64 } else { 0.0 };
+    let p2p: Vec<f64> = (0..l.pp).map(|r| rank_p2p_time(pr, l, lc, m, r)).collect();
     let buffers = cost::temporary_buffers(pr, l, lc);
     let last = l.pp as usize - 1;
     // ZeRO-3 transients depend on the rank only through whether it is the
@@ -735,7 +757,7 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
             m,
             pr.job.moe_a2a_overlap && pr.model.moe.is_some(),
         ) / l.vpp as f64;
-        let mut time = p2p;
+        let mut time = p2p[r];
         let mut bytes = buffers + units(r);
         if r == 0 {
             time += lc.embedding.time();
@@ -751,7 +773,7 @@ pub fn layout_bound(pr: &Problem, l: &Layout, lc: &layer::LayerCosts) -> Option<
         + dense as f64 * lc.dense.time()
         + moe as f64 * lc.moe.time()
         + lc.output.time()
-        + l.pp as f64 * p2p;
+        + p2p.iter().sum::<f64>();
     let slowest = relax(l.pp, l.vpp, dense + moe, &cheapest, pr.usable_bytes(), rank)?;
     Some(LayoutBound {
         slowest: slowest.max(sum / l.pp as f64),
