@@ -178,7 +178,7 @@ parts! {
             "src/cost/moe.rs: ep_comm_time", "lepikhin-2020"),
         /// Pipeline point-to-point sends at stage boundaries.
         PpComm => ("pp_comm", "PP point-to-point",
-            "src/cost/layer.rs: p2p_per_micro_batch", "narayanan-2021"),
+            "src/cost/layer.rs: p2p_per_micro_batch; src/cost/schedule.rs: p2p_exposed", "megatron-schedules"),
         /// Data-parallel gradient all-reduce or reduce-scatter.
         DpGrad => ("dp_grad", "DP gradient reduction",
             "src/cost/data_parallel.rs: gradient_reduction, exposed_after_overlap", "megatron-ddp"),

@@ -86,7 +86,7 @@ pub fn interleaved_warmup(rank: u32, pp: u32, vpp: u32, m: u64) -> u64 {
 /// transfers, [`interleaved_warmup`] of the `m·v` in each direction, stay
 /// blocking unless `--overlap-p2p-communication-warmup-flush`
 /// (`forward_backward_pipelining_with_interleaving`, Megatron-LM
-/// `pipeline_parallel/schedules.py`).
+/// `pipeline_parallel/schedules.py` [ref:megatron-schedules]).
 ///
 /// Worked example: p = 8, v = 5, m = 64, rank 0: 2·7 + 4·8 = 46 of the
 /// 320 chunk micro-batches are warm-up, so with the compute larger than the
