@@ -244,6 +244,17 @@ pub struct Space {
     pub best_only: bool,
 }
 
+impl Space {
+    /// The default space keeping every valid candidate, as a search whose
+    /// ranking is shown runs it ([`Space::keep_all`]).
+    pub fn keeping_all() -> Space {
+        Space {
+            keep_all: true,
+            ..Space::default()
+        }
+    }
+}
+
 impl Default for Space {
     fn default() -> Space {
         Space {

@@ -281,10 +281,7 @@ fn rank_order_alone_fixes_the_rank_mapping_near_miss() {
 }
 
 fn full_search(pr: &Problem) -> (search::SearchResult, Space) {
-    let space = Space {
-        keep_all: true,
-        ..Space::default()
-    };
+    let space = Space::keeping_all();
     (search::search(pr, &space), space)
 }
 

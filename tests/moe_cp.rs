@@ -458,10 +458,7 @@ fn h800_2048_profile() {
 fn llama3_70b_at_128k_needs_cp_or_full_recompute() {
     let s = Setup::with_seq("llama3-70b", "dgx-h100-64", Some(131_072));
     let pr = s.problem();
-    let space = Space {
-        keep_all: true,
-        ..Space::default()
-    };
+    let space = Space::keeping_all();
     let r = search::search(&pr, &space);
     assert!(!r.all.is_empty());
     assert!(

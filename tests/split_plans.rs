@@ -550,10 +550,7 @@ fn the_ranked_first_rows_carry_their_best_split() {
     use meshplan::ranking::RankBy;
     let s = Setup::new("70b", "dgx64", None);
     let pr = s.problem();
-    let space = Space {
-        keep_all: true,
-        ..Space::default()
-    };
+    let space = Space::keeping_all();
     let r = search::search(&pr, &space);
     for by in [RankBy::Predicted, RankBy::Robust] {
         let rows = meshplan::report::ranked_rows(&pr, r.pool(), by, 10);

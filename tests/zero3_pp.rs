@@ -13,10 +13,7 @@ use meshplan::search::{self, Space};
 fn main_job_ranks_zero3_with_a_pipeline() {
     let s = Setup::new("70b", "dgx64", None);
     let pr = s.problem();
-    let space = Space {
-        keep_all: true,
-        ..Space::default()
-    };
+    let space = Space::keeping_all();
     let r = search::search(&pr, &space);
     assert!(r.rejections.iter().all(|rj| rj.rule.code() != "zero3-pp"));
     // Valid ZeRO-3 layouts with a pipeline are listed among the valid ones
