@@ -1036,6 +1036,7 @@ fn balanced_bound(pr: &Problem, l: &Layout, lc: &cost::layer::LayerCosts) -> f64
         l.vpp,
         cost::micro_batches_or_floor(pr, l),
         pr.job.overlap_p2p_comm,
+        pr.job.p2p_forward_send_waits,
     );
     let sum = lc.embedding.time()
         + dense * lc.dense.time()

@@ -1481,6 +1481,21 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 ));
             }
             job.tp_comm_overlap = has("--tp-comm-overlap");
+            // Runs published before Megatron-LM 260cba71 (2026-04-16) hide
+            // the steady-state forward sends as well (`Job::
+            // p2p_forward_send_waits`): NeMo 24.07, Megatron-Bridge 25.09 and
+            // 25.11 (Megatron-Core 0.14–0.15), the 2024 Megatron-Core README
+            // tables. Later runs (Megatron-Bridge 26.04) and a user's own rows
+            // are priced with today's code.
+            let before_send_wait = matches!(engine, Some("nemo"))
+                || (engine == Some("megatron-bridge")
+                    && (row.source.contains("release 25.09")
+                        || row.source.contains("release 25.11")))
+                || fam == Family::Meg24
+                || row.id.starts_with("MCORE-");
+            if before_send_wait {
+                job.p2p_forward_send_waits = false;
+            }
             if matches!(engine, Some("nemo" | "megatron-bridge"))
                 && row.tp > 1
                 && run.tp_comm_overlap.is_none()
@@ -1559,14 +1574,19 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
                 ));
             }
             assume.push(format!(
-                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}, overlap-p2p-comm {}",
+                "software: Megatron-Core{} — bf16 with {} main grads, flash attention, distributed optimizer, overlap-grad-reduce {}, overlap-param-gather {}, overlap-p2p-comm {}{}",
                 engine.map(|e| format!(" ({e})")).unwrap_or_default(),
                 match engine {
                     Some("megatron-bridge") => "bf16 (grad_reduce_in_fp32 off)",
                     Some("nemo") => "bf16 (distributed_fused_adam grad_sync_dtype bf16)",
                     _ => "fp32",
                 },
-                job.overlap_grad_reduce, job.overlap_param_gather, job.overlap_p2p_comm
+                job.overlap_grad_reduce, job.overlap_param_gather, job.overlap_p2p_comm,
+                if job.p2p_forward_send_waits {
+                    " (forward sends waited for, Megatron-LM since 260cba71)"
+                } else {
+                    " (forward sends hidden too, before Megatron-LM 260cba71)"
+                }
             ));
         }
     }

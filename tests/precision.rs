@@ -446,15 +446,18 @@ fn held_out_mbridge_26_04_rows() {
         assert_eq!(case.problem().job.fp8_param_gather, narrow, "{}", row.id);
     }
     // Since the interleaved schedule's p2p overlap was priced (and
-    // h100-sxm's `gemm_fp8` refitted to 0.495 on the dev rows): GB200
-    // MXFP8 +6.1% → +6.5%, NVFP4 +25.9% → +26.6%, GB300 MXFP8 −17.5% →
-    // −17.3%, NVFP4 +10.6% → +11.2%, H100 FP8 −9.3% → −7.4%.
+    // h100-sxm's `gemm_fp8` refitted to 0.495 on the dev rows), with the
+    // release priced as today's Megatron-LM, whose steady-state forward
+    // sends block (260cba71 predates it; the release's pinned commit is not
+    // checked): GB200 MXFP8 +6.1% → +6.3%, NVFP4 +25.9% → +26.2%, GB300
+    // MXFP8 −17.5% → −17.4%, NVFP4 +10.6% → +10.9%, H100 FP8 −9.3% → −9.0%
+    // (−7.4% with the forward sends hidden as well).
     for (id, pinned) in [
-        ("GB200-LLAMA3_70B-NVFP4", 0.266),
+        ("GB200-LLAMA3_70B-NVFP4", 0.262),
         ("GB300-LLAMA3_70B-FP8", -0.175),
-        ("GB300-LLAMA3_70B-MXFP8", -0.173),
-        ("GB300-LLAMA3_70B-NVFP4", 0.112),
-        ("H100-LLAMA3_70B-FP8", -0.074),
+        ("GB300-LLAMA3_70B-MXFP8", -0.174),
+        ("GB300-LLAMA3_70B-NVFP4", 0.109),
+        ("H100-LLAMA3_70B-FP8", -0.090),
     ] {
         assert!((err(id) - pinned).abs() < 0.01, "{id}: {:+.3}", err(id));
     }

@@ -392,23 +392,9 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
     }
     // Point-to-point sends at each of the rank's v chunk boundaries, hidden
     // in steady state under Megatron's `overlap_p2p_comm`.
-    let compute = items.time[TimePart::Compute].total;
-    let chunks_f = l.vpp.max(1) as f64;
-    items.time[TimePart::PpComm] = schedule::p2p_exposed(
-        lc.p2p,
-        items.fwd_compute / chunks_f,
-        (compute - items.fwd_compute) / chunks_f,
-        rank,
-        l.pp,
-        l.vpp,
-        m,
-        pr.job.overlap_p2p_comm,
-    );
-    let p2p_hidden = items.time[TimePart::PpComm].hidden();
-    items.time[TimePart::Contention].add_scaled(
-        Term::serial(contention::contention(p2p_hidden, lc.p2p_sigma)),
-        1.0,
-    );
+    let (p2p, p2p_contention) = rank_p2p(pr, l, lc, &items, rank, m);
+    items.time[TimePart::PpComm] = p2p;
+    items.time[TimePart::Contention].add_scaled(Term::serial(p2p_contention), 1.0);
     // Activations: the rank's items times the micro-batches in flight. For
     // interleaving the in-flight count is in chunk micro-batches, so divide
     // by v to get whole-rank micro-batches.
@@ -549,6 +535,33 @@ pub fn rank_cost(pr: &Problem, l: &Layout, lc: &LayerCosts, rank: u32, m: u64) -
         has_embedding,
         has_output,
     }
+}
+
+/// Pipeline point-to-point sends of rank `rank` per micro-batch, with the
+/// contention of their hidden part, seconds ([`schedule::p2p_exposed`]
+/// over the chunks' compute of `items`, the rank's items).
+fn rank_p2p(
+    pr: &Problem,
+    l: &Layout,
+    lc: &LayerCosts,
+    items: &ItemCost,
+    rank: u32,
+    m: u64,
+) -> (Term, f64) {
+    let compute = items.time[TimePart::Compute].total;
+    let chunks = l.vpp.max(1) as f64;
+    let t = schedule::p2p_exposed(
+        lc.p2p,
+        items.fwd_compute / chunks,
+        (compute - items.fwd_compute) / chunks,
+        rank,
+        l.pp,
+        l.vpp,
+        m,
+        pr.job.overlap_p2p_comm,
+        pr.job.p2p_forward_send_waits,
+    );
+    (t, contention::contention(t.hidden(), lc.p2p_sigma))
 }
 
 /// The wrapped units of rank `rc` in model order, as ZeRO-3/FSDP gathers
@@ -706,6 +719,19 @@ pub fn evaluate_capped(
             slowest = rc;
         }
         t_sum += weight * rc.time;
+        if weight > 1.0 {
+            // Rank 1 stands for ranks 1 to p − 2, alike but for their
+            // pipeline sends: under the p2p overlap each exposes its own
+            // warm-up share.
+            let stage = |r: u32| {
+                let (t, c) = rank_p2p(pr, l, lc, &rc.items, r, m);
+                t.exposed + c
+            };
+            let base = stage(1);
+            for r in 2..l.pp - 1 {
+                t_sum += stage(r) - base;
+            }
+        }
         // Stage `rank` finishes its last backward `rank` backward-steps
         // before stage 0 does; its gradient reduction can use that drain.
         let it = &rc.items;

@@ -82,7 +82,9 @@ pub fn interleaved_warmup(rank: u32, pp: u32, vpp: u32, m: u64) -> u64 {
 /// critical path. With Megatron's `overlap_p2p_comm` the steady-state
 /// sends and receives are posted asynchronously and waited for only when
 /// the next chunk needs them, so each direction hides under that chunk's
-/// compute, `max(0, per_chunk/2 − t)`; the warm-up and cool-down
+/// compute, `max(0, per_chunk/2 − t)` — except the forward sends when
+/// `forward_waits` (Megatron-LM since 260cba71 waits for each one before
+/// freeing its output: `per_chunk/2` exposed); the warm-up and cool-down
 /// transfers, [`interleaved_warmup`] of the `m·v` in each direction, stay
 /// blocking unless `--overlap-p2p-communication-warmup-flush`
 /// (`forward_backward_pipelining_with_interleaving`, Megatron-LM
@@ -90,7 +92,8 @@ pub fn interleaved_warmup(rank: u32, pp: u32, vpp: u32, m: u64) -> u64 {
 ///
 /// Worked example: p = 8, v = 5, m = 64, rank 0: 2·7 + 4·8 = 46 of the
 /// 320 chunk micro-batches are warm-up, so with the compute larger than the
-/// sends 46/320 = 14.4% of the `5·per_chunk` total is exposed.
+/// sends 46/320 = 14.4% of the `5·per_chunk` total is exposed; with the
+/// forward sends waited for, 46/320 + (274/320)·½ = 57.2%.
 #[allow(clippy::too_many_arguments)]
 pub fn p2p_exposed(
     per_chunk: f64,
@@ -101,6 +104,7 @@ pub fn p2p_exposed(
     vpp: u32,
     m: u64,
     overlap: bool,
+    forward_waits: bool,
 ) -> crate::cost::breakdown::Term {
     use crate::cost::breakdown::Term;
     let total = per_chunk * vpp.max(1) as f64;
@@ -109,7 +113,12 @@ pub fn p2p_exposed(
     }
     let warm = interleaved_warmup(rank, pp, vpp, m) as f64 / (m as f64 * vpp as f64);
     let one_way = per_chunk / 2.0;
-    let steady = (one_way - fwd_chunk).max(0.0) + (one_way - bwd_chunk).max(0.0);
+    let forward = if forward_waits {
+        one_way
+    } else {
+        (one_way - fwd_chunk).max(0.0)
+    };
+    let steady = forward + (one_way - bwd_chunk).max(0.0);
     let exposed = vpp as f64 * (warm * per_chunk + (1.0 - warm) * steady);
     Term::overlapped(exposed.min(total), total)
 }
@@ -117,8 +126,16 @@ pub fn p2p_exposed(
 /// The least exposed pipeline point-to-point time of any rank per
 /// micro-batch, seconds, whatever the stage split: [`p2p_exposed`] of the
 /// last rank (the shortest warm-up) with the steady-state sends fully
-/// hidden. The search's split bounds price every rank's sends with it.
-pub fn p2p_exposed_floor(per_chunk: f64, pp: u32, vpp: u32, m: u64, overlap: bool) -> f64 {
+/// hidden as far as the compute can hide them. The search's split bounds
+/// price every rank's sends with it.
+pub fn p2p_exposed_floor(
+    per_chunk: f64,
+    pp: u32,
+    vpp: u32,
+    m: u64,
+    overlap: bool,
+    forward_waits: bool,
+) -> f64 {
     if pp <= 1 {
         return 0.0;
     }
@@ -131,6 +148,7 @@ pub fn p2p_exposed_floor(per_chunk: f64, pp: u32, vpp: u32, m: u64, overlap: boo
         vpp,
         m,
         overlap,
+        forward_waits,
     )
     .exposed
 }
@@ -144,29 +162,37 @@ mod tests {
         // p = 8, v = 5, m = 64, rank 0: warm-up 2·7 + 4·8 = 46 chunk
         // micro-batches of 320. Sends of 1 ms per chunk under 10/20 ms of
         // compute: exposed 5·(46/320)·1 ms = 0.71875 ms of 5 ms.
-        let t = p2p_exposed(1e-3, 10e-3, 20e-3, 0, 8, 5, 64, true);
+        let t = p2p_exposed(1e-3, 10e-3, 20e-3, 0, 8, 5, 64, true, false);
         assert!((t.total - 5e-3).abs() < 1e-15);
         assert!((t.exposed - 5.0 * 46.0 / 320.0 * 1e-3).abs() < 1e-15);
         // The last rank warms up (v − 1)·p = 32: 5·(32/320) ms = 0.5 ms.
-        let last = p2p_exposed(1e-3, 10e-3, 20e-3, 7, 8, 5, 64, true);
+        let last = p2p_exposed(1e-3, 10e-3, 20e-3, 7, 8, 5, 64, true, false);
         assert!((last.exposed - 0.5e-3).abs() < 1e-15);
         // Sends of 30 ms per chunk (15 each way) over 10/20 ms of compute:
         // steady state leaves 5 + 0 ms per chunk exposed;
         // 5·(46/320·30 + 274/320·5) = 5·(4.3125 + 4.28125) = 42.96875 ms.
-        let slow = p2p_exposed(30e-3, 10e-3, 20e-3, 0, 8, 5, 64, true);
+        let slow = p2p_exposed(30e-3, 10e-3, 20e-3, 0, 8, 5, 64, true, false);
         assert!((slow.exposed - 42.96875e-3).abs() < 1e-12);
         // Too few micro-batches to reach steady state: all blocking.
-        let short = p2p_exposed(1e-3, 10e-3, 20e-3, 0, 8, 5, 2, true);
+        let short = p2p_exposed(1e-3, 10e-3, 20e-3, 0, 8, 5, 2, true, false);
         assert_eq!(short.exposed, short.total);
         // No interleaving, or the overlap off: all blocking.
-        assert_eq!(p2p_exposed(1e-3, 1.0, 1.0, 0, 8, 1, 64, true).exposed, 1e-3);
         assert_eq!(
-            p2p_exposed(1e-3, 1.0, 1.0, 0, 8, 5, 64, false).exposed,
+            p2p_exposed(1e-3, 1.0, 1.0, 0, 8, 1, 64, true, false).exposed,
+            1e-3
+        );
+        assert_eq!(
+            p2p_exposed(1e-3, 1.0, 1.0, 0, 8, 5, 64, false, false).exposed,
             5e-3
         );
         // The floor is the last rank's warm-up share: 5·(32/320) ms.
-        assert!((p2p_exposed_floor(1e-3, 8, 5, 64, true) - 0.5e-3).abs() < 1e-15);
-        assert_eq!(p2p_exposed_floor(1e-3, 8, 1, 64, true), 1e-3);
+        assert!((p2p_exposed_floor(1e-3, 8, 5, 64, true, false) - 0.5e-3).abs() < 1e-15);
+        assert_eq!(p2p_exposed_floor(1e-3, 8, 1, 64, true, false), 1e-3);
+        // Forward sends waited for (Megatron-LM since 260cba71): rank 0
+        // exposes its warm-up share and half of the rest,
+        // 5·(46/320 + 274/320·0.5) ms = 2.859375 ms.
+        let waits = p2p_exposed(1e-3, 10e-3, 20e-3, 0, 8, 5, 64, true, true);
+        assert!((waits.exposed - 5.0 * (46.0 + 137.0) / 320.0 * 1e-3).abs() < 1e-15);
     }
 
     #[test]

@@ -403,6 +403,12 @@ pub struct Job {
     /// VPP > 1). Added to Megatron-LM in f9283c5a (2023-05-31). Priced by
     /// [`crate::cost::schedule::p2p_exposed`].
     pub overlap_p2p_comm: bool,
+    /// Under `overlap_p2p_comm`, each steady-state forward send is waited
+    /// for right after it is posted, before its output is freed (Megatron-LM
+    /// since 260cba71, 2026-04-16, whenever `deallocate_pipeline_outputs`,
+    /// which Megatron-LM and Megatron-Bridge turn on): only the backward
+    /// sends hide. `false` models the code between f9283c5a and 260cba71.
+    pub p2p_forward_send_waits: bool,
     /// Backward TP collectives of column-parallel linears run asynchronously
     /// under the weight-gradient GEMM (Megatron-LM
     /// `LinearWithGradAccumulationAndAsyncCommunication`, on by default
@@ -503,6 +509,7 @@ impl Job {
             overlap_param_gather: true,
             tp_comm_overlap: false,
             overlap_p2p_comm: true,
+            p2p_forward_send_waits: true,
             async_tp_backward: true,
             moe_imbalance: 1.0,
             moe_capacity_factor: None,

@@ -695,6 +695,7 @@ pub fn rank_p2p_time(pr: &Problem, l: &Layout, lc: &layer::LayerCosts, m: u64, r
         l.vpp,
         m,
         pr.job.overlap_p2p_comm,
+        pr.job.p2p_forward_send_waits,
     );
     t.exposed + cost::contention::contention(t.hidden(), lc.p2p_sigma)
 }
