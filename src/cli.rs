@@ -333,7 +333,10 @@ struct SearchArgs {
     /// cross). Without it every placement is priced, slow levels included.
     #[arg(long, value_name = "N")]
     max_tier: Option<u8>,
-    /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`.
+    /// Fix some values, e.g. `tp=8,pp=2,recompute=selective`. Unfixed, the
+    /// interleaving v takes the values up to 8 whose p·v chunks split the
+    /// layers evenly; a fixed `vpp` is tried whenever each chunk can hold a
+    /// layer, with the uneven split the re-split finds.
     #[arg(long, value_name = "KEY=VALUE,...")]
     fix: Option<String>,
     /// Print search counters and wall time to stderr (layouts considered,

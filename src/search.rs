@@ -790,12 +790,25 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
     if let Some(b) = flt.micro_batch {
         bs = vec![b];
     }
-    let vpps: Vec<u32> = if mesh.pp == 1 {
-        vec![1]
-    } else {
-        (1..=space.max_vpp)
+    // Interleaving: by default the values up to `max_vpp` whose p·v chunks
+    // split the layers evenly (an uneven interleaved split is a re-split
+    // of an even one's neighbours, rarely the fastest, and trying every
+    // v would double the layouts). A v the user fixes is tried whenever
+    // each of the p·v chunks can hold a layer, like v = 1: the split rule
+    // and the re-split decide, as `explain` does for the same layout.
+    let vpps: Vec<u32> = match flt.vpp {
+        _ if mesh.pp == 1 => vec![1],
+        Some(v) => {
+            let chunks = mesh.pp.checked_mul(v);
+            if v >= 1 && chunks.is_some_and(|c| c <= layers) {
+                vec![v]
+            } else {
+                Vec::new()
+            }
+        }
+        None => (1..=space.max_vpp)
             .filter(|v| *v == 1 || layers % (mesh.pp * v) == 0)
-            .collect()
+            .collect(),
     };
     let sps: &[bool] = if mesh.tp > 1 {
         &[true, false]

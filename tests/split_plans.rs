@@ -583,3 +583,63 @@ fn the_ranked_first_rows_carry_their_best_split() {
         assert!(pipelined >= 5);
     }
 }
+
+/// A v the user fixes is searched even where the p·v chunks cannot split
+/// the layers evenly (Llama 2 13B, 40 layers, p = 8, v = 4: 32 chunks),
+/// as `explain` prices the same layout with an uneven split; before, the
+/// search enumerated only the v that divide L/p and said no layout
+/// matched. Oracle: the split solver (`split::solve`) on the plain layout
+/// explain names as the fastest valid neighbour (D 8, p 8, v 4, b 1, no
+/// recompute, ZeRO 1, order tp-cp-ep-pp-dp) gives no more tokens/s than
+/// the search's first row.
+#[test]
+fn a_fixed_interleaving_is_searched_with_an_uneven_split() {
+    use meshplan::layout::RankOrder;
+    let s = Setup::new("llama2-13b", "dgx64", None);
+    let pr = s.problem();
+    let space = Space {
+        filter: Filter::parse("pp=8,vpp=4").unwrap(),
+        ..Space::default()
+    };
+    let r = search::search(&pr, &space);
+    let best = r.top.first().expect("p = 8, v = 4 with an uneven split");
+    assert_eq!((best.layout.pp, best.layout.vpp), (8, 4));
+    let split = best.layout.split.clone().expect("an explicit split");
+    assert_eq!(split.len(), 32);
+    assert_eq!(split.iter().sum::<u32>(), 40);
+    assert!(rules::violations(&pr, &Policy::default(), &best.layout).is_empty());
+    assert!(
+        rel(
+            cost::evaluate(&pr, &best.layout).tokens_per_s,
+            best.eval.tokens_per_s
+        ) < 1e-12
+    );
+
+    let plain = Layout {
+        order: RankOrder::TpCpEpPpDp,
+        ..layout(8, 1, 8, 1, 1, 4, 1, Recompute::None, 1, false)
+    };
+    let solved = split::solve(&pr, &plain).expect("a split fits");
+    let with = Layout {
+        split: Some(solved.layers),
+        ..plain
+    };
+    let oracle = cost::evaluate(&pr, &with);
+    assert!(rules::violations(&pr, &Policy::default(), &with).is_empty());
+    assert!(
+        best.eval.tokens_per_s >= oracle.tokens_per_s * (1.0 - 1e-9),
+        "search {} < solver {}",
+        best.eval.tokens_per_s,
+        oracle.tokens_per_s
+    );
+
+    // The default space keeps the even-split values only.
+    let default = search::search(
+        &pr,
+        &Space {
+            filter: Filter::parse("pp=8").unwrap(),
+            ..Space::default()
+        },
+    );
+    assert!(default.top.iter().all(|c| 40 % (8 * c.layout.vpp) == 0));
+}
