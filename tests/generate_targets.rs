@@ -741,3 +741,40 @@ fn torchtitan_search_keeps_layouts_without_cp() {
             .all(|r| r["layout"]["cp_comm"] == "all-gather")
     );
 }
+
+/// `--target torchtitan` prices the interleaved schedule's sends as
+/// PyTorch's `_PipelineScheduleRuntime` runs them: posted asynchronously
+/// and waited for at the end of the step, in both directions
+/// ([ref:pytorch-pipelining]), where today's Megatron-LM waits for each
+/// forward send. Same layout, same job but for that flag: the PP part's
+/// exposed time drops, its total stays, and so do the other parts but the
+/// bubble (its slots last a chunk's time, exposed sends included) and the
+/// contention on what the sends now hide.
+#[test]
+fn torchtitan_interleaved_sends_hide_in_both_directions() {
+    use meshplan::cost::{self, TimePart};
+    let mut s = Setup::new("70b", "dgx-h100-64", None);
+    Target::Torchtitan.engine_job(&mut s.job);
+    assert!(s.job.overlap_p2p_comm && !s.job.p2p_forward_send_waits);
+    let l = Layout {
+        vpp: 2,
+        zero: 3,
+        recompute: Recompute::Full,
+        ..Layout::dense(4, 8, 2, 1)
+    };
+    let torchtitan = cost::evaluate(&s.problem(), &l);
+    s.job.p2p_forward_send_waits = true;
+    let waiting = cost::evaluate(&s.problem(), &l);
+    let pp = |e: &cost::Evaluation| e.time.parts[TimePart::PpComm];
+    assert!(pp(&torchtitan).exposed < pp(&waiting).exposed);
+    assert!((pp(&torchtitan).total - pp(&waiting).total).abs() <= 1e-12 * pp(&waiting).total);
+    assert!(torchtitan.time.step < waiting.time.step);
+    for p in TimePart::ALL {
+        if ![TimePart::PpComm, TimePart::Contention, TimePart::Bubble].contains(&p) {
+            assert_eq!(
+                torchtitan.time.parts[p].total, waiting.time.parts[p].total,
+                "{p:?}"
+            );
+        }
+    }
+}

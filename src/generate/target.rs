@@ -259,7 +259,12 @@ impl Target {
     ///   `context_parallel`, the embedding and output layer as FSDP2's root
     ///   unit, fp32 shards only (the model is fp32 and FSDP2 casts at the
     ///   gather), the compiled loss, and torchao's low-precision linears
-    ///   (torchtitan has no Transformer Engine path);
+    ///   (torchtitan has no Transformer Engine path), and the interleaved
+    ///   schedule's sends hidden in both directions: PyTorch's
+    ///   `ScheduleInterleaved1F1B` runs on `_PipelineScheduleRuntime`, whose
+    ///   `_step_microbatches` posts every send asynchronously and waits for
+    ///   the sends only at the end of the step, and waits for a receive just
+    ///   before the compute that reads it ([ref:pytorch-pipelining]);
     /// - DeepSpeed: ZeRO-3's gather and reduce limits at the values
     ///   [`super::deepspeed::config`] writes.
     pub fn engine_job(self, job: &mut crate::spec::Job) {
@@ -271,6 +276,8 @@ impl Target {
                 job.fp8_kernels = Fp8Kernels::Torchao;
                 job.engine_memory.fp32_shards_only = true;
                 job.engine_memory.loss = LossBuffers::TorchCompiled;
+                job.overlap_p2p_comm = true;
+                job.p2p_forward_send_waits = false;
             }
             Target::Deepspeed => {
                 use super::deepspeed::{BUCKET_ELEMENTS, ZERO3_MAX_LIVE, ZERO3_PREFETCH};
