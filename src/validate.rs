@@ -2000,7 +2000,7 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     crate::limits::check_layout(&layout, layers)
         .map_err(|e| Unpriced::new("size: beyond meshplan's limits", e))?;
     let vocab_padded = crate::cost::layer::padded_vocab(vocab, row.tp) as f64;
-    Ok(Case {
+    let mut case = Case {
         row: row.clone(),
         family: fam,
         model,
@@ -2013,7 +2013,64 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         memory,
         mem_in_gb,
         assumptions: assume,
-    })
+    };
+    if let Some(note) = convention_from_own_numbers(&mut case) {
+        case.assumptions.push(note);
+    }
+    Ok(case)
+}
+
+/// Largest disagreement between a row's measured TFLOP/s and the TFLOP/s
+/// its measured step time implies under a FLOP convention for that
+/// convention to be taken as the one the row counted in (2%: the rounding
+/// of a published TFLOP/s figure and step time, well inside
+/// [`CONSISTENCY`]).
+pub const CONVENTION_AGREEMENT: f64 = 0.02;
+
+/// A row that gives both TFLOP/s and a step time, measured, says which
+/// FLOP count its TFLOP/s used: the one under which the two agree. When the
+/// convention chosen from the row's source disagrees by more than
+/// [`CONSISTENCY`] and a hardware count (Narayanan et al. 2021 Eq. 3 for a
+/// full-recompute row, else model FLOPs plus the recomputed forward)
+/// agrees within [`CONVENTION_AGREEMENT`], the case takes that one (the
+/// closer if both do) and says so. Worked (MTNLG-1, 530B, B 1920, s 2048,
+/// 2240 GPUs, 60.1 s): Megatron model FLOPs 1.270e19 per step imply 94
+/// TFLOP/s against the measured 126; Eq. 3's 1.693e19 imply 125.7.
+fn convention_from_own_numbers(case: &mut Case) -> Option<String> {
+    let (tf, t) = (case.row.measured_tflops_per_gpu?, case.row.measured_step_s?);
+    let n = case.row.num_gpus as f64;
+    let implied = |c: FlopConvention| {
+        c.flops(
+            &case.model,
+            &case.job,
+            case.vocab_padded,
+            case.layout.recompute,
+        ) / t
+            / n
+            / 1e12
+    };
+    let off = |c: FlopConvention| (implied(c) / tf - 1.0).abs();
+    let chosen = case.convention;
+    if off(chosen) <= CONSISTENCY {
+        return None;
+    }
+    let mut candidates = vec![FlopConvention::Hardware];
+    if case.layout.recompute == Recompute::Full {
+        candidates.insert(0, FlopConvention::NarayananEq3);
+    }
+    let best = candidates
+        .into_iter()
+        .filter(|c| *c != chosen && off(*c) <= CONVENTION_AGREEMENT)
+        .min_by(|a, b| off(*a).total_cmp(&off(*b)))?;
+    let note = format!(
+        "TFLOP/s: counted as {} (the measured {tf} TFLOP/s and {t} s agree under it, {:.1}; under {} they imply {:.1})",
+        best.name(),
+        implied(best),
+        chosen.name(),
+        implied(chosen)
+    );
+    case.convention = best;
+    Some(note)
 }
 
 /// The model card a row without a `card` cell ran, from its model column:
