@@ -2014,7 +2014,10 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
         mem_in_gb,
         assumptions: assume,
     };
-    if let Some(note) = convention_from_own_numbers(&mut case) {
+    // A convention the row states (`flops_convention`) stands, agreeing or not.
+    if run.hardware_flops.is_none()
+        && let Some(note) = convention_from_own_numbers(&mut case)
+    {
         case.assumptions.push(note);
     }
     Ok(case)
@@ -2027,8 +2030,9 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
 /// [`CONSISTENCY`]).
 pub const CONVENTION_AGREEMENT: f64 = 0.02;
 
-/// A row that gives both TFLOP/s and a step time, measured, says which
-/// FLOP count its TFLOP/s used: the one under which the two agree. When the
+/// A row that gives both TFLOP/s and a step time, measured, and does not
+/// state its FLOP convention, says which FLOP count its TFLOP/s used: the
+/// one under which the two agree. When the
 /// convention chosen from the row's source disagrees by more than
 /// [`CONSISTENCY`] and a hardware count (Narayanan et al. 2021 Eq. 3 for a
 /// full-recompute row, else model FLOPs plus the recomputed forward)

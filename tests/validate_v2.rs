@@ -1229,6 +1229,12 @@ fn mtnlg_tflops_are_read_in_the_convention_their_step_times_agree_with() {
         ((tflops.predicted / tflops.measured) * (step.predicted / step.measured) - 1.0).abs()
             < 0.01
     );
+    // A row that states its convention keeps it, agreeing or not: its
+    // step time is then set aside, as before.
+    let stated = table(&row_with("MTNLG-1", &[("flops_convention", "model")]));
+    let stated = validate::build_case(&stated.rows[0], &cat, None).unwrap();
+    assert_eq!(stated.convention, validate::FlopConvention::Megatron);
+    assert!(validate::compare(&stated).0.step_s.is_none());
     // A row whose two figures agree in its own convention keeps it.
     let nemo = t
         .rows
