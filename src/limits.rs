@@ -170,43 +170,41 @@ mod tests {
     fn layouts_beyond_the_limits_are_named() {
         let ok = Layout::dense(8, 8, 1, 1);
         assert_eq!(check_layout(&ok, 80), Ok(()));
-        let dense = Layout::dense;
+        // Two pipeline stages with v chunks each; 64-way DP with the given
+        // expert sizes and ZeRO stage.
+        let interleaved = |vpp| Layout {
+            vpp,
+            ..Layout::dense(1, 1, 2, 1)
+        };
+        let dp64 = |ep, etp, zero| Layout {
+            ep,
+            etp,
+            zero,
+            ..Layout::dense(64, 1, 1, 1)
+        };
         // (layout, the model's layers, the refusal).
         let cases = [
             // p·v = 2·2^31 = 2^32 wraps a u32 to 0; in u64 it is 4294967296.
             (
-                Layout {
-                    vpp: 1 << 31,
-                    ..dense(1, 1, 2, 1)
-                },
+                interleaved(1 << 31),
                 80,
                 "v = 2147483648 exceeds meshplan's limit of 1048576 (see src/limits.rs)",
             ),
             (
-                Layout {
-                    vpp: 41,
-                    ..dense(1, 1, 2, 1)
-                },
+                interleaved(41),
                 80,
                 "p·v = 2·41 = 82 pipeline stages, but the model has only 80 transformer layers: every stage needs at least one layer",
             ),
             // E·ETP = 2^16·2^16 = 2^32 > 2^20.
             (
-                Layout {
-                    ep: 1 << 16,
-                    etp: 1 << 16,
-                    ..dense(64, 1, 1, 1)
-                },
+                dp64(1 << 16, 1 << 16, 1),
                 32,
                 "the expert block E·ETP = 4294967296 exceeds meshplan's limit of 1048576 (see src/limits.rs)",
             ),
             // A hand-edited plan file with `"zero": 4` (the reviewer's panic
             // in plan_file.rs, which sliced three sharded-state names by it).
             (
-                Layout {
-                    zero: 4,
-                    ..dense(64, 1, 1, 1)
-                },
+                dp64(1, 1, 4),
                 32,
                 "ZeRO stage 4: the stages are 0 (none), 1 (optimizer), 2 (+ gradients) and 3 (+ parameters)",
             ),

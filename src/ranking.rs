@@ -289,6 +289,17 @@ mod tests {
         }
     }
 
+    /// The whole ranking of `plans` by predicted tokens/s: (index, tie
+    /// group) in rank order.
+    fn predicted(plans: &[Ranked]) -> Vec<(usize, usize)> {
+        order(plans, RankBy::Predicted, usize::MAX)
+    }
+
+    /// The whole ranking of `plans` by the lower edge of their bands.
+    fn robust(plans: &[Ranked]) -> Vec<(usize, usize)> {
+        order(plans, RankBy::Robust, usize::MAX)
+    }
+
     #[test]
     fn overlapping_bands_tie_and_the_better_validated_leads() {
         // A: 100 ± 10% (validated) → [90, 110]; B: 95 ± 30% (extrapolated)
@@ -299,13 +310,13 @@ mod tests {
             plan(100.0, 0.10, true),
             plan(80.0, 0.05, true),
         ];
-        let o = order(&plans, RankBy::Predicted, usize::MAX);
+        let o = predicted(&plans);
         assert_eq!(o, vec![(1, 1), (0, 1), (2, 2)]);
         // Robust: lower edges A 90, C 76, B 66.5 → A, C, B. C's upper 84
         // is below A's 90, so group 1 is A alone (B's 123.5 would reach
         // it, but a group is a run of consecutive plans); group 2 starts at
         // C (floor 76) and takes B (123.5 ≥ 76): C validated first.
-        let o = order(&plans, RankBy::Robust, usize::MAX);
+        let o = robust(&plans);
         assert_eq!(o, vec![(1, 1), (2, 2), (0, 2)]);
     }
 
@@ -323,10 +334,7 @@ mod tests {
             plan(400.0, 0.1125, true),
             plan(340.703, 0.036, true),
         ];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (2, 2), (0, 2)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (2, 2), (0, 2)]);
     }
 
     /// The newcomer's H100 case: every top plan is extrapolated with the
@@ -343,25 +351,16 @@ mod tests {
             ..plan(tokens, 0.2, false)
         };
         let plans = [at(73890.0, 2), at(73860.0, 1), at(73826.0, 2)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1), (2, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (0, 1), (2, 1)]);
         // The 128K-token case: a CP plan two dimensions away predicted at
         // 104,194 tokens/s and a ZeRO-3 plan one away at 90,507, 13.1%
         // slower: both ± 20% overlap, but 13.1% is two 5% resolution steps
         // (floor(0.131/0.05) = 2), so the faster plan stays first; a third
         // plan one away at 101,000 (3.1% below, step 0) goes before it.
         let plans = [at(90507.0, 1), at(104194.0, 2)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (0, 1)]);
         let plans = [at(90507.0, 1), at(104194.0, 2), at(101000.0, 1)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(2, 1), (1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(2, 1), (1, 1), (0, 1)]);
     }
 
     /// The reviewer's gpt3-175b on dgx-a100-3072 case, scaled: leader L
@@ -378,10 +377,7 @@ mod tests {
             plan(410.0, 0.03, true),
             plan(480.0, 0.09, true),
         ];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(2, 1), (1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(2, 1), (1, 1), (0, 1)]);
     }
 
     /// The reviewer's gpt-1.7b on dgx-a100-3072 case, in round numbers:
@@ -393,15 +389,9 @@ mod tests {
     #[test]
     fn validation_orders_plans_only_within_a_coarse_step() {
         let plans = [plan(100.0, 0.10, true), plan(128.0, 0.20, false)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(0, 1), (1, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(0, 1), (1, 1)]);
         let plans = [plan(100.0, 0.10, true), plan(135.0, 0.20, false)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (0, 1)]);
     }
 
     #[test]
@@ -410,20 +400,11 @@ mod tests {
         // leads, Y ties (94.5 ≥ 70) and, validated with the narrower band,
         // goes first. Robust: Y leads (85.5 > 70), X ties (130 ≥ 85.5).
         let plans = [plan(100.0, 0.30, false), plan(90.0, 0.05, true)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
-        assert_eq!(
-            order(&plans, RankBy::Robust, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (0, 1)]);
+        assert_eq!(robust(&plans), vec![(1, 1), (0, 1)]);
         // Far apart, no tie: 100 ± 1% and 50 ± 1%.
         let plans = [plan(50.0, 0.01, true), plan(100.0, 0.01, true)];
-        assert_eq!(
-            order(&plans, RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 2)]
-        );
+        assert_eq!(predicted(&plans), vec![(1, 1), (0, 2)]);
     }
 
     #[test]
@@ -457,10 +438,7 @@ mod tests {
         assert!((r.tokens - 1000.0 * 0.53 / 0.62).abs() < 1e-6);
         assert!(r.implausible && r.validated && r.band == 0.05);
         let ok = plan(850.0, 0.05, true);
-        assert_eq!(
-            order(&[r, ok], RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&[r, ok]), vec![(1, 1), (0, 1)]);
         // Two implausible plans clip to the same envelope tokens/s (1000
         // and 1001 at 62% and 62.06% MFU both → 854.8): the faster as
         // priced comes first, whatever the order they arrive in.
@@ -470,10 +448,7 @@ mod tests {
         }
         let faster = Ranked::of(1001.0, &t2, &bands);
         assert_eq!(faster.tokens, r.tokens);
-        assert_eq!(
-            order(&[r, faster], RankBy::Predicted, usize::MAX),
-            vec![(1, 1), (0, 1)]
-        );
+        assert_eq!(predicted(&[r, faster]), vec![(1, 1), (0, 1)]);
     }
 
     /// The reviewer's B200 bf16 case: no bf16 run of the class is measured,
@@ -514,15 +489,12 @@ mod tests {
         assert!((high(false).tokens - 593.0).abs() < 1e-9);
         assert!(high(false).implausible && !high(false).demoted);
         assert_eq!(
-            order(&[under(false), high(false)], RankBy::Predicted, usize::MAX),
+            predicted(&[under(false), high(false)]),
             vec![(1, 1), (0, 1)]
         );
         // Against its own class's record the implausible plan goes last.
         assert!(high(true).demoted);
-        assert_eq!(
-            order(&[under(true), high(true)], RankBy::Predicted, usize::MAX),
-            vec![(0, 1), (1, 1)]
-        );
+        assert_eq!(predicted(&[under(true), high(true)]), vec![(0, 1), (1, 1)]);
     }
 
     #[test]

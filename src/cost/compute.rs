@@ -383,37 +383,15 @@ pub const KERNEL_BENCH_SEQ: [f64; 6] = [512.0, 1024.0, 2048.0, 4096.0, 8192.0, 1
 /// causal FLOPs counted at half). Rows: (kernel, causal) → six values.
 /// Without the mask the paper's 512-token bars are not used (the two
 /// transcriptions of that figure disagree on them): the 1k value stands in.
+#[rustfmt::skip]
 pub const KERNEL_BENCH_TFLOPS: [(AttnKernel, bool, [f64; 6]); 6] = [
-    (
-        AttnKernel::Fa2,
-        true,
-        [191.0, 260.0, 298.0, 319.0, 333.0, 335.0],
-    ),
-    (
-        AttnKernel::Fa2,
-        false,
-        [350.0, 350.0, 362.0, 368.0, 370.0, 370.0],
-    ),
-    (
-        AttnKernel::Fa3,
-        true,
-        [292.0, 423.0, 521.0, 579.0, 602.0, 616.0],
-    ),
-    (
-        AttnKernel::Fa3,
-        false,
-        [565.0, 565.0, 625.0, 638.0, 646.0, 648.0],
-    ),
-    (
-        AttnKernel::Cudnn,
-        true,
-        [315.0, 410.0, 484.0, 518.0, 529.0, 539.0],
-    ),
-    (
-        AttnKernel::Cudnn,
-        false,
-        [574.0, 574.0, 617.0, 609.0, 600.0, 595.0],
-    ),
+    //                          512    1k     2k     4k     8k     16k
+    (AttnKernel::Fa2,   true,  [191.0, 260.0, 298.0, 319.0, 333.0, 335.0]),
+    (AttnKernel::Fa2,   false, [350.0, 350.0, 362.0, 368.0, 370.0, 370.0]),
+    (AttnKernel::Fa3,   true,  [292.0, 423.0, 521.0, 579.0, 602.0, 616.0]),
+    (AttnKernel::Fa3,   false, [565.0, 565.0, 625.0, 638.0, 646.0, 648.0]),
+    (AttnKernel::Cudnn, true,  [315.0, 410.0, 484.0, 518.0, 529.0, 539.0]),
+    (AttnKernel::Cudnn, false, [574.0, 574.0, 617.0, 609.0, 600.0, 595.0]),
 ];
 
 /// Key length at which the GPU profiles' `efficiency.attention` holds,
@@ -890,6 +868,18 @@ mod tests {
 
     #[test]
     fn contraction_curve_reproduces_the_published_kernel_sweeps() {
+        /// Asserts that the depth curve of `half_k` gives each (k, TFLOP/s)
+        /// of the `what` sweep relative to `reference` TFLOP/s (its k =
+        /// 4096 value) within `tolerance`.
+        fn within(what: &str, sweep: &[(f64, f64)], reference: f64, half_k: f64, tolerance: f64) {
+            for &(k, tf) in sweep {
+                let (want, got) = (tf / reference, contraction_factor(k, half_k));
+                assert!(
+                    (got / want - 1.0).abs() < tolerance,
+                    "{what} k={k}: {got} vs {want}"
+                );
+            }
+        }
         // bf16, OpenXLA's default matmul table for sm_90 (cuBLAS, batch 4,
         // m = n = 4096), TFLOP/s at k = 256 … 4096, against the profile's
         // k½ = 160 (hardware/gpus/h100-sxm.toml): throughput relative to
@@ -900,13 +890,7 @@ mod tests {
             (1024.0, 722.3),
             (2048.0, 759.5),
         ];
-        for (k, tf) in bf16 {
-            let (want, got) = (tf / 788.7, contraction_factor(k, 160.0));
-            assert!(
-                (got / want - 1.0).abs() < 0.025,
-                "bf16 k={k}: {got} vs {want}"
-            );
-        }
+        within("bf16", &bf16, 788.7, 160.0, 0.025);
         // FP8, TileLang's H800 benchmark (m = n = 8192), relative to
         // k = 4096 (1467 TFLOP/s), against k½ = 460: within 3.5%.
         let fp8 = [
@@ -917,13 +901,7 @@ mod tests {
             (8192.0, 1507.0),
             (16384.0, 1541.0),
         ];
-        for (k, tf) in fp8 {
-            let (want, got) = (tf / 1467.0, contraction_factor(k, 460.0));
-            assert!(
-                (got / want - 1.0).abs() < 0.035,
-                "fp8 k={k}: {got} vs {want}"
-            );
-        }
+        within("fp8", &fp8, 1467.0, 460.0, 0.035);
         // bf16 on B200: OpenXLA's table for sm_100 (cuBLAS, batch 4,
         // m = n = 4096), relative to k = 4096 (1670.5 TFLOP/s), against
         // the shipped b200 profile's k½ (hardware/gpus/b200.toml, 325):
@@ -944,13 +922,7 @@ mod tests {
             (1024.0, 1350.5),
             (2048.0, 1539.9),
         ];
-        for (k, tf) in b200 {
-            let (want, got) = (tf / 1670.5, contraction_factor(k, b200_half_k));
-            assert!(
-                (got / want - 1.0).abs() < 0.015,
-                "b200 bf16 k={k}: {got} vs {want}"
-            );
-        }
+        within("b200 bf16", &b200, 1670.5, b200_half_k, 0.015);
         // The machine-balance estimate it replaced (152) misses k = 256 by
         // more than a fifth: (256/408)·(4248/4096) = 0.651 against 0.474.
         assert!(contraction_factor(256.0, 152.0) / (791.8 / 1670.5) > 1.2);

@@ -59,106 +59,48 @@ use Translate::{Quoted, Recipe, Switch, SwitchOff, Value};
 /// Megatron-Bridge fields (field names of Megatron-Core's
 /// `TransformerConfig`/`DistributedDataParallelConfig` and Bridge's
 /// `ConfigContainer`, `src/megatron/bridge/training/config.py`).
+#[rustfmt::skip]
 pub const FLAG_KEYS: [(&str, Translate); 37] = [
-    (
-        "--tensor-model-parallel-size",
-        Value(&["model.tensor_model_parallel_size"]),
-    ),
-    (
-        "--pipeline-model-parallel-size",
-        Value(&["model.pipeline_model_parallel_size"]),
-    ),
-    (
-        "--context-parallel-size",
-        Value(&["model.context_parallel_size"]),
-    ),
-    ("--cp-comm-type", Value(&["model.cp_comm_type"])),
-    ("--sequence-parallel", Switch(&["model.sequence_parallel"])),
-    ("--tp-comm-overlap", Switch(&["model.tp_comm_overlap"])),
-    (
-        "--expert-model-parallel-size",
-        Value(&["model.expert_model_parallel_size"]),
-    ),
-    (
-        "--expert-tensor-parallel-size",
-        Value(&["model.expert_tensor_parallel_size"]),
-    ),
-    (
-        "--num-virtual-stages-per-pipeline-rank",
-        Value(&["model.virtual_pipeline_model_parallel_size"]),
-    ),
-    (
-        "--decoder-first-pipeline-num-layers",
-        Value(&["model.num_layers_in_first_pipeline_stage"]),
-    ),
-    (
-        "--decoder-last-pipeline-num-layers",
-        Value(&["model.num_layers_in_last_pipeline_stage"]),
-    ),
-    (
-        "--pipeline-model-parallel-layout",
-        Quoted("model.pipeline_model_parallel_layout"),
-    ),
-    (
-        "--use-tp-pp-dp-mapping",
-        Switch(&["dist.use_tp_pp_dp_mapping"]),
-    ),
-    (
-        "--recompute-granularity",
-        Value(&["model.recompute_granularity"]),
-    ),
-    ("--recompute-method", Value(&["model.recompute_method"])),
-    (
-        "--recompute-num-layers",
-        Value(&["model.recompute_num_layers"]),
-    ),
-    (
-        "--use-distributed-optimizer",
-        Switch(&[
-            "ddp.use_distributed_optimizer",
-            "optimizer.use_distributed_optimizer",
-        ]),
-    ),
-    ("--use-megatron-fsdp", Switch(&["ddp.use_megatron_fsdp"])),
-    (
-        "--data-parallel-sharding-strategy",
-        Value(&["ddp.data_parallel_sharding_strategy"]),
-    ),
-    (
-        "--overlap-grad-reduce",
-        Switch(&["ddp.overlap_grad_reduce"]),
-    ),
-    (
-        "--overlap-param-gather",
-        Switch(&["ddp.overlap_param_gather"]),
-    ),
-    ("--micro-batch-size", Value(&["train.micro_batch_size"])),
-    ("--global-batch-size", Value(&["train.global_batch_size"])),
-    (
-        "--grad-reduce-in-bf16",
-        SwitchOff(&["ddp.grad_reduce_in_fp32"]),
-    ),
-    (
-        "--moe-token-dispatcher-type",
-        Value(&["model.moe_token_dispatcher_type"]),
-    ),
-    ("--moe-grouped-gemm", Switch(&["model.moe_grouped_gemm"])),
-    (
-        "--moe-expert-capacity-factor",
-        Value(&["model.moe_expert_capacity_factor"]),
-    ),
-    ("--bf16", Recipe),
-    ("--fp8-format", Recipe),
-    ("--fp8-recipe", Recipe),
-    ("--fp8-amax-history-len", Recipe),
-    ("--fp8-amax-compute-algo", Recipe),
-    ("--fp4-format", Recipe),
-    ("--fp4-recipe", Recipe),
-    ("--attention-backend", Recipe),
+    ("--tensor-model-parallel-size",           Value(&["model.tensor_model_parallel_size"])),
+    ("--pipeline-model-parallel-size",         Value(&["model.pipeline_model_parallel_size"])),
+    ("--context-parallel-size",                Value(&["model.context_parallel_size"])),
+    ("--cp-comm-type",                         Value(&["model.cp_comm_type"])),
+    ("--sequence-parallel",                    Switch(&["model.sequence_parallel"])),
+    ("--tp-comm-overlap",                      Switch(&["model.tp_comm_overlap"])),
+    ("--expert-model-parallel-size",           Value(&["model.expert_model_parallel_size"])),
+    ("--expert-tensor-parallel-size",          Value(&["model.expert_tensor_parallel_size"])),
+    ("--num-virtual-stages-per-pipeline-rank", Value(&["model.virtual_pipeline_model_parallel_size"])),
+    ("--decoder-first-pipeline-num-layers",    Value(&["model.num_layers_in_first_pipeline_stage"])),
+    ("--decoder-last-pipeline-num-layers",     Value(&["model.num_layers_in_last_pipeline_stage"])),
+    ("--pipeline-model-parallel-layout",       Quoted("model.pipeline_model_parallel_layout")),
+    ("--use-tp-pp-dp-mapping",                 Switch(&["dist.use_tp_pp_dp_mapping"])),
+    ("--recompute-granularity",                Value(&["model.recompute_granularity"])),
+    ("--recompute-method",                     Value(&["model.recompute_method"])),
+    ("--recompute-num-layers",                 Value(&["model.recompute_num_layers"])),
+    ("--use-distributed-optimizer",            Switch(&["ddp.use_distributed_optimizer",
+                                                        "optimizer.use_distributed_optimizer"])),
+    ("--use-megatron-fsdp",                    Switch(&["ddp.use_megatron_fsdp"])),
+    ("--data-parallel-sharding-strategy",      Value(&["ddp.data_parallel_sharding_strategy"])),
+    ("--overlap-grad-reduce",                  Switch(&["ddp.overlap_grad_reduce"])),
+    ("--overlap-param-gather",                 Switch(&["ddp.overlap_param_gather"])),
+    ("--micro-batch-size",                     Value(&["train.micro_batch_size"])),
+    ("--global-batch-size",                    Value(&["train.global_batch_size"])),
+    ("--grad-reduce-in-bf16",                  SwitchOff(&["ddp.grad_reduce_in_fp32"])),
+    ("--moe-token-dispatcher-type",            Value(&["model.moe_token_dispatcher_type"])),
+    ("--moe-grouped-gemm",                     Switch(&["model.moe_grouped_gemm"])),
+    ("--moe-expert-capacity-factor",           Value(&["model.moe_expert_capacity_factor"])),
+    ("--bf16",                                 Recipe),
+    ("--fp8-format",                           Recipe),
+    ("--fp8-recipe",                           Recipe),
+    ("--fp8-amax-history-len",                 Recipe),
+    ("--fp8-amax-compute-algo",                Recipe),
+    ("--fp4-format",                           Recipe),
+    ("--fp4-recipe",                           Recipe),
+    ("--attention-backend",                    Recipe),
     // The preset's own choice, checked against the plan before rendering
     // (`target::bridge_precision_refusals`).
-    ("--fp8-param-gather", Recipe),
-    ("--fp4-param-gather", Recipe),
+    ("--fp8-param-gather",                     Recipe),
+    ("--fp4-param-gather",                     Recipe),
 ];
 
 /// Flags of the translated groups that the recipe sets: hyperparameters
