@@ -2020,7 +2020,41 @@ pub fn build_case(row: &MeasuredRow, cat: &Catalog, overlay: OverlayRef) -> Resu
     {
         case.assumptions.push(note);
     }
+    if let Some(note) = tflops_outvoted(&mut case) {
+        case.assumptions.push(note);
+    }
     Ok(case)
+}
+
+/// A row that gives TFLOP/s, MFU and a step time, all measured, where the
+/// MFU (at the GPU's dense bf16 peak) and the step time (through the row's
+/// FLOP convention) agree within [`CONVENTION_AGREEMENT`] and the TFLOP/s
+/// disagrees with both by more: the TFLOP/s figure is the odd one (a
+/// transcription or a derivation, e.g. an aggregate PFLOP/s divided by the
+/// GPU count), so the case compares the MFU's. Worked (MEGASCALE-175B-MLM-
+/// 1024, 1,024 A100, 11.9 s): MFU 44.7% × 312 = 139.5 TFLOP/s, the step
+/// time implies 137.2, the row's TFLOP/s says 128.8.
+fn tflops_outvoted(case: &mut Case) -> Option<String> {
+    let row = &case.row;
+    let (tf, mfu, t) = (
+        row.measured_tflops_per_gpu?,
+        row.measured_mfu?,
+        row.measured_step_s?,
+    );
+    let from_mfu = mfu * case.gpu.peak_tflops_bf16;
+    let from_step = case.flops() / t / row.num_gpus as f64 / 1e12;
+    let off = |a: f64, b: f64| (a / b - 1.0).abs();
+    let outvoted = off(from_mfu, from_step) <= CONVENTION_AGREEMENT
+        && off(tf, from_mfu) > CONVENTION_AGREEMENT
+        && off(tf, from_step) > CONVENTION_AGREEMENT;
+    if !outvoted {
+        return None;
+    }
+    case.row.measured_tflops_per_gpu = None;
+    Some(format!(
+        "TFLOP/s: the row's {tf} disagrees with its MFU ({mfu} × {} = {from_mfu:.1}) and its step time ({t} s: {from_step:.1}), which agree; the MFU's figure is compared",
+        case.gpu.peak_tflops_bf16
+    ))
 }
 
 /// Largest disagreement between a row's measured TFLOP/s and the TFLOP/s
