@@ -1378,7 +1378,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
                 None => search::rank_among(&result.all, &report.eval),
             });
             report.rank_is_row = row.is_some();
-            report.outside_space = search::outside_space(&layout, pr.job);
+            report.outside_space = search::outside_space(&pr, space.max_vpp, &layout);
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
         report.best = Some(best.clone());

@@ -632,7 +632,7 @@ pub fn why_not(
         .fold(0.0, f64::max);
     let outside_space = unranked
         .as_ref()
-        .and_then(|u| search::outside_space(&u.layout, pr.job));
+        .and_then(|u| search::outside_space(pr, space.max_vpp, &u.layout));
     let unranked_reason = unranked.as_ref().map(|u| {
         if outside_space.is_some() {
             UnrankedReason::OutsideSpace

@@ -774,6 +774,44 @@ fn meshes(pr: &Problem, space: &Space) -> Vec<Mesh> {
     out
 }
 
+/// The interleaving degrees v the search tries on p pipeline stages: a
+/// fixed v whenever each of its p·v chunks can hold a layer; else every v
+/// up to `max_vpp` whose p·v chunks split the `layers` evenly, and, where
+/// no v above 1 does and every layer is alike (`uneven`: the layer-count
+/// solver re-splits them exactly in microseconds; two layer kinds need the
+/// ILP at milliseconds a solve), every v up to `max_vpp` whose chunks can
+/// each hold a layer. An uneven interleaved layout breaks the split rule
+/// under the uniform split and the re-split finds its uneven one, as for
+/// v = 1 and as `explain` prices it (Megatron-LM runs it with
+/// `--pipeline-model-parallel-layout`). Without that clause Llama 3 405B's
+/// 126 layers on p = 16 had no interleaving at all (16·v divides 126 for no
+/// v), where v = 3 is 9% faster than v = 1. Where an even v above 1 exists
+/// the uneven ones beside it are not tried: their bubble lies between
+/// their neighbours', and trying them doubles the layouts and re-splits
+/// (the 70B main job's v = 3 on p = 2 is 0.05% behind its v = 2).
+pub fn interleavings(
+    pp: u32,
+    layers: u32,
+    max_vpp: u32,
+    fixed: Option<u32>,
+    uneven: bool,
+) -> Vec<u32> {
+    let holds = |v: u32| v >= 1 && pp.checked_mul(v).is_some_and(|c| c <= layers);
+    if pp <= 1 {
+        return vec![1];
+    }
+    if let Some(v) = fixed {
+        return [v].into_iter().filter(|v| holds(*v)).collect();
+    }
+    let even: Vec<u32> = (1..=max_vpp)
+        .filter(|v| *v == 1 || (holds(*v) && layers % (pp * v) == 0))
+        .collect();
+    if even.len() > 1 || !uneven {
+        return even;
+    }
+    (1..=max_vpp).filter(|v| holds(*v)).collect()
+}
+
 /// Enumerate the inner choices of one mesh and feed them to `f`.
 fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(Layout)) {
     let flt = &space.filter;
@@ -790,26 +828,7 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
     if let Some(b) = flt.micro_batch {
         bs = vec![b];
     }
-    // Interleaving: by default the values up to `max_vpp` whose p·v chunks
-    // split the layers evenly (an uneven interleaved split is a re-split
-    // of an even one's neighbours, rarely the fastest, and trying every
-    // v would double the layouts). A v the user fixes is tried whenever
-    // each of the p·v chunks can hold a layer, like v = 1: the split rule
-    // and the re-split decide, as `explain` does for the same layout.
-    let vpps: Vec<u32> = match flt.vpp {
-        _ if mesh.pp == 1 => vec![1],
-        Some(v) => {
-            let chunks = mesh.pp.checked_mul(v);
-            if v >= 1 && chunks.is_some_and(|c| c <= layers) {
-                vec![v]
-            } else {
-                Vec::new()
-            }
-        }
-        None => (1..=space.max_vpp)
-            .filter(|v| *v == 1 || layers % (mesh.pp * v) == 0)
-            .collect(),
-    };
+    let vpps = interleavings(mesh.pp, layers, space.max_vpp, flt.vpp, one_layer_kind(pr));
     let sps: &[bool] = if mesh.tp > 1 {
         &[true, false]
     } else {
@@ -1602,7 +1621,24 @@ fn mesh_chunks(meshes: &[Mesh]) -> Vec<&[Mesh]> {
 /// (it keeps what no recompute keeps and reruns the attention kernel, so
 /// the search tries it only when asked). `None` for a layout in the
 /// search's space.
-pub fn outside_space(l: &Layout, job: &crate::spec::Job) -> Option<String> {
+pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
+    let job = pr.job;
+    let layers = pr.model.architecture.layers;
+    let tried = interleavings(l.pp, layers, max_vpp, None, one_layer_kind(pr));
+    if l.pp > 1 && !tried.contains(&l.vpp) {
+        let list: Vec<String> = tried.iter().map(u32::to_string).collect();
+        let why = if one_layer_kind(pr) {
+            "the values up to the bound whose p·v chunks split the layers evenly, since some v above 1 does"
+        } else {
+            "the values up to the bound whose p·v chunks split the layers evenly: with two layer kinds an uneven interleaved split needs the ILP, milliseconds a solve"
+        };
+        return Some(format!(
+            "the search never enumerates it unless asked: on p = {} over {layers} layers it tries v among {} ({why}); --fix vpp={} searches it",
+            l.pp,
+            list.join(", "),
+            l.vpp
+        ));
+    }
     if l.etp > 1 && l.tp % l.etp != 0 {
         return Some(format!(
             "the search never enumerates it: it tries ETP among the divisors of T (Megatron's default ETP = T and smaller), and ETP = {} does not divide T = {}",
@@ -1925,38 +1961,65 @@ mod tests {
             etp,
             ..Layout::dense(64 / tp, tp, 1, 1)
         };
-        let job = Job::new(1024, 4096);
-        assert!(
-            outside_space(&moe(1, 2), &job)
-                .is_some_and(|s| s.contains("ETP = 2 does not divide T = 1"))
-        );
-        assert_eq!(outside_space(&moe(4, 2), &job), None);
-        assert_eq!(outside_space(&moe(4, 4), &job), None);
-        assert_eq!(outside_space(&moe(1, 1), &job), None);
-        // Selective recompute with flash attention is tried only when asked;
-        // without flash attention it is in the space.
-        let selective = Layout {
-            recompute: Recompute::Selective,
-            ..moe(4, 4)
-        };
-        assert!(job.flash_attention);
-        assert!(outside_space(&selective, &job).is_some_and(|s| s.contains("only when asked")));
-        let no_flash = Job {
-            flash_attention: false,
-            ..job.clone()
-        };
-        assert_eq!(outside_space(&selective, &no_flash), None);
-        // Every mesh the search enumerates is inside.
-        with_problem("mixtral-8x7b", "dgx64", None, 4096, |pr| {
+        with_problem("mixtral-8x7b", "dgx64", Some(1024), 4096, |pr| {
+            let outside = |l: &Layout| outside_space(pr, 8, l);
+            assert!(
+                outside(&moe(1, 2)).is_some_and(|s| s.contains("ETP = 2 does not divide T = 1"))
+            );
+            assert_eq!(outside(&moe(4, 2)), None);
+            assert_eq!(outside(&moe(4, 4)), None);
+            assert_eq!(outside(&moe(1, 1)), None);
+            // Selective recompute with flash attention is tried only when
+            // asked; without flash attention it is in the space.
+            let selective = Layout {
+                recompute: Recompute::Selective,
+                ..moe(4, 4)
+            };
+            assert!(pr.job.flash_attention);
+            assert!(outside(&selective).is_some_and(|s| s.contains("only when asked")));
+            let no_flash = Job {
+                flash_attention: false,
+                ..pr.job.clone()
+            };
+            let pr2 = Problem::new(pr.model, pr.gpu, pr.cluster, &no_flash, pr.world);
+            assert_eq!(outside_space(&pr2, 8, &selective), None);
+            // Every mesh the search enumerates is inside.
             for m in meshes(pr, &Space::default()) {
                 let l = Layout {
                     ep: m.ep,
                     etp: m.etp,
                     ..Layout::dense(m.dp, m.tp, m.pp, m.cp)
                 };
-                assert_eq!(outside_space(&l, pr.job), None, "{}", l.short());
+                assert_eq!(outside(&l), None, "{}", l.short());
             }
+            // Mixtral's 32 layers on p = 2: v = 3 is not tried (v = 2, 4, 8
+            // split them evenly), and the sentence says how to search it.
+            let v3 = Layout {
+                vpp: 3,
+                ..Layout::dense(32, 1, 2, 1)
+            };
+            assert!(
+                outside(&v3)
+                    .is_some_and(|s| s.contains("v among 1, 2, 4, 8") && s.contains("--fix vpp=3"))
+            );
         });
+    }
+
+    /// The interleavings tried, by hand: 80 layers on p = 2 split evenly
+    /// at v = 1, 2, 4, 5, 8; 126 on p = 16 at no v above 1, so every v whose
+    /// 16·v chunks hold a layer each (16·7 = 112 ≤ 126 < 128 = 16·8); with
+    /// two layer kinds only the even ones (61 on p = 8: v = 1); a fixed v
+    /// whenever its chunks hold a layer (8·4 = 32 ≤ 40; 8·6 = 48 > 40).
+    #[test]
+    fn interleavings_by_hand() {
+        assert_eq!(interleavings(2, 80, 8, None, true), [1, 2, 4, 5, 8]);
+        assert_eq!(interleavings(16, 126, 8, None, true), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(interleavings(8, 61, 8, None, false), [1]);
+        assert_eq!(interleavings(8, 61, 8, None, true), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(interleavings(8, 40, 8, Some(4), true), [4]);
+        assert!(interleavings(8, 40, 8, Some(6), true).is_empty());
+        assert_eq!(interleavings(1, 40, 8, Some(4), true), [1]);
+        assert!(interleavings(2, 80, 8, Some(u32::MAX), true).is_empty());
     }
 
     /// Run `f` on `model` over all GPUs of `cluster` with global batch
