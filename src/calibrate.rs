@@ -473,6 +473,11 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
                 kind: "other GPU".into(),
                 reason: format!("runs on `{}`, not `{}`", c.gpu.name, gpu0.name),
             }),
+            // A row `validate` refuses (a layout that cannot run, a rate
+            // above the GPU's peak) is no measurement to fit either.
+            Ok(c) if let Some(s) = validate::refused(&c, std::path::Path::new("")) => {
+                skipped.push(s)
+            }
             Ok(c) => match c.measured_step() {
                 Some((t, _)) => cases.push((c, t)),
                 None => skipped.push(validate::Skipped {
@@ -489,9 +494,21 @@ pub fn calibrate(rows: &[MeasuredRow], cat: &Catalog, gpu_name: &str) -> Result<
         }
     }
     if cases.is_empty() {
+        // Name why the rows on this GPU were left out (the first few).
+        let why: Vec<String> = skipped
+            .iter()
+            .filter(|s| s.kind != "other GPU")
+            .take(3)
+            .map(|s| format!("{}: {}", s.id, s.reason))
+            .collect();
         return Err(format!(
-            "no row of the file ran on `{}` with a measured step time or TFLOP/s",
-            gpu0.name
+            "no row of the file ran on `{}` with a measured step time or TFLOP/s{}",
+            gpu0.name,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" that can be fitted ({})", why.join("; "))
+            }
         ));
     }
     let th0 = get(&gpu0, &cases[0].0.cluster);

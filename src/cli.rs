@@ -251,8 +251,8 @@ struct JobArgs {
     /// `--no-flash-attention` (2021 had none). Refuses what DeepSpeed 0.3
     /// could not run: MoE models, FP8/MXFP8/NVFP4, `--recipe megatron`,
     /// C > 1, SP, and ZeRO-3 with p > 1; `search` then tries ZeRO-3 at
-    /// p = C = 1 without SP only, and `generate` refuses it. At ZeRO 0-2 it changes nothing (a
-    /// note says so). Without it, ZeRO-3 is priced per unit with
+    /// p = C = 1 without SP only, and `generate` refuses it. At ZeRO 0-2 it changes only what
+    /// `--no-flash-attention` does (a note says so). Without it, ZeRO-3 is priced per unit with
     /// overlapped gathers.
     #[arg(long)]
     deepspeed_2021: bool,
@@ -987,7 +987,7 @@ fn deepspeed_2021_layout(l: &Layout) -> Result<Option<String>> {
     }
     Ok((l.zero < 3).then(|| {
         format!(
-            "note: --deepspeed-2021 changes nothing at ZeRO {}: it prices ZeRO-3's per-tensor collectives only",
+            "note: at ZeRO {} --deepspeed-2021 changes only what its --no-flash-attention implies: it prices ZeRO-3's per-tensor collectives, and 2021 had no flash attention",
             l.zero
         )
     }))
@@ -1260,8 +1260,13 @@ fn search_extras(
                     .map_err(|e| anyhow::anyhow!("--why-not: {e}"))?,
             );
         }
-        if plot.is_some() {
-            bail!("--plot: no valid layout to draw");
+        // No valid layout is a search's answer, not an error (exit 0, the
+        // rejections listed); the plots are skipped with a note.
+        if let Some(dir) = plot {
+            eprintln!(
+                "note: --plot: no valid layout to draw, nothing written to {}",
+                dir.display()
+            );
         }
         return Ok(());
     };

@@ -2998,7 +2998,7 @@ pub fn validate_table(table: &Table, cat: &Catalog, overlay: OverlayRef) -> Vali
 ///   refused when the row is read.)
 ///
 /// [`Rule::price_holds`]: crate::rules::Rule::price_holds
-fn refused(case: &Case, file: &Path) -> Option<Skipped> {
+pub fn refused(case: &Case, file: &Path) -> Option<Skipped> {
     let row = &case.row;
     let at = if file.as_os_str().is_empty() {
         format!("line {}", row.line)

@@ -1280,3 +1280,66 @@ fn an_empty_deepspeed_search_names_the_recipe_that_widens_it() {
     );
     assert!(!err.contains("--recipe deepspeed ("), "{err}");
 }
+
+/// A search with no valid layout exits 0 and lists its rejections, with
+/// `--plot` too: the plots are skipped with a note (it exited 1 with
+/// "error: --plot: no valid layout to draw" and printed nothing). DeepSeek-V3
+/// (671B) on one 8-GPU H800 node has no layout that fits.
+#[test]
+fn plot_with_no_valid_layout_is_not_an_error() {
+    let dir = common::temp_dir("plot-empty");
+    let d = dir.to_string_lossy().to_string();
+    let o = common::meshplan(&[
+        "search",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800-8",
+        "--plot",
+        &d,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("Rejected"), "{out}");
+    assert!(
+        err.contains("--plot: no valid layout to draw, nothing written"),
+        "{err}"
+    );
+    let written = std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0);
+    assert_eq!(written, 0);
+}
+
+/// `calibrate` fits no row that `validate` refuses: a Megatron log of an
+/// H100 run imported as if on A100 (484.8 TFLOP/s on a 312 TFLOP/s GPU)
+/// is no measurement. It wrote an overlay with every efficiency at 1.0;
+/// now it exits 1 and names the row, the field and the peak.
+#[test]
+fn calibrate_refuses_a_rate_above_the_peak() {
+    let dir = common::temp_dir("cal-peak");
+    let csv = dir.join("wrong.csv");
+    let o = common::meshplan(&[
+        "import-log",
+        "examples/megatron-logs/llama3-8b-dgx-h100-tp2dp4.log",
+        "--gpu",
+        "a100-80g",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&csv, &o.stdout).unwrap();
+    let out = dir.join("wrong.toml");
+    let o = common::meshplan(&[
+        "calibrate",
+        &csv.to_string_lossy(),
+        "--gpu",
+        "a100-80g",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("484.8 is above the a100-80g dense bf16 peak, 312 TFLOP/s"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
