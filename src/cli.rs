@@ -384,6 +384,13 @@ fn parse_tokens_flag(value: &str) -> std::result::Result<(f64, String), String> 
 struct ExplainArgs {
     #[command(flatten)]
     job: JobArgs,
+    /// Price the layout as this training program runs it and rank it among
+    /// the layouts it runs, as `search --target` and `generate --target`
+    /// do (`megatron`, the default; `torchtitan`, `megatron-bridge`,
+    /// `deepspeed`); a note names the target's refusals of this layout.
+    /// src/generate/target.rs.
+    #[arg(long, default_value_t = Target::Megatron, value_parser = NamedParser::<Target>::new())]
+    target: Target,
     /// Accept T beyond one NVLink domain (costed on the NICs).
     #[arg(long)]
     allow_tp_across_nodes: bool,
@@ -1131,20 +1138,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by, limit);
     if a.target != Target::Megatron {
         let before = report.rows.len();
-        report
-            .rows
-            .retain(|r| a.target.refusals(&s.model, &s.job, &r.layout).is_empty());
-        // Ranks among what the target runs, as `generate --target --rank K`
-        // counts them.
-        // Tie groups renumbered 1, 2, … over the rows kept.
-        let mut last = (0, 0);
-        for (i, r) in report.rows.iter_mut().enumerate() {
-            r.rank = i + 1;
-            if r.group != last.0 {
-                last = (r.group, last.1 + 1);
-            }
-            r.group = last.1;
-        }
+        keep_target_rows(&mut report.rows, a.target, &s);
         report.fastest_predicted = report
             .rows
             .iter()
@@ -1328,7 +1322,15 @@ fn uniform_split(l: &Layout, layers: u32) -> Vec<u32> {
 }
 
 fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
-    let req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    if a.job.deepspeed_2021 && a.target != Target::Megatron {
+        bail!(
+            "--deepspeed-2021 with --target {}: the flag prices DeepSpeed 0.3 (early 2021), a target prices today's engine; drop one",
+            a.target
+        );
+    }
+    let mut req = PlanRequest::new(&a.job, &a.layout, a.allow_tp_across_nodes)?;
+    a.target.engine_job(&mut req.setup.job);
+    target_model_check(a.target, &req.setup)?;
     let pr = req.problem();
     let mut layout = req.layout_or_defaults()?;
     if a.auto_split {
@@ -1352,16 +1354,30 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
     // Place it among all valid layouts, as `search` with its defaults sees
     // them: the same top K re-split by the ILP, so `explain` and `search`
     // give one rank.
-    let space = Space {
+    let mut space = Space {
         keep_all: true,
         ..Space::default()
     };
+    a.target.limit_search(&mut space, req.setup.job.recipe_name);
+    let refusals = a.target.refusals(&req.setup.model, &req.setup.job, &layout);
+    if !refusals.is_empty() {
+        eprintln!(
+            "note: --target {} does not run this layout: {}",
+            a.target,
+            refusals
+                .iter()
+                .map(|r| format!("[{}] {}", r.code, r.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     let result = search::search(&pr, &space);
     // The best is the first row of `search`'s table and the rank is the
     // layout's row in it (the ranking with tie groups); a layout the
     // search did not price as it is here (another split) takes the rank
     // of its predictions among the valid layouts.
-    let ranked = crate::report::ranked_rows(&pr, result.pool(), RankBy::default(), usize::MAX);
+    let mut ranked = crate::report::ranked_rows(&pr, result.pool(), RankBy::default(), usize::MAX);
+    keep_target_rows(&mut ranked, a.target, &req.setup);
     if let Some(best) = ranked.first() {
         if report.is_valid() {
             // The same plan: equal predictions and the same layout up to a
@@ -1556,6 +1572,24 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
 
 /// What `target` refuses whatever the layout, as one error (checked before
 /// searching).
+/// Keep the ranked rows `target` runs, ranked among themselves as
+/// `generate --target --rank K` counts them, their tie groups renumbered
+/// 1, 2, … over the rows kept. Megatron runs every row.
+fn keep_target_rows(rows: &mut Vec<crate::report::Row>, target: Target, s: &Setup) {
+    if target == Target::Megatron {
+        return;
+    }
+    rows.retain(|r| target.refusals(&s.model, &s.job, &r.layout).is_empty());
+    let mut last = (0, 0);
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.rank = i + 1;
+        if r.group != last.0 {
+            last = (r.group, last.1 + 1);
+        }
+        r.group = last.1;
+    }
+}
+
 fn target_model_check(target: Target, s: &Setup) -> Result<()> {
     let whole = target.model_refusals(&s.model, &s.job);
     if !whole.is_empty() {

@@ -1343,3 +1343,48 @@ fn calibrate_refuses_a_rate_above_the_peak() {
     );
     assert!(!out.exists());
 }
+
+/// `explain --target` prices and ranks a layout as `search --target` does
+/// (it had no such flag, so DeepSpeed's row 1 of the 70B main job, 64.7
+/// GiB in `search --target deepspeed`, explained at 66.56 GiB and as row
+/// 2042 of the Megatron ranking). Oracle: the search's own row 1.
+#[test]
+fn explain_target_agrees_with_search_target() {
+    let job = [
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--recipe",
+        "deepspeed",
+    ];
+    let run = |args: &[&str]| -> serde_json::Value {
+        let o = common::meshplan(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let mut s = vec!["search"];
+    s.extend(job);
+    s.extend(["--target", "deepspeed", "--top", "1", "--format", "json"]);
+    let row = &run(&s)["rows"][0];
+    let l = &row["layout"];
+    assert_eq!((l["dp"].as_u64(), l["zero"].as_u64()), (Some(64), Some(3)));
+    let mbs = l["micro_batch"].as_u64().unwrap().to_string();
+    let mut e = vec!["explain"];
+    e.extend(job);
+    e.extend([
+        "--dp",
+        "64",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+        "--mbs",
+        &mbs,
+    ]);
+    e.extend(["--target", "deepspeed", "--format", "json"]);
+    let x = run(&e);
+    assert_eq!(x["rank_among_valid"].as_u64(), Some(1));
+    assert_eq!(x["eval"]["peak_bytes"], row["eval"]["peak_bytes"]);
+    assert_eq!(x["eval"]["time"]["step"], row["eval"]["time"]["step"]);
+}
