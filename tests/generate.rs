@@ -750,3 +750,47 @@ fn no_doubled_micro_batch_where_doubling_breaks_interleaving() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The checklist's tiny run keeps an uneven interleaved plan's schedule:
+/// the 70B main job's row 6 (D2 T4 p8 v2, split by a layout string, which
+/// excludes the VPP flags) drops the layout string for 16 layers and adds
+/// `--num-virtual-stages-per-pipeline-rank 2`; it ran plain 1F1B before.
+#[test]
+fn tiny_run_keeps_the_interleaving_of_a_layout_string() {
+    let dir = common::temp_dir("tiny-vpp");
+    let d = dir.to_string_lossy().to_string();
+    let o = common::meshplan(&[
+        "generate",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--rank",
+        "6",
+        "--out",
+        &d,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["layout"]["pp"].as_u64(), Some(8));
+    assert_eq!(plan["layout"]["vpp"].as_u64(), Some(2));
+    assert!(plan["layout"]["split"].is_array());
+    let script = std::fs::read_to_string(dir.join("megatron_pretrain_gpt.sh")).unwrap();
+    assert!(script.contains("--pipeline-model-parallel-layout"));
+    assert!(!script.contains("--num-virtual-stages-per-pipeline-rank"));
+    let checklist = std::fs::read_to_string(dir.join("CHECKLIST.md")).unwrap();
+    let tiny = checklist
+        .lines()
+        .find(|l| l.contains("Cut the model to"))
+        .unwrap();
+    assert!(tiny.contains("`--num-layers 16`"), "{tiny}");
+    assert!(
+        tiny.contains("drop `--pipeline-model-parallel-layout"),
+        "{tiny}"
+    );
+    assert!(
+        tiny.contains("add `--num-virtual-stages-per-pipeline-rank 2`"),
+        "{tiny}"
+    );
+}

@@ -302,8 +302,12 @@ fn tiny(plan: &Plan) -> (u32, u64, u64) {
 /// flags (`--decoder-first/last-pipeline-num-layers`, or an explicit
 /// `--pipeline-model-parallel-layout`) name the full model's layers and
 /// would contradict `--num-layers {p·v}`, so they are dropped: without them
-/// Megatron splits the p·v layers one per chunk.
-fn megatron_tiny_layers(m: &Megatron, layers: u32) -> String {
+/// Megatron splits the p·v layers one per chunk. A layout string is also
+/// what carries an uneven interleaved plan's v (it excludes the VPP flags),
+/// so when it is dropped with v > 1 the tiny run takes
+/// `--num-virtual-stages-per-pipeline-rank v` instead, keeping the
+/// planned schedule (found by review: it ran plain 1F1B).
+fn megatron_tiny_layers(m: &Megatron, layers: u32, vpp: u32) -> String {
     let drop: Vec<String> = [
         "--decoder-first-pipeline-num-layers",
         "--decoder-last-pipeline-num-layers",
@@ -314,13 +318,20 @@ fn megatron_tiny_layers(m: &Megatron, layers: u32) -> String {
     .collect();
     let cut = code(&format!("--num-layers {layers}"));
     if drop.is_empty() {
-        cut
-    } else {
-        format!(
-            "{cut}, and drop {} from the script: they split the full model's layers",
-            drop.join(" and ")
-        )
+        return cut;
     }
+    let keep_v = if vpp > 1 && megatron_value(m, "--pipeline-model-parallel-layout").is_ok() {
+        format!(
+            ", and add {} to keep the interleaved schedule the layout string set",
+            code(&format!("--num-virtual-stages-per-pipeline-rank {vpp}"))
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{cut}, and drop {} from the script: they split the full model's layers{keep_v}",
+        drop.join(" and ")
+    )
 }
 
 fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
@@ -332,7 +343,7 @@ fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
         settings: Vec::new(),
         settings_shown: String::new(),
         script_duties: Vec::new(),
-        tiny_layers: megatron_tiny_layers(m, layers),
+        tiny_layers: megatron_tiny_layers(m, layers, plan.mesh.vpp),
         tiny_batch: code(&format!("--global-batch-size {g}")),
         tiny_repro: "`--seed`, `--deterministic-mode`, `--train-iters 2`".into(),
         reference: String::new(),
