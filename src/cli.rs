@@ -1126,6 +1126,16 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     std::thread::spawn(|| {
         crate::trust::Record::shipped();
     });
+    // `generate` refuses such a count ([launch-nodes]): say so up front.
+    let gpn = pr.cluster.gpus_per_node as u64;
+    if pr.world > gpn && !pr.world.is_multiple_of(gpn) {
+        eprintln!(
+            "note: {} GPUs do not fill whole {gpn}-GPU nodes: the layouts are priced, but `generate` writes no launch files for them (torchrun starts the same number of processes on every node; {} or {} would)",
+            pr.world,
+            pr.world / gpn * gpn,
+            (pr.world / gpn + 1) * gpn
+        );
+    }
     let result = search::search(&pr, &space);
     let top = a.top.max(1).min(usize::MAX as u64) as usize;
     // Another target filters the ranked rows, and `--why-not` places a

@@ -1388,3 +1388,52 @@ fn explain_target_agrees_with_search_target() {
     assert_eq!(x["eval"]["peak_bytes"], row["eval"]["peak_bytes"]);
     assert_eq!(x["eval"]["time"]["step"], row["eval"]["time"]["step"]);
 }
+
+/// A GPU count that does not fill whole nodes: `search` prices it and says
+/// up front that `generate` will refuse it ([launch-nodes]), which it does.
+/// 12 GPUs of 8-GPU nodes: 8 or 16 would fill them.
+#[test]
+fn search_warns_of_a_gpu_count_generate_refuses() {
+    let o = common::meshplan(&[
+        "search",
+        "--model",
+        "8b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "12",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("12 GPUs do not fill whole 8-GPU nodes"),
+        "{err}"
+    );
+    assert!(err.contains("8 or 16 would"), "{err}");
+    let dir = common::temp_dir("gpus12");
+    let d = dir.to_string_lossy().to_string();
+    let o = common::meshplan(&[
+        "generate",
+        "--model",
+        "8b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "12",
+        "--out",
+        &d,
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("launch-nodes"));
+    // Whole nodes: no note.
+    let o = common::meshplan(&[
+        "search",
+        "--model",
+        "8b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "16",
+    ]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("do not fill whole"));
+}
