@@ -306,7 +306,7 @@ struct SearchArgs {
     /// Largest p to try (at least 1).
     #[arg(long, value_parser = parse_size)]
     max_pp: Option<u32>,
-    /// Largest C to try (at least 1; `--no-cp` is C = 1).
+    /// Largest C to try (at least 1; 16 when not given; `--no-cp` is C = 1).
     #[arg(long, value_parser = parse_size)]
     max_cp: Option<u32>,
     /// Do not try context parallelism (C = 1).

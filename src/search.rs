@@ -401,7 +401,10 @@ pub fn why_empty(pr: &Problem, space: &Space) -> String {
         return if space.max_cp == 1 {
             format!("cp={c} contradicts --no-cp (C = 1)")
         } else {
-            format!("cp={c} exceeds --max-cp {}", space.max_cp)
+            format!(
+                "cp={c} exceeds the largest C tried, {} (--max-cp; 16 when not given)",
+                space.max_cp
+            )
         };
     }
     if let Some(t) = f.tp

@@ -1437,3 +1437,40 @@ fn search_warns_of_a_gpu_count_generate_refuses() {
     ]);
     assert!(!String::from_utf8_lossy(&o.stderr).contains("do not fill whole"));
 }
+
+/// Remedies that lead somewhere: DeepSpeed's MoE refusal of DeepSeek-V3
+/// does not send the user to torchtitan, which refuses its MTP layer; a C
+/// above the default bound names the bound as a default (the user never
+/// passed --max-cp).
+#[test]
+fn remedies_name_a_way_out() {
+    let o = common::meshplan(&[
+        "generate",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800-2048",
+        "--target",
+        "deepspeed",
+        "--out",
+        "/dev/null/x",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let moe = err.lines().find(|l| l.contains("[deepspeed-moe]")).unwrap();
+    assert!(moe.ends_with("fix: use --target megatron"), "{moe}");
+    let o = common::meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--fix",
+        "cp=64",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("cp=64 exceeds the largest C tried, 16 (--max-cp; 16 when not given)"),
+        "{out}"
+    );
+}

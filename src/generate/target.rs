@@ -384,7 +384,12 @@ impl Target {
                             "{} is a mixture of experts; DeepSpeed-MoE layers are part of the model code, which these files do not write",
                             model.name
                         ),
-                        "use --target megatron or torchtitan",
+                        // torchtitan refuses multi-token-prediction layers.
+                        if model.architecture.mtp_layers > 0 {
+                            "use --target megatron"
+                        } else {
+                            "use --target megatron or torchtitan"
+                        },
                     ),
                     mtp_check(
                         model,
