@@ -512,6 +512,7 @@ mod tests {
                 recompute: Recompute::None,
                 micro_batches: "",
                 scale: "",
+                seq: "",
                 deepspeed_2021: false,
                 rowwise_table: false,
             },

@@ -418,7 +418,14 @@ fn regime_of(pr: &Problem, l: &Layout, e: &Evaluation) -> Regime {
         precision: crate::trust::precision_class(pr.job.precision),
         deepspeed_2021: crate::trust::deepspeed_2021(pr.job, l),
         rowwise_table: cost::precision::torchao_rowwise_measured(pr.gpu, pr.job),
-        ..Regime::of(pr.gpu, l, e.micro_batches, pr.world, pr.model.moe.is_some())
+        ..Regime::of(
+            pr.gpu,
+            l,
+            e.micro_batches,
+            pr.world,
+            pr.model.moe.is_some(),
+            pr.job.seq_len,
+        )
     }
 }
 

@@ -5,7 +5,7 @@
 //! (sources in `tests/data/README.md`), built into the binary and priced
 //! once with the shipped profiles by [`crate::validate`]. A plan's regime is
 //! the tuple of [`Regime`]: GPU class, precision class, ZeRO band, CP,
-//! MoE, recompute, micro-batch band, scale band and pricing (DeepSpeed 0.3's
+//! MoE, recompute, micro-batch band, scale band, sequence band and pricing (DeepSpeed 0.3's
 //! per-tensor ZeRO-3, [`deepspeed_2021`], or today's engines). The rule:
 //!
 //! 1. The rows whose regime equals the plan's on every dimension are its
@@ -35,7 +35,7 @@ use crate::validate;
 const TABLE: &str = include_str!("../tests/data/published-dev-v2.csv");
 
 /// How many dimensions a regime is matched on ([`Regime::dims`]).
-const DIMS: usize = 9;
+const DIMS: usize = 10;
 
 /// The dimensions a regime is matched on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -57,6 +57,8 @@ pub struct Regime {
     pub micro_batches: &'static str,
     /// GPUs: `≤64`, `65–512`, `513–4096`, `>4096`.
     pub scale: &'static str,
+    /// Sequence length: `s ≤ 8k`, `8k < s ≤ 32k`, `s > 32k` ([`seq_band`]).
+    pub seq: &'static str,
     /// ZeRO-3 priced as DeepSpeed 0.3 ran it ([`deepspeed_2021`]): its
     /// rows' errors say nothing of today's pricing, nor the reverse.
     pub deepspeed_2021: bool,
@@ -69,7 +71,7 @@ pub struct Regime {
 impl Regime {
     /// The regime of layout `l` with `m` micro-batches on `gpus` GPUs of
     /// `gpu` for a model with or without experts.
-    pub fn of(gpu: &Gpu, l: &Layout, m: u64, gpus: u64, moe: bool) -> Regime {
+    pub fn of(gpu: &Gpu, l: &Layout, m: u64, gpus: u64, moe: bool, seq: u64) -> Regime {
         Regime {
             gpu: gpu.measured_class(),
             precision: "16-bit",
@@ -79,6 +81,7 @@ impl Regime {
             recompute: l.recompute,
             micro_batches: micro_batch_band(m),
             scale: scale_band(gpus),
+            seq: seq_band(seq),
             deepspeed_2021: false,
             rowwise_table: false,
         }
@@ -106,6 +109,7 @@ impl Regime {
             ("recompute", self.recompute.to_string()),
             ("m", self.micro_batches.to_string()),
             ("scale", self.scale.to_string()),
+            ("seq", self.seq.to_string()),
             ("pricing", self.pricing().to_string()),
         ]
     }
@@ -123,6 +127,7 @@ impl Regime {
             self.recompute == other.recompute,
             self.micro_batches == other.micro_batches,
             self.scale == other.scale,
+            self.seq == other.seq,
             self.pricing() == other.pricing(),
         ]
         .into_iter()
@@ -183,6 +188,17 @@ pub fn micro_batch_band(m: u64) -> &'static str {
         0..=7 => "m < 8",
         8..=63 => "8 ≤ m < 64",
         _ => "m ≥ 64",
+    }
+}
+
+/// Sequence band of a sequence length: attention's share of the step and
+/// the long-context kernels and CP exchanges grow with it, and the
+/// published runs cluster at 2–8K, with torchtitan's CP runs at 32–256K.
+pub fn seq_band(s: u64) -> &'static str {
+    match s {
+        0..=8192 => "s ≤ 8k",
+        8193..=32768 => "8k < s ≤ 32k",
+        _ => "s > 32k",
     }
 }
 
@@ -499,6 +515,7 @@ impl Record {
                     e.micro_batches,
                     row.num_gpus,
                     case.model.moe.is_some(),
+                    case.job.seq_len,
                 )
             };
             runs.push(Measured {
@@ -634,6 +651,7 @@ mod tests {
             recompute,
             micro_batches: "m ≥ 64",
             scale: "≤64",
+            seq: "s ≤ 8k",
             deepspeed_2021: false,
             rowwise_table: false,
         }
@@ -646,6 +664,10 @@ mod tests {
         assert_eq!(micro_batch_band(128), "m ≥ 64");
         assert_eq!(micro_batch_band(8), "8 ≤ m < 64");
         assert_eq!(scale_band(64), "≤64");
+        assert_eq!(seq_band(8192), "s ≤ 8k");
+        assert_eq!(seq_band(8193), "8k < s ≤ 32k");
+        assert_eq!(seq_band(32768), "8k < s ≤ 32k");
+        assert_eq!(seq_band(262_144), "s > 32k");
         assert_eq!(gpu_class("a100-80g"), "a100");
     }
 
@@ -785,6 +807,11 @@ mod tests {
             recompute: Recompute::Selective,
             micro_batches: "m < 8",
             scale: ">4096",
+            seq: if regimes[0].seq == "s > 32k" {
+                "s ≤ 8k"
+            } else {
+                "s > 32k"
+            },
             deepspeed_2021: !regimes[0].deepspeed_2021,
             rowwise_table: !regimes[0].rowwise_table,
         });

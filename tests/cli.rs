@@ -1474,3 +1474,29 @@ fn remedies_name_a_way_out() {
         "{out}"
     );
 }
+
+/// The trust column matches sequence length too: a 32K-token 70B plan was
+/// "validated ±9% (3)" by KOR22/BLOOM runs at 2,048 tokens; now it is
+/// extrapolated, its nearest runs differing in the sequence band. Found by
+/// a newcomer review.
+#[test]
+fn trust_tells_long_context_from_short() {
+    let o = common::meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--seq-len",
+        "32768",
+        "--global-batch",
+        "512",
+        "--fix",
+        "cp=1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    let first = out.lines().find(|l| l.starts_with("│ 1 ")).unwrap();
+    assert!(first.contains("extrap."), "{first}");
+    assert!(out.contains("differ from it in 8k < s ≤ 32k"), "{out}");
+}
