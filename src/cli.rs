@@ -1409,7 +1409,21 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
                 None => search::rank_among(&result.all, &report.eval),
             });
             report.rank_is_row = row.is_some();
-            report.outside_space = search::outside_space(&pr, space.max_vpp, &layout);
+            // A layout the target refuses has no row of its ranking for
+            // that reason first.
+            report.outside_space = if refusals.is_empty() {
+                search::outside_space(&pr, space.max_vpp, &layout)
+            } else {
+                Some(format!(
+                    "--target {} does not run it: {}",
+                    a.target,
+                    refusals
+                        .iter()
+                        .map(|r| format!("[{}] {}", r.code, r.message))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))
+            };
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
         }
         report.best = Some(best.clone());

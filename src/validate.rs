@@ -3038,13 +3038,42 @@ pub fn refused(case: &Case, file: &Path) -> Option<Skipped> {
         });
     }
     let peak = cost::precision::dense_peak_tflops(&case.gpu, case.job.precision);
-    match row.measured_tflops_per_gpu {
-        Some(tf) if tf > peak => Some(Skipped {
+    if let Some(tf) = row.measured_tflops_per_gpu
+        && tf > peak
+    {
+        return Some(Skipped {
             id: row.id.clone(),
             kind: "measured_tflops_per_gpu: above peak".into(),
             reason: format!(
                 "{at}: field measured_tflops_per_gpu: {tf} is above the {} dense {} peak, {peak} TFLOP/s (hardware/gpus/{}.toml); a measured rate cannot exceed it",
                 case.gpu.name, case.job.precision, case.gpu.name
+            ),
+        });
+    }
+    // A step time, the row's only throughput figure, whose model FLOPs
+    // alone would run faster than the peak (the row's own count may hold
+    // more, so model FLOPs are the floor). Beside a TFLOP/s or MFU figure,
+    // a disagreeing step time is set aside by [`CONSISTENCY`] instead
+    // (BLOOMPQ-043's, logged for another batch).
+    if row.measured_tflops_per_gpu.is_some() || row.measured_mfu.is_some() {
+        return None;
+    }
+    let model_flops = compute::model_flops_per_step(
+        &case.model,
+        case.job.global_batch as f64,
+        case.job.seq_len as f64,
+    );
+    match row.measured_step_s {
+        Some(t) if model_flops / t / row.num_gpus as f64 / 1e12 > peak => Some(Skipped {
+            id: row.id.clone(),
+            kind: "measured_step_s: above peak".into(),
+            reason: format!(
+                "{at}: field measured_step_s: {t} s would run the step's {:.3e} model FLOPs at {:.0} TFLOP/s per GPU, above the {} dense {} peak, {peak} TFLOP/s (hardware/gpus/{}.toml); a measured step cannot be that short",
+                model_flops,
+                model_flops / t / row.num_gpus as f64 / 1e12,
+                case.gpu.name,
+                case.job.precision,
+                case.gpu.name
             ),
         }),
         _ => None,

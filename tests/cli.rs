@@ -1500,3 +1500,48 @@ fn trust_tells_long_context_from_short() {
     assert!(first.contains("extrap."), "{first}");
     assert!(out.contains("differ from it in 8k < s ≤ 32k"), "{out}");
 }
+
+/// `explain --target` of a layout the target refuses says so in its rank
+/// line (it gave the re-split's reason): torchtitan has no ZeRO-1.
+#[test]
+fn explain_target_names_the_refusal_in_the_rank() {
+    let o = common::meshplan(&[
+        "explain",
+        "--model",
+        "qwen3-30b",
+        "--cluster",
+        "dgx-h100-64",
+        "--target",
+        "torchtitan",
+        "--dp",
+        "16",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--ep",
+        "8",
+        "--vpp",
+        "8",
+        "--mbs",
+        "4",
+        "--zero",
+        "1",
+        "--sp",
+        "on",
+        "--split",
+        "3,4,4,3,3,3,3,3,3,3,3,3,3,3,3,1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("note: --target torchtitan does not run this layout: [torchtitan-zero]"),
+        "{err}"
+    );
+    let rank = out.lines().find(|l| l.starts_with("Rank among")).unwrap();
+    assert!(
+        rank.contains("(--target torchtitan does not run it: [torchtitan-zero]"),
+        "{rank}"
+    );
+}

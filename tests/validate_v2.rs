@@ -1269,3 +1269,37 @@ fn a_tflops_figure_its_mfu_and_step_outvote_is_set_aside() {
     let kept = case("MEGASCALE-175B-MLM-768");
     assert_eq!(kept.measured_tflops(), Some((145.7, false)));
 }
+
+/// A step time, a row's only throughput figure, that would run the step's
+/// model FLOPs faster than the GPU's peak is refused with the field and the
+/// peak (a review's crafted row, MEGASCALE-175B-MLM-1024 with only
+/// `measured_step_s = 1`, compared at 1632.7 TFLOP/s on a 312 TFLOP/s A100
+/// and fitted `calibrate` to efficiency 1.0). With a TFLOP/s figure beside
+/// it, a disagreeing step is set aside instead, as before.
+#[test]
+fn a_step_faster_than_the_peak_is_refused() {
+    let text = row_with(
+        "MEGASCALE-175B-MLM-1024",
+        &[
+            ("measured_tflops_per_gpu", ""),
+            ("measured_mfu", ""),
+            ("measured_step_s", "1"),
+        ],
+    );
+    let r = run(&text);
+    assert!(r.rows.is_empty());
+    let s = &r.skipped[0];
+    assert_eq!(s.kind, "measured_step_s: above peak");
+    assert!(
+        s.reason
+            .contains("above the a100-80g dense bf16 peak, 312 TFLOP/s"),
+        "{}",
+        s.reason
+    );
+    let kept = run(&row_with(
+        "MEGASCALE-175B-MLM-1024",
+        &[("measured_step_s", "1")],
+    ));
+    assert_eq!(kept.rows.len(), 1);
+    assert!(kept.rows[0].step_s.is_none());
+}
