@@ -421,6 +421,22 @@ pub fn why_empty(pr: &Problem, space: &Space) -> String {
     {
         return format!("pp={p} exceeds the model's {layers} layers");
     }
+    // Every one of the p·v chunks holds a layer (`interleavings`); v > 1
+    // needs p ≥ 2.
+    if let Some(v) = f.vpp.filter(|&v| v > 1) {
+        let p = f.pp.unwrap_or(2).max(2);
+        let chunks = p as u64 * v as u64;
+        if chunks > layers as u64 {
+            return format!(
+                "vpp={v} on p = {p}{} gives {chunks} pipeline chunks, but the model has only {layers} transformer layers (every chunk holds at least one)",
+                if f.pp.is_some() {
+                    ""
+                } else {
+                    " (the least p that interleaves)"
+                }
+            );
+        }
+    }
     match &pr.model.moe {
         None => {
             if let Some(e) = f.ep.filter(|&e| e != 1) {
@@ -2004,6 +2020,32 @@ mod tests {
             assert!(
                 outside(&v3)
                     .is_some_and(|s| s.contains("v among 1, 2, 4, 8") && s.contains("--fix vpp=3"))
+            );
+        });
+    }
+
+    /// A fixed v whose p·v chunks outnumber the layers is named with the
+    /// numbers (it got the generic "no D·T·p·C matches").
+    #[test]
+    fn interleavings_too_many_chunks_are_named() {
+        with_problem("qwen3-30b-a3b", "dgx-h100-64", None, 4096, |pr| {
+            let why = |fix: &str| {
+                why_empty(
+                    pr,
+                    &Space {
+                        filter: Filter::parse(fix).unwrap(),
+                        ..Space::default()
+                    },
+                )
+            };
+            // 48 layers: 4·13 = 52 chunks; 2·25 = 50.
+            assert_eq!(
+                why("pp=4,vpp=13"),
+                "vpp=13 on p = 4 gives 52 pipeline chunks, but the model has only 48 transformer layers (every chunk holds at least one)"
+            );
+            assert!(
+                why("vpp=25")
+                    .starts_with("vpp=25 on p = 2 (the least p that interleaves) gives 50")
             );
         });
     }
