@@ -283,6 +283,46 @@ fn bridge_refuses_what_its_presets_override() {
     assert!(refused(&mut r, &l, Target::MegatronBridge).contains(&"bridge-precision".to_string()));
 }
 
+/// Which recipe DeepSpeed runs at which ZeRO stage, as its engine picks the
+/// optimizer (`engine.py` `_do_optimizer_sanity_check` at edaa722): bf16
+/// with bf16 gradients (the default `grad_accum_dtype`) runs at every stage
+/// and copies the gradients to fp32 for the step (the deepspeed recipe);
+/// fp32 accumulation runs `BF16_Optimizer` at ZeRO-1 only (the megatron
+/// recipe); no DeepSpeed optimizer keeps bf16 gradients without that fp32
+/// copy (adam-16b).
+#[test]
+fn deepspeed_runs_each_recipe_at_its_zero_stages() {
+    let with = |name: meshplan::spec::RecipeName| {
+        let mut s = Setup::new("gpt-1.7b", "dgx-h100-64", None);
+        s.job.recipe_name = name;
+        s.job.recipe = name.recipe();
+        s
+    };
+    use meshplan::spec::RecipeName::{Adam16b, Deepspeed, Megatron};
+    for zero in 0..=3u8 {
+        let l = Layout {
+            zero,
+            ..Layout::dense(64, 1, 1, 1)
+        };
+        let b = render(&mut with(Deepspeed), &l, Target::Deepspeed)
+            .unwrap_or_else(|e| panic!("deepspeed recipe at ZeRO-{zero}: {e}"));
+        let c: Value = serde_json::from_str(b.file(generate::DEEPSPEED_CONFIG).unwrap()).unwrap();
+        assert_eq!(c["zero_optimization"]["stage"], zero);
+        assert!(c.get("data_types").is_none(), "ZeRO-{zero}: {c}");
+        assert_eq!(
+            refused(&mut with(Adam16b), &l, Target::Deepspeed),
+            ["deepspeed-recipe"],
+            "adam-16b at ZeRO-{zero}"
+        );
+        let megatron = refused(&mut with(Megatron), &l, Target::Deepspeed);
+        if zero == 1 {
+            assert!(megatron.is_empty(), "{megatron:?}");
+        } else {
+            assert_eq!(megatron, ["deepspeed-recipe"], "megatron at ZeRO-{zero}");
+        }
+    }
+}
+
 #[test]
 fn deepspeed_refuses_zero0_with_fp32_accumulation() {
     let mut s = Setup::new("gpt-1.7b", "dgx-h100-64", None);
@@ -551,7 +591,7 @@ fn cli_target_limits_the_search() {
     assert_eq!(plan["mesh"]["dp"], 64);
     assert!(dir.join(generate::DEEPSPEED_CONFIG).exists());
     // Without `--recipe deepspeed` the search keeps ZeRO-1 only (DeepSpeed
-    // keeps Megatron's fp32 gradients at ZeRO 0–1), and at T = p = 1 with
+    // keeps Megatron's fp32 gradients at ZeRO-1 only, `BF16_Optimizer`), and at T = p = 1 with
     // D = 64 llama3-70b does not fit: its bf16 weights and fp32 gradients
     // stay whole on every GPU at ZeRO-1, 70.6e9 × (2 + 4) B = 424 GB > 80
     // GB. The error says which flag widens the search.
@@ -570,7 +610,7 @@ fn cli_target_limits_the_search() {
     let err = String::from_utf8_lossy(&narrow.stderr);
     assert!(
         err.contains("0 of the search's 0 ranked layout(s)")
-            && err.contains("--recipe deepspeed (DeepSpeed's fp16 gradients with an fp32 partition) lets the search try ZeRO-2 and ZeRO-3"),
+            && err.contains("--recipe deepspeed (DeepSpeed's bf16 gradients with an fp32 copy for the step) lets the search try ZeRO-0, ZeRO-2 and ZeRO-3"),
         "{err}"
     );
     // An unknown target is one clear error naming the choices.

@@ -55,9 +55,12 @@ fn zero_section(plan: &Plan) -> Value {
 /// Precision: bf16 training (`bf16.enabled`); the gradients follow the
 /// plan's recipe: Megatron's 2/4/12 bytes (ZeRO-1 only) accumulate and
 /// reduce in fp32 (`data_types.grad_accum_dtype`,
-/// `communication_data_type`), adam-16b's 2/2/12 in bf16, and DeepSpeed's
-/// own 2/(2+4)/12 (ZeRO-2/3) is what its ZeRO keeps by default: bf16
-/// gradients and an fp32 shard for the step.
+/// `communication_data_type`: DeepSpeed's `BF16_Optimizer`), and
+/// DeepSpeed's own 2/(2+4)/12 is what it keeps by default at every stage:
+/// bf16 gradients and an fp32 copy for the step, whole without ZeRO
+/// (`FP16_Optimizer` in bf16) and of the rank's shard with it
+/// (`engine.py` `_do_optimizer_sanity_check`, [ref:deepspeed-config]).
+/// adam-16b (no fp32 copy) is refused.
 pub fn config(plan: &Plan) -> Value {
     let job = &plan.job;
     let mut c = json!({
@@ -71,18 +74,16 @@ pub fn config(plan: &Plan) -> Value {
     });
     c["bf16"] = json!({ "enabled": true });
     match job.recipe {
-        // ZeRO-2/3 (refused with the other recipes): bf16 gradients, an fp32
-        // shard for the step.
-        RecipeName::Deepspeed => {}
+        // Every stage: bf16 gradients (grad_accum_dtype defaults to the
+        // model's dtype), an fp32 copy for the step. adam-16b is refused
+        // (`deepspeed-recipe`), so nothing is written for it.
+        RecipeName::Deepspeed | RecipeName::Adam16b => {}
         // ZeRO-1 (refused at the other stages): fp32 accumulation and an
         // fp32 reduction (DeepSpeed reduces in bf16 under `bf16.enabled`
         // unless `communication_data_type` says otherwise, engine.py).
         RecipeName::Megatron => {
             c["data_types"] = json!({ "grad_accum_dtype": "fp32" });
             c["communication_data_type"] = json!("fp32");
-        }
-        RecipeName::Adam16b => {
-            c["data_types"] = json!({ "grad_accum_dtype": "bf16" });
         }
     }
     if plan.recompute.mode == Recompute::Full {

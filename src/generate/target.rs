@@ -295,15 +295,14 @@ impl Target {
     }
 
     /// A job setting that widens what [`Target::limit_search`] leaves for
-    /// this target, when the job does not use it already: DeepSpeed keeps
-    /// the gradients of `--recipe deepspeed` at ZeRO 2 and 3 and those of
-    /// the other recipes at ZeRO 0–1 only, and with T = p = 1 a large
-    /// model fits only with its parameters or gradients sharded.
+    /// this target, when the job does not use it already: DeepSpeed runs
+    /// `--recipe deepspeed` at every ZeRO stage and the megatron recipe at
+    /// ZeRO-1 only, and with T = p = 1 a large model fits only with its
+    /// parameters or gradients sharded.
     pub fn widening_hint(self, recipe: crate::spec::RecipeName) -> Option<&'static str> {
         match (self, recipe) {
-            (Target::Deepspeed, crate::spec::RecipeName::Deepspeed) => None,
-            (Target::Deepspeed, _) => Some(
-                "--recipe deepspeed (DeepSpeed's fp16 gradients with an fp32 partition) lets the search try ZeRO-2 and ZeRO-3",
+            (Target::Deepspeed, crate::spec::RecipeName::Megatron) => Some(
+                "--recipe deepspeed (DeepSpeed's bf16 gradients with an fp32 copy for the step) lets the search try ZeRO-0, ZeRO-2 and ZeRO-3",
             ),
             _ => None,
         }
@@ -315,7 +314,7 @@ impl Target {
             Target::Megatron | Target::MegatronBridge => "every layout",
             Target::Torchtitan => "ZeRO 0, 2 or 3, ETP = 1, rank order tp-cp-ep-dp-pp",
             Target::Deepspeed => {
-                "T = p = C = E = 1, no selective recompute, the ZeRO stages at which DeepSpeed keeps the recipe's gradients (megatron: 1; adam-16b: 0 and 1; deepspeed: 2 and 3)"
+                "T = p = C = E = 1, no selective recompute, the ZeRO stages at which DeepSpeed keeps the recipe's gradients (megatron: 1; deepspeed: 0 to 3)"
             }
         }
     }
@@ -357,11 +356,11 @@ impl Target {
                 }
                 space.recompute_modes.retain(|r| *r != Recompute::Selective);
                 // The ZeRO stages at which DeepSpeed keeps the recipe's
-                // gradient bytes (see the `deepspeed-recipe` refusals).
+                // gradient bytes (see the `deepspeed-recipe` refusals;
+                // adam-16b is refused whatever the stage).
                 let stages: &[u8] = match recipe {
                     RecipeName::Megatron => &[1],
-                    RecipeName::Adam16b => &[0, 1],
-                    RecipeName::Deepspeed => &[2, 3],
+                    RecipeName::Adam16b | RecipeName::Deepspeed => &[0, 1, 2, 3],
                 };
                 space.zero_stages.retain(|z| stages.contains(z));
             }
@@ -395,6 +394,12 @@ impl Target {
                         model,
                         "deepspeed-mtp",
                         "DeepSpeed's configuration cannot add them (they are model code, which these files do not write)",
+                    ),
+                    (
+                        job.recipe_name == crate::spec::RecipeName::Adam16b,
+                        "deepspeed-recipe",
+                        "the adam-16b recipe (bf16 gradients and nothing more) is not one DeepSpeed runs: with bf16 gradients every DeepSpeed optimizer copies them to fp32 for the step (FP16_Optimizer.step without ZeRO, stage_1_and_2.py step at ZeRO-1/2, stage3.py at ZeRO-3), which is the deepspeed recipe".to_string(),
+                        "plan with --recipe deepspeed",
                     ),
                     (
                         job.precision.is_low(),
@@ -558,16 +563,16 @@ impl Target {
                 }
                 let checks = [
                     (
-                        l.zero == 0 && job.recipe_name != crate::spec::RecipeName::Adam16b,
+                        l.zero == 0 && job.recipe_name == crate::spec::RecipeName::Megatron,
                         "deepspeed-recipe",
                         format!(
                             "ZeRO-0 with the {} recipe: without ZeRO DeepSpeed accumulates gradients only in the model's dtype (engine.py `_do_optimizer_sanity_check` rejects bf16 weights with fp32 accumulation)",
                             job.recipe_name
                         ),
-                        "plan with --recipe adam-16b, or ZeRO 1 or more",
+                        "plan with --recipe deepspeed, or ZeRO 1",
                     ),
                     (
-                        l.zero >= 2 && job.recipe_name != crate::spec::RecipeName::Deepspeed,
+                        l.zero >= 2 && job.recipe_name == crate::spec::RecipeName::Megatron,
                         "deepspeed-recipe",
                         format!(
                             "ZeRO-{} with the {} recipe: DeepSpeed's ZeRO-2/3 keeps the gradients in the model's dtype (2 bytes) and copies its shard to an fp32 partition for the step, which is the deepspeed recipe (2/(2+4)/12 bytes)",
