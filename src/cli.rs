@@ -1062,7 +1062,7 @@ fn space(a: &SearchArgs) -> Result<Space> {
 /// Why `--fix` asks for a ZeRO stage or recompute mode that `target`'s
 /// search limits ([`Target::limit_search`]) leave out, in the target's own
 /// refusal sentence (as `generate --target` gives it), else `None`.
-fn fixed_beyond_target(target: Target, s: &Setup, space: &Space) -> Option<String> {
+fn fixed_beyond_target(target: Target, s: &Setup, space: &Space, flag: &str) -> Option<String> {
     let f = &space.filter;
     let zero = f.zero.filter(|z| !space.zero_stages.contains(z));
     let recompute = f.recompute.filter(|r| !space.recompute_modes.contains(r));
@@ -1092,9 +1092,9 @@ fn fixed_beyond_target(target: Target, s: &Setup, space: &Space) -> Option<Strin
     .collect::<Vec<_>>()
     .join(", ");
     Some(if why.is_empty() {
-        format!("--fix {asked}: --target {target} runs no such layout")
+        format!("{flag} {asked}: --target {target} runs no such layout")
     } else {
-        format!("--fix {asked}: --target {target}: {}", why.join("; "))
+        format!("{flag} {asked}: --target {target}: {}", why.join("; "))
     })
 }
 
@@ -1111,9 +1111,20 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let pr = s.problem();
     let mut space = space(a)?;
     a.target.limit_search(&mut space, s.job.recipe_name);
-    if let Some(why) = fixed_beyond_target(a.target, &s, &space) {
+    if let Some(why) = fixed_beyond_target(a.target, &s, &space, "--fix") {
         bail!("{why}");
     }
+    // A `--why-not` asking for what the target's limits leave out is
+    // answered by the target's refusal, not by the search bounds.
+    let why_not_beyond_target = a.why_not.as_deref().and_then(|q| {
+        let asked = search::Filter::parse(q).ok()?;
+        let filter = space.filter.merged(&asked, "--fix", "--why-not").ok()?;
+        let probe = Space {
+            filter,
+            ..space.clone()
+        };
+        fixed_beyond_target(a.target, &s, &probe, "--why-not")
+    });
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
         bail!("--why-not is printed as a table or JSON, not CSV; drop --format csv");
@@ -1148,7 +1159,26 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by, limit);
     if a.target != Target::Megatron {
         let before = report.rows.len();
+        let fastest = report.rows.first().map(|r| r.layout.clone());
         keep_target_rows(&mut report.rows, a.target, &s);
+        // Valid layouts, none of which the target runs (a `--fix etp=2`
+        // under torchtitan): say why, not "every one breaks a rule".
+        if report.rows.is_empty()
+            && let Some(l) = fastest
+        {
+            let why = a
+                .target
+                .refusals(&s.model, &s.job, &l)
+                .iter()
+                .map(|r| format!("[{}] {}; fix: {}", r.code, r.message, r.remedy))
+                .collect::<Vec<_>>()
+                .join("; ");
+            report.empty_reason = Some(format!(
+                "--target {} runs none of the {before} ranked valid layouts; the fastest, {}, is refused: {why}",
+                a.target,
+                l.short()
+            ));
+        }
         report.fastest_predicted = report
             .rows
             .iter()
@@ -1202,6 +1232,12 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         tokens,
         a.extras.plot.as_deref(),
     )?;
+    if let (Some(w), Some(why)) = (report.why_not.as_mut(), why_not_beyond_target)
+        && w.best.is_none()
+        && w.unranked.is_none()
+    {
+        w.note = Some(why);
+    }
     render::exporter(a.job.format).search(out, &report)?;
     out.flush()?;
     if a.stats {

@@ -469,7 +469,8 @@ pub struct SearchReport {
     /// none was probed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fewer_gpus: Option<crate::gpu_count::FewerGpus>,
-    /// Why no layout was enumerated at all, when none was.
+    /// Why no layout was enumerated at all, when none was; or why none of
+    /// the valid ones is listed, when `--target` runs none of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_reason: Option<String>,
     /// Valid plans (all of them, listed or not) whose predicted throughput

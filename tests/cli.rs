@@ -1545,3 +1545,55 @@ fn explain_target_names_the_refusal_in_the_rank() {
         "{rank}"
     );
 }
+
+/// `--why-not zero=1` under `--target torchtitan`: the target's search
+/// leaves ZeRO-1 out (FSDP2 or DDP, no optimizer-only sharding), and the
+/// answer is the target's refusal, not the search bounds (max C, max
+/// micro-batch), which have nothing to do with it.
+#[test]
+fn why_not_beyond_the_target_names_the_target() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--target",
+        "torchtitan",
+        "--why-not",
+        "zero=1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("--why-not zero=1: --target torchtitan: ZeRO-1"),
+        "{out}"
+    );
+    assert!(!out.contains("search bounds exclude"), "{out}");
+}
+
+/// Every valid layout of a search refused by the target (torchtitan has no
+/// expert tensor parallelism, so `--fix etp=2` leaves it nothing): the
+/// table says so with the fastest's refusal, not "every one breaks a rule".
+#[test]
+fn a_target_that_runs_no_valid_layout_says_why() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "dgx-h100-64",
+        "--target",
+        "torchtitan",
+        "--fix",
+        "etp=2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("No layout to list: --target torchtitan runs none of the")
+            && out.contains("[torchtitan-etp] ETP = 2"),
+        "{out}"
+    );
+    assert!(!out.contains("every one breaks a rule"), "{out}");
+}

@@ -235,6 +235,10 @@ impl Exporter for Table {
                     .as_deref()
                     .unwrap_or("every mesh size must divide the GPU count")
             )?;
+        } else if r.rows.is_empty()
+            && let Some(why) = &r.empty_reason
+        {
+            writeln!(w, "No layout to list: {why}.")?;
         } else if r.rows.is_empty() {
             writeln!(
                 w,
