@@ -580,7 +580,21 @@ const RULES: [RuleDef; 18] = [
                 }
             },
             remedy: |x| {
-                let layers = x.a.layers;
+                let (layers, l) = (x.a.layers, x.l);
+                // With p kept, the v whose p·v chunks split the layers evenly.
+                let vs: Vec<u32> = if l.vpp > 1 && splits_evenly(layers, l.pp) {
+                    (1..=(layers / l.pp).min(128))
+                        .filter(|&v| splits_evenly(layers, l.pp * v))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                if !vs.is_empty() {
+                    return format!(
+                        "use v among {} (p·v dividing {layers}), or an uneven split (first/last stage layer counts)",
+                        list(&vs)
+                    );
+                }
                 let ok: Vec<u32> = (2..=layers.min(128))
                     .filter(|&d| splits_evenly(layers, d))
                     .collect();

@@ -154,7 +154,8 @@ fn pipeline_sentences() {
         vec![triple(
             "layers-pp",
             "80 layers on p = 4 give 20 per stage, not divisible by v = 3",
-            "use p·v among 2, 4, 5, 8, 10, 16, 20, 40, 80, or an uneven split (first/last stage layer counts)"
+            // With p = 4 kept, v must divide 20: 1, 2, 4, 5, 10, 20.
+            "use v among 1, 2, 4, 5, 10, 20 (p·v dividing 80), or an uneven split (first/last stage layer counts)"
         )]
     );
     let remedy = "use v = 1, or a global batch / micro-batch giving m a multiple of p";
