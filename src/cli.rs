@@ -1445,6 +1445,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
                 None => search::rank_among(&result.all, &report.eval),
             });
             report.rank_is_row = row.is_some();
+            report.ranking_target = (a.target != Target::Megatron).then(|| a.target.to_string());
             // A layout the target refuses has no row of its ranking for
             // that reason first.
             report.outside_space = if refusals.is_empty() {

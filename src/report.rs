@@ -683,6 +683,10 @@ pub struct ExplainReport {
     pub rank_among_valid: Option<usize>,
     /// Whether `rank_among_valid` is a row of the search's ranking.
     pub rank_is_row: bool,
+    /// The `--target` whose search the rank is in (`search --target T`
+    /// lists only what T runs); absent for the default (Megatron) search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranking_target: Option<String>,
     /// Why the search never enumerates this layout, when it does not
     /// ([`crate::search::outside_space`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -719,6 +723,7 @@ impl ExplainReport {
             violations,
             rank_among_valid: None,
             rank_is_row: false,
+            ranking_target: None,
             outside_space: None,
             best: None,
             gap_to_best: None,

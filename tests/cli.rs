@@ -1385,8 +1385,21 @@ fn explain_target_agrees_with_search_target() {
     e.extend(["--target", "deepspeed", "--format", "json"]);
     let x = run(&e);
     assert_eq!(x["rank_among_valid"].as_u64(), Some(1));
+    assert_eq!(x["ranking_target"], "deepspeed");
     assert_eq!(x["eval"]["peak_bytes"], row["eval"]["peak_bytes"]);
     assert_eq!(x["eval"]["time"]["step"], row["eval"]["time"]["step"]);
+    // The table names the ranking it is a row of (it said "the default
+    // search's ranking", which is Megatron's).
+    e.pop();
+    e.pop();
+    let o = common::meshplan(&e);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains(
+            "Rank among valid layouts: 1 — row 1 of `search --target deepspeed`'s ranking."
+        ),
+        "{table}"
+    );
 }
 
 /// A GPU count that does not fill whole nodes: `search` prices it and says

@@ -295,6 +295,10 @@ impl Exporter for Table {
         }
         if let (Some(rank), Some(best)) = (r.rank_among_valid, &r.best) {
             let ratio = best.tokens_per_s / e.tokens_per_s - 1.0;
+            let ranking = match &r.ranking_target {
+                Some(t) => format!("`search --target {t}`'s ranking"),
+                None => "the default search's ranking".to_string(),
+            };
             if !r.rank_is_row {
                 let why = r.outside_space.clone().unwrap_or_else(|| {
                     format!(
@@ -304,20 +308,17 @@ impl Exporter for Table {
                 });
                 writeln!(
                     w,
-                    "Rank among valid layouts: not a row of the default search's ranking as given ({why}); {} of its ranked layouts are predicted faster (#1: {} at {:.0} tokens/s)",
+                    "Rank among valid layouts: not a row of {ranking} as given ({why}); {} of its ranked layouts are predicted faster (#1: {} at {:.0} tokens/s)",
                     rank - 1,
                     best.layout.short(),
                     best.tokens_per_s
                 )?;
             } else if rank == 1 {
-                writeln!(
-                    w,
-                    "Rank among valid layouts: 1 — row 1 of the default search's ranking."
-                )?;
+                writeln!(w, "Rank among valid layouts: 1 — row 1 of {ranking}.")?;
             } else if ratio > 0.0 {
                 writeln!(
                     w,
-                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% faster)",
+                    "Rank among valid layouts: {rank} — row {rank} of {ranking} (#1: {} at {:.0} tokens/s, predicted {:.1}% faster)",
                     best.layout.short(),
                     best.tokens_per_s,
                     100.0 * ratio
@@ -325,7 +326,7 @@ impl Exporter for Table {
             } else {
                 writeln!(
                     w,
-                    "Rank among valid layouts: {rank} — row {rank} of the default search's ranking (#1: {} at {:.0} tokens/s, predicted {:.1}% slower but in the same tie group and better validated: plausible, validated, then, within the model's resolution, nearer a measured run; src/ranking.rs)",
+                    "Rank among valid layouts: {rank} — row {rank} of {ranking} (#1: {} at {:.0} tokens/s, predicted {:.1}% slower but in the same tie group and better validated: plausible, validated, then, within the model's resolution, nearer a measured run; src/ranking.rs)",
                     best.layout.short(),
                     best.tokens_per_s,
                     -100.0 * ratio
