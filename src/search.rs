@@ -25,8 +25,11 @@
 //! ([`split::dp`], v = 1) and the ILP ([`split::ilp`], interleaved) solve
 //! at most [`MAX_DP_SOLVES`] and [`MAX_SPLIT_SOLVES`] per search (the
 //! report says how many layouts those budgets left out).
-//! Valid layouts outside the best 2K keep their uniform split. Rejection
-//! counts are for the uniform split, less the layouts a split rescued.
+//! Valid layouts outside the best 2K are re-split when a bound under any
+//! split ([`priced_balanced_bound`], then the relaxation) can still beat
+//! the K-th best and their own price (pass (a′)); the others keep their
+//! uniform split. Rejection counts are for the uniform split, less the
+//! layouts a split rescued.
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
@@ -1223,6 +1226,24 @@ impl Splitter {
     }
 }
 
+/// Upper bound on the tokens/s of the priced layout `c` under any stage
+/// split, from its own prices alone: the stages' summed time per
+/// micro-batch Σ does not depend on the split, the slowest stage takes at
+/// least Σ/p, and the data-parallel and optimizer terms are at least zero
+/// (the pipeline time `m·max + (Σ − max)/v` grows with max,
+/// [`cost::schedule::pipeline_time_of`]). [`balanced_bound`] from the
+/// evaluation's own Σ, so free: it screens which valid layouts are worth
+/// [`split_bound`]'s item costs.
+fn priced_balanced_bound(pr: &Problem, c: &Candidate) -> f64 {
+    let (l, s) = (&c.layout, c.eval.stages);
+    let stages = cost::schedule::StageSummary {
+        slowest: s.sum / l.pp.max(1) as f64,
+        sum: s.sum,
+    };
+    let pipe = cost::schedule::pipeline_time_of(stages, c.eval.micro_batches, l.vpp);
+    pr.job.tokens_per_step() / pipe
+}
+
 /// Rows at the head of each ranking order whose stage split is solved
 /// before a keep-all search returns ([`settle_ranked`]): the default
 /// `--top`.
@@ -1282,6 +1303,62 @@ fn settle_ranked(pr: &Problem, policy: &Policy, acc: &mut Acc) {
         }
     }
     acc.stats.splits_solved += splitter.solved + splitter.dp_solved + splitter.uniform_solved;
+}
+
+/// Pass (a′) of [`refine`]: re-split the kept valid layouts outside the
+/// best 2K (`in_top`, by twin key) whose bound under any split beats both
+/// their own price and the K-th best, best bound first, at most
+/// [`MAX_RANKED_SPLITS`] of them; a better split replaces the layout in the
+/// pool and offers it to the best K.
+fn resplit_valid_below_top(
+    pr: &Problem,
+    policy: &Policy,
+    acc: &mut Acc,
+    in_top: &HashSet<TwinKey>,
+    splitter: &mut Splitter,
+    k: usize,
+) {
+    let Some(kth) = acc
+        .top
+        .get(k.saturating_sub(1))
+        .map(|c| c.eval.tokens_per_s)
+    else {
+        return;
+    };
+    let reaches = |c: &Candidate, bound: f64| bound > kth && bound > c.eval.tokens_per_s;
+    let mut todo: Vec<(usize, f64)> = acc
+        .all
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.layout.pp > 1 && c.layout.split.is_none())
+        .filter(|(_, c)| reaches(c, priced_balanced_bound(pr, c)))
+        .filter(|(_, c)| !in_top.contains(&twin_key(c)))
+        .filter_map(|(i, c)| {
+            let l = &c.layout;
+            let lc = cost::layer::layer_costs(pr, l, &crate::layout::Placement::of(l, pr.cluster));
+            let bound = split_bound(pr, l, &lc)?;
+            reaches(c, bound).then_some((i, bound))
+        })
+        .collect();
+    todo.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    todo.truncate(MAX_RANKED_SPLITS as usize);
+    let problems: Vec<(usize, SplitProblem)> = todo
+        .iter()
+        .filter_map(|&(i, _)| split_problem(pr, &acc.all[i].layout).map(|sp| (i, sp)))
+        .collect();
+    splitter.prepare(problems.iter().map(|(_, sp)| sp));
+    for (i, sp) in &problems {
+        let c = &acc.all[*i];
+        let better_split = splitter
+            .get(sp)
+            .and_then(|layers| with_split(pr, policy, &c.layout, layers))
+            .filter(|c2| better(c2, c) == Ordering::Less);
+        if let Some(c2) = better_split {
+            acc.stats.resplit += 1;
+            acc.all[*i] = c2.clone();
+            acc.push_valid(c2, k.saturating_mul(2), false);
+        }
+    }
 }
 
 /// The end, in `pending` (sorted best bound first), of the first
@@ -1399,6 +1476,11 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     // beat its own uniform split, nor reach the K-th best, is not solved
     // (no split can move it).
     let top = std::mem::take(&mut acc.top);
+    let in_top: HashSet<TwinKey> = if space.keep_all {
+        top.iter().map(twin_key).collect()
+    } else {
+        HashSet::new()
+    };
     let kth = top
         .get(k.saturating_sub(1))
         .map(|c| c.eval.tokens_per_s)
@@ -1435,6 +1517,14 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             None => c,
         };
         acc.push_valid(chosen, k.saturating_mul(2), false);
+    }
+    // (a′) Valid layouts below the best 2K that another split may still
+    // bring into the best K (a keep-all search keeps them): Qwen3-30B's
+    // D16 T1 p4 v4 b2 on dgx-h100-64 is 591,505 tokens/s split evenly,
+    // row 95, and 673,290 with the solver's split, row 4. Screened by
+    // [`priced_balanced_bound`], then [`split_bound`], as (a).
+    if space.keep_all {
+        resplit_valid_below_top(pr, policy, acc, &in_top, &mut splitter, k);
     }
     // (b) Layouts only the split rejects, best bound first, a few at a
     // time while the bound beats the K-th best.
@@ -2088,6 +2178,52 @@ mod tests {
             &job,
             cluster.total_gpus(),
         ))
+    }
+
+    /// Brute force against the pruned search: every layout has one (p, v),
+    /// so the best K of the searches with p and v fixed, merged, are the
+    /// best K of the whole search. Qwen3-30B-A3B on dgx-h100-64: before
+    /// `refine` re-split valid layouts below the best 2K (its pass (a′)),
+    /// the whole search priced D16 T1 p4 v4 b2 split evenly, 591,505
+    /// tokens/s (row 95), while its own search (`--fix pp=4,vpp=4`)
+    /// re-split it to 673,290, inside the best 10.
+    #[test]
+    fn fixing_p_and_v_finds_nothing_the_whole_search_misses() {
+        with_problem("qwen3-30b-a3b", "dgx-h100-64", None, 4096, |pr| {
+            let k = 10;
+            let space = Space {
+                keep_all: true,
+                top_k: k,
+                ..Space::default()
+            };
+            let best = |s: &Space| -> Vec<f64> {
+                search(pr, s)
+                    .top
+                    .iter()
+                    .take(k)
+                    .map(|c| c.eval.tokens_per_s)
+                    .collect()
+            };
+            let whole = best(&space);
+            let layers = pr.model.architecture.layers;
+            let mut merged = Vec::new();
+            for pp in divisors(pr.world) {
+                for v in interleavings(pp, layers, space.max_vpp, None, one_layer_kind(pr)) {
+                    let mut fixed = space.clone();
+                    fixed.filter.pp = Some(pp);
+                    fixed.filter.vpp = Some(v);
+                    merged.extend(best(&fixed));
+                }
+            }
+            merged.sort_by(|a, b| b.total_cmp(a));
+            merged.truncate(k);
+            assert_eq!(whole, merged);
+            // The layout of the docs, re-split, is among them.
+            assert!(
+                whole.iter().any(|t| (t - 673_290.0).abs() < 1.0),
+                "{whole:?}"
+            );
+        });
     }
 
     /// Run `f` on every mesh of the default space, for each `(model,

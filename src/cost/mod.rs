@@ -118,6 +118,12 @@ pub struct Evaluation {
     pub mfu_own_peak: f64,
     /// Bubble share of the step.
     pub bubble_fraction: f64,
+    /// The pipeline ranks' times per micro-batch under this layout's split
+    /// (slowest and sum, seconds; without the per-micro-batch ZeRO-2/3
+    /// exposure), for the search's bound on what another split can give
+    /// (the sum does not depend on the split). Not reported.
+    #[serde(skip)]
+    pub stages: schedule::StageSummary,
 }
 
 impl Evaluation {
@@ -801,6 +807,10 @@ pub fn evaluate_capped(
             / n
             / (precision::dense_peak_tflops(pr.gpu, pr.job.precision) * 1e12).max(1.0),
         bubble_fraction: bubble / step,
+        stages: schedule::StageSummary {
+            slowest: t_max,
+            sum: t_sum,
+        },
     })
 }
 

@@ -13,7 +13,7 @@
 
 /// What the pipeline time depends on: the slowest stage's time per
 /// micro-batch and the sum over stages, seconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageSummary {
     /// `max_i t_i`.
     pub slowest: f64,
