@@ -2057,6 +2057,34 @@ fn tflops_outvoted(case: &mut Case) -> Option<String> {
     ))
 }
 
+/// A row that gives TFLOP/s and an MFU compares the TFLOP/s; when the
+/// MFU says another figure (MFU × the dense bf16 peak in model FLOPs,
+/// against the TFLOP/s counted as model FLOPs, more than
+/// [`CONVENTION_AGREEMENT`] apart) the case says that it was not
+/// compared, with both figures (a review's crafted MEGASCALE-175B-MLM-1024
+/// whose three figures all disagree dropped its MFU silently). MEG24-01's
+/// 408.8 TFLOP/s against 0.41 × 989 = 405.5 (0.8%, the MFU's rounding)
+/// gets no note.
+fn mfu_not_compared(case: &Case) -> Option<String> {
+    let row = &case.row;
+    let (tf, mfu) = (row.measured_tflops_per_gpu?, row.measured_mfu?);
+    let model = FlopConvention::Megatron.flops(
+        &case.model,
+        &case.job,
+        case.vocab_padded,
+        case.layout.recompute,
+    );
+    let tf_model = tf * model / case.flops();
+    let from_mfu = mfu * case.gpu.peak_tflops_bf16;
+    if (from_mfu / tf_model - 1.0).abs() <= CONVENTION_AGREEMENT {
+        return None;
+    }
+    Some(format!(
+        "MFU: the row's {mfu} × {} = {from_mfu:.1} TFLOP/s disagrees with its {tf} TFLOP/s ({tf_model:.1} as model FLOPs); the TFLOP/s is compared, the MFU is not",
+        case.gpu.peak_tflops_bf16
+    ))
+}
+
 /// Largest disagreement between a row's measured TFLOP/s and the TFLOP/s
 /// its measured step time implies under a FLOP convention for that
 /// convention to be taken as the one the row counted in (2%: the rounding
@@ -2829,6 +2857,9 @@ pub fn compare(case: &Case) -> (RowResult, Evaluation) {
                 .map(|t| Metric::new(flops / t / n / 1e12, pred_tflops, true))
         });
     let mut assumptions = case.assumptions.clone();
+    if let Some(note) = mfu_not_compared(case) {
+        assumptions.push(note);
+    }
     let mut step = case
         .measured_step()
         .map(|(m, d)| Metric::new(m, pred_step, d));

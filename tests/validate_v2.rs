@@ -1270,6 +1270,38 @@ fn a_tflops_figure_its_mfu_and_step_outvote_is_set_aside() {
     assert_eq!(kept.measured_tflops(), Some((145.7, false)));
 }
 
+/// A row whose three throughput figures all disagree keeps its TFLOP/s
+/// and says the MFU was not compared (a review's crafted row: it was
+/// dropped without a word). MEGASCALE-175B-MLM-1024 with MFU 0.6: 0.6 ×
+/// 312 = 187.2 TFLOP/s, the step's 137.2 and the row's 128.8 (model
+/// FLOPs, its stated convention) are all more than 2% apart. The shipped
+/// row 768 (145.7 TFLOP/s, 0.467 × 312 = 145.7) gets no such note.
+#[test]
+fn an_mfu_that_is_not_compared_is_named() {
+    let r = run(&row_with(
+        "MEGASCALE-175B-MLM-1024",
+        &[("measured_mfu", "0.6")],
+    ));
+    let row = &r.rows[0];
+    let tf = row.tflops.as_ref().unwrap();
+    assert_eq!(tf.measured, 128.8);
+    assert!(
+        row.assumptions.iter().any(|a| a
+            == "MFU: the row's 0.6 × 312 = 187.2 TFLOP/s disagrees with its 128.8 TFLOP/s (128.8 as model FLOPs); the TFLOP/s is compared, the MFU is not"),
+        "{:?}",
+        row.assumptions
+    );
+    let kept = run(&row_with("MEGASCALE-175B-MLM-768", &[]));
+    assert!(
+        !kept.rows[0]
+            .assumptions
+            .iter()
+            .any(|a| a.starts_with("MFU:")),
+        "{:?}",
+        kept.rows[0].assumptions
+    );
+}
+
 /// A step time, a row's only throughput figure, that would run the step's
 /// model FLOPs faster than the GPU's peak is refused with the field and the
 /// peak (a review's crafted row, MEGASCALE-175B-MLM-1024 with only
