@@ -1410,11 +1410,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
         eprintln!(
             "note: --target {} does not run this layout: {}",
             a.target,
-            refusals
-                .iter()
-                .map(|r| format!("[{}] {}", r.code, r.message))
-                .collect::<Vec<_>>()
-                .join("; ")
+            coded(&refusals)
         );
     }
     let result = search::search(&pr, &space);
@@ -1454,11 +1450,7 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
                 Some(format!(
                     "--target {} does not run it: {}",
                     a.target,
-                    refusals
-                        .iter()
-                        .map(|r| format!("[{}] {}", r.code, r.message))
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                    coded(&refusals)
                 ))
             };
             report.gap_to_best = Some(explain::gap(&best.eval.time, &report.eval.time));
@@ -1636,6 +1628,15 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
 /// Keep the ranked rows `target` runs, ranked among themselves as
 /// `generate --target --rank K` counts them, their tie groups renumbered
 /// 1, 2, … over the rows kept. Megatron runs every row.
+/// Refusals as `[code] message`, joined by `; `.
+fn coded(refusals: &[crate::generate::Refusal]) -> String {
+    refusals
+        .iter()
+        .map(|r| format!("[{}] {}", r.code, r.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn keep_target_rows(rows: &mut Vec<crate::report::Row>, target: Target, s: &Setup) {
     if target == Target::Megatron {
         return;

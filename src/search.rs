@@ -1219,6 +1219,20 @@ impl Splitter {
         self.lookup(sp).flatten()
     }
 
+    /// `c` with the solver's split of its prepared problem `sp`, priced,
+    /// when that split is valid, fits and beats `c` ([`better`]).
+    fn improve(
+        &self,
+        pr: &Problem,
+        policy: &Policy,
+        c: &Candidate,
+        sp: &SplitProblem,
+    ) -> Option<Candidate> {
+        self.get(sp)
+            .and_then(|layers| with_split(pr, policy, &c.layout, layers))
+            .filter(|c2| better(c2, c) == Ordering::Less)
+    }
+
     /// [`Splitter::get`], telling a problem left unsolved by the budget
     /// (`None`) from one solved without a split (`Some(None)`).
     fn lookup(&self, sp: &SplitProblem) -> Option<Option<Vec<u32>>> {
@@ -1290,12 +1304,7 @@ fn settle_ranked(pr: &Problem, policy: &Policy, acc: &mut Acc) {
             .collect();
         splitter.prepare(problems.iter().map(|(_, sp)| sp));
         for (j, sp) in &problems {
-            let c = &acc.all[*j];
-            let better_split = splitter
-                .get(sp)
-                .and_then(|layers| with_split(pr, policy, &c.layout, layers))
-                .filter(|c2| better(c2, c) == Ordering::Less);
-            if let Some(c2) = better_split {
+            if let Some(c2) = splitter.improve(pr, policy, &acc.all[*j], sp) {
                 acc.stats.resplit += 1;
                 ranked.replace(*j, &c2);
                 acc.all[*j] = c2;
@@ -1348,12 +1357,7 @@ fn resplit_valid_below_top(
         .collect();
     splitter.prepare(problems.iter().map(|(_, sp)| sp));
     for (i, sp) in &problems {
-        let c = &acc.all[*i];
-        let better_split = splitter
-            .get(sp)
-            .and_then(|layers| with_split(pr, policy, &c.layout, layers))
-            .filter(|c2| better(c2, c) == Ordering::Less);
-        if let Some(c2) = better_split {
+        if let Some(c2) = splitter.improve(pr, policy, &acc.all[*i], sp) {
             acc.stats.resplit += 1;
             acc.all[*i] = c2.clone();
             acc.push_valid(c2, k.saturating_mul(2), false);
@@ -1503,9 +1507,7 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
     for (c, sp) in top.into_iter().zip(&problems) {
         let improved = sp
             .as_ref()
-            .and_then(|sp| splitter.get(sp))
-            .and_then(|layers| with_split(pr, policy, &c.layout, layers))
-            .filter(|c2| better(c2, &c) == Ordering::Less);
+            .and_then(|sp| splitter.improve(pr, policy, &c, sp));
         let chosen = match improved {
             Some(c2) => {
                 acc.stats.resplit += 1;
