@@ -1222,6 +1222,8 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     };
     report.rows.truncate(top);
     report.fewer_gpus = crate::gpu_count::fewer_gpus(&pr, &space, &result);
+    report.scale_down =
+        crate::gpu_count::scale_down(&pr, &space.policy, &result, report.fewer_gpus.as_ref());
     search_extras(
         &pr,
         &space,

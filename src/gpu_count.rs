@@ -19,6 +19,10 @@
 //! when it has more tokens/s in total than N's winner (or N has none).
 //! Below that margin a smaller count's edge is the ordinary strong-scaling
 //! loss of N, not the factorisation.
+//!
+//! A well-factored N whose winner is still below [`POOR_MFU`] is usually
+//! too many GPUs for the global batch: [`scale_down`] prices the winner on
+//! half, a quarter and an eighth of its data-parallel replicas.
 
 use serde::Serialize;
 
@@ -68,6 +72,76 @@ pub struct FewerGpus {
     pub total_ratio: f64,
     /// Every count probed, largest first.
     pub probed: Vec<u64>,
+}
+
+/// Share of N's tokens/s under which a halved count is not listed as
+/// [`ScaleDown`] (it would only say that fewer GPUs are slower).
+pub const SCALE_DOWN_KEEP: f64 = 0.5;
+
+/// Far fewer GPUs for a job too small for N: the winner's MFU is below
+/// [`POOR_MFU`] on a count with no better-factored neighbour (Qwen3-30B-A3B
+/// at its global batch of 1,024 sequences on 16,384 H100s: 3.6% MFU, 256
+/// tokens per GPU per step). The winner's own layout on D/2, D/4 and D/8
+/// data-parallel replicas (N/2, N/4, N/8 GPUs; T, p, C, E, the split and
+/// the rest unchanged, each replica running 2, 4, 8 times the
+/// micro-batches) is priced, and the counts where it is valid, fits and
+/// keeps at least [`SCALE_DOWN_KEEP`] of N's tokens/s are listed: a lower
+/// bound on what those counts reach, for the price of one evaluation each.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScaleDown {
+    /// The searched count N and its winner.
+    pub requested: CountResult,
+    /// The winner's layout on fewer replicas, largest count first.
+    pub counts: Vec<CountResult>,
+    /// Tokens per GPU per step on N (global batch × sequence over N).
+    pub tokens_per_gpu_per_step: f64,
+}
+
+/// Halvings of D tried by [`scale_down`].
+pub const SCALE_DOWN_STEPS: u32 = 3;
+
+/// [`ScaleDown`] for the search `result` of `pr`, when its winner is below
+/// [`POOR_MFU`] and [`fewer_gpus`] found no better neighbour (`nearby`).
+pub fn scale_down(
+    pr: &Problem,
+    policy: &crate::rules::Policy,
+    result: &SearchResult,
+    nearby: Option<&FewerGpus>,
+) -> Option<ScaleDown> {
+    let win = result.top.first()?;
+    if nearby.is_some() || win.eval.mfu >= POOR_MFU {
+        return None;
+    }
+    let requested = count_result(pr.world, result);
+    let counts: Vec<CountResult> = (1..=SCALE_DOWN_STEPS)
+        .filter(|&k| win.layout.dp % (1 << k) == 0)
+        .filter_map(|k| {
+            let l = crate::layout::Layout {
+                dp: win.layout.dp >> k,
+                ..win.layout.clone()
+            };
+            let gpus = pr.world >> k;
+            let p = Problem::new(pr.model, pr.gpu, pr.cluster, pr.job, gpus);
+            let e = crate::cost::evaluate(&p, &l);
+            (crate::rules::violations(&p, policy, &l).is_empty() && e.fits()).then(|| CountResult {
+                gpus,
+                factors: factor_string(gpus),
+                layout: Some(l.short()),
+                tokens_per_s: e.tokens_per_s,
+                tokens_per_s_per_gpu: e.tokens_per_s / gpus as f64,
+                mfu: e.mfu,
+            })
+        })
+        .filter(|c| c.tokens_per_s >= SCALE_DOWN_KEEP * requested.tokens_per_s)
+        .collect();
+    if counts.is_empty() {
+        return None;
+    }
+    Some(ScaleDown {
+        tokens_per_gpu_per_step: pr.job.tokens_per_step() / pr.world as f64,
+        requested,
+        counts,
+    })
 }
 
 /// Prime factors of `n` with multiplicity, ascending.

@@ -469,6 +469,10 @@ pub struct SearchReport {
     /// none was probed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fewer_gpus: Option<crate::gpu_count::FewerGpus>,
+    /// Halved GPU counts and what they keep, for a winner below 20% MFU
+    /// with no better-factored neighbour ([`crate::gpu_count::scale_down`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down: Option<crate::gpu_count::ScaleDown>,
     /// Why no layout was enumerated at all, when none was; or why none of
     /// the valid ones is listed, when `--target` runs none of them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -540,6 +544,7 @@ impl SearchReport {
             outlook: None,
             why_not: None,
             fewer_gpus: None,
+            scale_down: None,
             empty_reason: r.empty_reason.clone(),
             within_winner_band,
             fastest_predicted: fastest,

@@ -120,3 +120,47 @@ fn table_note_and_json_field() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v.get("fewer_gpus").is_none());
 }
+
+/// Qwen3-30B-A3B at its card's global batch (1,024 × 4,096 tokens) on all
+/// 16,384 GPUs of h100-16k: 256 tokens per GPU per step, a winner below
+/// 20% MFU, and 16,384 = 2^14 has no better-factored neighbour, so the
+/// search prices its winner on half the data-parallel replicas. Oracles:
+/// the listed figures are that layout's own evaluation on 8,192 GPUs, and
+/// a search of 8,192 GPUs finds at least as much (the note is a lower
+/// bound). Where a nearby count already does better (DeepSeek-V3 on 424),
+/// nothing is added.
+#[test]
+fn a_job_too_small_for_its_gpus_is_priced_on_fewer_replicas() {
+    use meshplan::layout::Layout;
+    let s = Setup::new("qwen3-30b-a3b", "h100-16k", None);
+    let pr = s.problem();
+    let space = Space::default();
+    let r = search::search(&pr, &space);
+    let win = r.top.first().expect("a valid layout");
+    assert!(win.eval.mfu < gpu_count::POOR_MFU, "{}", win.eval.mfu);
+    assert!(gpu_count::fewer_gpus(&pr, &space, &r).is_none());
+    let d = gpu_count::scale_down(&pr, &space.policy, &r, None).expect("a note");
+    // 1024 · 4096 / 16384 = 256 tokens per GPU per step.
+    assert_eq!(d.tokens_per_gpu_per_step, 256.0);
+    let half = &d.counts[0];
+    assert_eq!(half.gpus, 8192);
+    let l = Layout {
+        dp: win.layout.dp / 2,
+        ..win.layout.clone()
+    };
+    let s8 = Setup::new("qwen3-30b-a3b", "h100-16k", Some(8192));
+    let e = meshplan::cost::evaluate(&s8.problem(), &l);
+    assert_eq!(half.tokens_per_s, e.tokens_per_s);
+    assert_eq!(half.layout.as_deref(), Some(l.short().as_str()));
+    assert!(half.tokens_per_s >= gpu_count::SCALE_DOWN_KEEP * win.eval.tokens_per_s);
+    assert!(half.tokens_per_s_per_gpu > win.eval.tokens_per_s / 16384.0);
+    let best8 = search::search(&s8.problem(), &Space::default());
+    assert!(best8.top[0].eval.tokens_per_s >= half.tokens_per_s);
+    // A nearby better count takes precedence.
+    let s424 = Setup::new("deepseek-v3", "h800-2048", Some(424));
+    let p424 = s424.problem();
+    let r424 = search::search(&p424, &space);
+    let near = gpu_count::fewer_gpus(&p424, &space, &r424);
+    assert!(near.is_some());
+    assert!(gpu_count::scale_down(&p424, &space.policy, &r424, near.as_ref()).is_none());
+}

@@ -257,6 +257,9 @@ impl Exporter for Table {
         if let Some(f) = &r.fewer_gpus {
             fewer_gpus(w, f)?;
         }
+        if let Some(d) = &r.scale_down {
+            scale_down(w, d)?;
+        }
         if let Some(q) = &r.why_not {
             super::extras::why_not(w, q)?;
         }
@@ -567,6 +570,35 @@ fn fewer_gpus(w: &mut dyn Write, f: &crate::gpu_count::FewerGpus) -> anyhow::Res
         f.per_gpu_ratio,
         total,
         probed.join(", ")
+    )?;
+    Ok(())
+}
+
+/// The note of [`crate::gpu_count::scale_down`].
+fn scale_down(w: &mut dyn Write, d: &crate::gpu_count::ScaleDown) -> anyhow::Result<()> {
+    let a = &d.requested;
+    let each: Vec<String> = d
+        .counts
+        .iter()
+        .map(|c| {
+            format!(
+                "on {} GPUs ({}) it keeps {:.0}% of the tokens/s ({:.1}× per GPU, MFU {:.1}%)",
+                c.gpus,
+                c.layout.as_deref().unwrap_or("-"),
+                100.0 * c.tokens_per_s / a.tokens_per_s,
+                c.tokens_per_s_per_gpu / a.tokens_per_s_per_gpu,
+                100.0 * c.mfu
+            )
+        })
+        .collect();
+    writeln!(
+        w,
+        "Note: MFU {:.1}% on {} GPUs, {:.0} tokens per GPU per step: the global batch is small for this many GPUs. #1 on fewer data-parallel replicas, all else kept: {}. A lower bound on those counts (search --gpus N ranks their own plans); a larger --global-batch also uses the {} GPUs better.",
+        100.0 * a.mfu,
+        a.gpus,
+        d.tokens_per_gpu_per_step,
+        each.join("; "),
+        a.gpus
     )?;
     Ok(())
 }
