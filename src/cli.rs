@@ -1110,20 +1110,32 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     target_model_check(a.target, &s)?;
     let pr = s.problem();
     let mut space = space(a)?;
+    let user_filter = space.filter.clone();
     a.target.limit_search(&mut space, s.job.recipe_name);
     if let Some(why) = fixed_beyond_target(a.target, &s, &space, "--fix") {
         bail!("{why}");
     }
     // A `--why-not` asking for what the target's limits leave out is
-    // answered by the target's refusal, not by the search bounds.
+    // answered by the target's refusal, not by the search bounds; one
+    // asking for a value the limits fixed (etp=2 under torchtitan) is not
+    // asked of the search at all (`conflict`).
+    let mut conflict = false;
     let why_not_beyond_target = a.why_not.as_deref().and_then(|q| {
         let asked = search::Filter::parse(q).ok()?;
-        let filter = space.filter.merged(&asked, "--fix", "--why-not").ok()?;
-        let probe = Space {
-            filter,
-            ..space.clone()
-        };
-        fixed_beyond_target(a.target, &s, &probe, "--why-not")
+        match space.filter.merged(&asked, "--fix", "--why-not") {
+            Ok(filter) => {
+                let probe = Space {
+                    filter,
+                    ..space.clone()
+                };
+                fixed_beyond_target(a.target, &s, &probe, "--why-not")
+            }
+            Err(_) => {
+                let with = user_filter.merged(&asked, "--fix", "--why-not").ok()?;
+                conflict = true;
+                Some(limited_by_target(a.target, &s, &user_filter, &with, q))
+            }
+        }
     });
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     if a.why_not.is_some() && a.job.format == Format::Csv {
@@ -1159,7 +1171,11 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
     let mut report = SearchReport::ranked(&pr, &space.policy, &result, a.rank_by, limit);
     if a.target != Target::Megatron {
         let before = report.rows.len();
-        let fastest = report.rows.first().map(|r| r.layout.clone());
+        let fastest = report
+            .rows
+            .iter()
+            .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+            .map(|r| r.layout.clone());
         keep_target_rows(&mut report.rows, a.target, &s);
         // Valid layouts, none of which the target runs (a `--fix etp=2`
         // under torchtitan): say why, not "every one breaks a rule".
@@ -1178,6 +1194,8 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
                 a.target,
                 l.short()
             ));
+            // No winner, so no band around it.
+            report.within_winner_band = None;
         }
         report.fastest_predicted = report
             .rows
@@ -1229,16 +1247,52 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
         &space,
         &result,
         &mut report,
-        a.why_not.as_deref(),
+        a.why_not.as_deref().filter(|_| !conflict),
         &ranked,
         tokens,
         a.extras.plot.as_deref(),
     )?;
-    if let (Some(w), Some(why)) = (report.why_not.as_mut(), why_not_beyond_target)
+    if conflict {
+        report.why_not = Some(explain::WhyNot {
+            query: a.why_not.clone().unwrap_or_default(),
+            valid_total: result.stats.valid as usize,
+            ranked_total: ranked.len(),
+            matching_considered: 0,
+            matching_valid: 0,
+            winner: report.rows.first().cloned(),
+            best: None,
+            unranked: None,
+            unranked_reason: None,
+            outside_space: None,
+            gap: None,
+            rejections: Vec::new(),
+            near_miss: None,
+            note: why_not_beyond_target,
+        });
+    } else if let (Some(w), Some(why)) = (report.why_not.as_mut(), why_not_beyond_target)
         && w.best.is_none()
         && w.unranked.is_none()
     {
         w.note = Some(why);
+    }
+    // Matching layouts valid but not in the target's ranking: the target
+    // refuses the best of them (it was answered as if ranked elsewhere).
+    if a.target != Target::Megatron
+        && let Some(w) = report.why_not.as_mut()
+        && w.best.is_none()
+        && let Some(u) = w.unranked.clone()
+    {
+        let refused = a.target.refusals(&s.model, &s.job, &u.layout);
+        if !refused.is_empty() {
+            w.note = Some(format!(
+                "--target {} runs none of the ranked layouts matching it; the best matching valid one, {}, is refused: {}",
+                a.target,
+                u.layout.short(),
+                coded(&refused)
+            ));
+            w.unranked = None;
+            w.unranked_reason = None;
+        }
     }
     render::exporter(a.job.format).search(out, &report)?;
     out.flush()?;
@@ -1440,6 +1494,20 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
             });
             report.rank_among_valid = Some(match row {
                 Some(r) => r.rank,
+                // Among the valid layouts the target runs.
+                None if a.target != Target::Megatron => {
+                    let kept: Vec<search::Candidate> = result
+                        .all
+                        .iter()
+                        .filter(|c| {
+                            a.target
+                                .refusals(&req.setup.model, &req.setup.job, &c.layout)
+                                .is_empty()
+                        })
+                        .cloned()
+                        .collect();
+                    search::rank_among(&kept, &report.eval)
+                }
                 None => search::rank_among(&result.all, &report.eval),
             });
             report.rank_is_row = row.is_some();
@@ -1630,6 +1698,48 @@ fn generate_layout(a: &GenerateArgs, req: &PlanRequest) -> Result<Layout> {
 /// Keep the ranked rows `target` runs, ranked among themselves as
 /// `generate --target --rank K` counts them, their tie groups renumbered
 /// 1, 2, … over the rows kept. Megatron runs every row.
+/// The answer to a `--why-not` that asks for a value `target`'s search
+/// limits fixed (`etp=2` where torchtitan keeps ETP = 1): the limits and
+/// the refusals the asked values add to the layout of the user's own
+/// `--fix` values (`user`, with the defaults elsewhere), against `with`
+/// the asked ones.
+fn limited_by_target(
+    target: Target,
+    s: &Setup,
+    user: &search::Filter,
+    with: &search::Filter,
+    q: &str,
+) -> String {
+    let world = s.world as u64;
+    let before = user
+        .layout_with_defaults(world)
+        .map(|l| target.refusals(&s.model, &s.job, &l))
+        .unwrap_or_default();
+    let added: Vec<crate::generate::Refusal> = with
+        .layout_with_defaults(world)
+        .map(|l| target.refusals(&s.model, &s.job, &l))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| !before.contains(r))
+        .collect();
+    let why = if added.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ": {}",
+            added
+                .iter()
+                .map(|r| format!("[{}] {}; fix: {}", r.code, r.message, r.remedy))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    format!(
+        "--why-not {q}: --target {target} keeps the search to {}{why}",
+        target.search_limits()
+    )
+}
+
 /// Refusals as `[code] message`, joined by `; `.
 fn coded(refusals: &[crate::generate::Refusal]) -> String {
     refusals

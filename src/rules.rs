@@ -582,6 +582,9 @@ const RULES: [RuleDef; 18] = [
             remedy: |x| {
                 let (layers, l) = (x.a.layers, x.l);
                 // With p kept, the v whose p·v chunks split the layers evenly.
+                if l.vpp > 1 && l.pp == 1 {
+                    return "use v = 1 (interleaving needs a pipeline, p > 1)".to_string();
+                }
                 let vs: Vec<u32> = if l.vpp > 1 && splits_evenly(layers, l.pp) {
                     (1..=(layers / l.pp).min(128))
                         .filter(|&v| splits_evenly(layers, l.pp * v))
@@ -595,7 +598,7 @@ const RULES: [RuleDef; 18] = [
                         list(&vs)
                     );
                 }
-                let ok: Vec<u32> = (2..=layers.min(128))
+                let ok: Vec<u32> = (1..=layers.min(128))
                     .filter(|&d| splits_evenly(layers, d))
                     .collect();
                 format!(

@@ -1610,3 +1610,39 @@ fn a_target_that_runs_no_valid_layout_says_why() {
     );
     assert!(!out.contains("every one breaks a rule"), "{out}");
 }
+
+/// `--why-not` asking for a value the target's search limits fix (torchtitan
+/// keeps ETP = 1 and runs no selective recompute; DeepSpeed keeps T = 1):
+/// the answer names the target's refusal. It was an error blaming a
+/// `--fix etp=1` the user never gave.
+#[test]
+fn why_not_a_value_the_target_fixes_gets_its_refusal() {
+    let base = ["search", "--model", "llama3-8b", "--cluster", "dgx-h100-64"];
+    for (target, q, expect) in [
+        ("torchtitan", "etp=2", "[torchtitan-etp] ETP = 2"),
+        (
+            "torchtitan",
+            "recompute=selective",
+            "--why-not recompute=selective: --target torchtitan: selective recompute",
+        ),
+        ("deepspeed", "tp=2", "[deepspeed-mesh] T = 2"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(["--target", target, "--recipe", "deepspeed", "--why-not", q]);
+        if target == "torchtitan" {
+            args.retain(|a| *a != "--recipe" && *a != "deepspeed");
+        }
+        let o = meshplan(&args);
+        assert!(o.status.success(), "{q}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains(expect), "{q}: {out}");
+        assert!(!out.contains("--fix sets"), "{out}");
+    }
+    // Fixed, selective recompute under torchtitan is refused up front.
+    let mut args = base.to_vec();
+    args.extend(["--target", "torchtitan", "--fix", "recompute=selective"]);
+    assert_clean_error(
+        &meshplan(&args),
+        &["--fix recompute=selective: --target torchtitan: selective recompute"],
+    );
+}

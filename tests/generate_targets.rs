@@ -818,3 +818,27 @@ fn torchtitan_interleaved_sends_hide_in_both_directions() {
         }
     }
 }
+
+/// DeepSpeed refuses mixtures of experts; the remedy names torchtitan only
+/// for a card torchtitan has a configuration for (qwen3-30b-a3b), not for
+/// mixtral-8x7b, which `--target torchtitan` refuses in turn.
+#[test]
+fn deepspeed_moe_remedy_names_only_targets_that_run_the_card() {
+    let remedy = |card: &str| {
+        let s = Setup::new(card, "dgx64", None);
+        let r = Target::Deepspeed.model_refusals(&s.model, &s.job);
+        assert_eq!(r[0].code, "deepspeed-moe");
+        r[0].remedy.clone()
+    };
+    assert_eq!(remedy("mixtral-8x7b"), "use --target megatron");
+    assert_eq!(
+        remedy("qwen3-30b-a3b"),
+        "use --target megatron or torchtitan"
+    );
+    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    assert!(
+        !Target::Torchtitan
+            .model_refusals(&s.model, &s.job)
+            .is_empty()
+    );
+}

@@ -105,7 +105,7 @@ fn dense_sizes_that_do_not_divide() {
             triple(
                 "layers-pp",
                 "80 layers do not split evenly over p·v = 3 stages",
-                "use p·v among 2, 4, 5, 8, 10, 16, 20, 40, 80, or an uneven split (first/last stage layer counts)"
+                "use p·v among 1, 2, 4, 5, 8, 10, 16, 20, 40, 80, or an uneven split (first/last stage layer counts)"
             ),
             triple(
                 "batch",
@@ -170,6 +170,24 @@ fn pipeline_sentences() {
             "v = 2 interleaving needs p > 1",
             remedy
         )]
+    );
+    // D8 T8 p1 v3: 80 % 3 ≠ 0 as well, and no v > 1 runs without a
+    // pipeline, so the remedy is v = 1 (it listed v that `interleave`
+    // then rejects).
+    let l = Layout {
+        vpp: 3,
+        ..Layout::dense(8, 8, 1, 1)
+    };
+    assert_eq!(
+        said(&s, &p, &l),
+        vec![
+            triple(
+                "layers-pp",
+                "80 layers on p = 1 give 80 per stage, not divisible by v = 3",
+                "use v = 1 (interleaving needs a pipeline, p > 1)"
+            ),
+            triple("interleave", "v = 3 interleaving needs p > 1", remedy)
+        ]
     );
     let l = Layout {
         vpp: 2,

@@ -312,7 +312,9 @@ impl Target {
     pub fn search_limits(self) -> &'static str {
         match self {
             Target::Megatron | Target::MegatronBridge => "every layout",
-            Target::Torchtitan => "ZeRO 0, 2 or 3, ETP = 1, rank order tp-cp-ep-dp-pp",
+            Target::Torchtitan => {
+                "ZeRO 0, 2 or 3, ETP = 1, rank order tp-cp-ep-dp-pp, all-gather K/V exchange, no selective recompute"
+            }
             Target::Deepspeed => {
                 "T = p = C = E = 1, no selective recompute, the ZeRO stages at which DeepSpeed keeps the recipe's gradients (megatron: 1; deepspeed: 0 to 3)"
             }
@@ -344,6 +346,9 @@ impl Target {
                     .filter
                     .cp_comm
                     .get_or_insert(crate::layout::CpComm::AllGather);
+                // Its SelectiveAC is a per-op policy, not the attention-core
+                // recompute priced here (the `torchtitan-recompute` refusal).
+                space.recompute_modes.retain(|r| *r != Recompute::Selective);
             }
             Target::Deepspeed => {
                 for size in [
@@ -383,11 +388,14 @@ impl Target {
                             "{} is a mixture of experts; DeepSpeed-MoE layers are part of the model code, which these files do not write",
                             model.name
                         ),
-                        // torchtitan refuses multi-token-prediction layers.
-                        if model.architecture.mtp_layers > 0 {
-                            "use --target megatron"
-                        } else {
+                        // torchtitan refuses multi-token-prediction layers
+                        // and cards it has no configuration for.
+                        if model.architecture.mtp_layers == 0
+                            && upstream(model).is_some_and(|u| u.torchtitan_config.is_some())
+                        {
                             "use --target megatron or torchtitan"
+                        } else {
+                            "use --target megatron"
                         },
                     ),
                     mtp_check(

@@ -241,7 +241,11 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
         _ => {
             rejection_lines(
                 w,
-                "No matching layout is valid. Matching layouts rejected (first broken rule):",
+                if q.matching_valid == 0 {
+                    "No matching layout is valid. Matching layouts rejected (first broken rule):"
+                } else {
+                    "Matching layouts rejected (first broken rule):"
+                },
                 &q.rejections,
                 false,
             )?;
