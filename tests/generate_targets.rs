@@ -842,3 +842,59 @@ fn deepspeed_moe_remedy_names_only_targets_that_run_the_card() {
             .is_empty()
     );
 }
+
+/// DeepSpeed without ZeRO hooks reduces after the last backward: at ZeRO-1
+/// with fp32 accumulation (`BF16_Optimizer`, the megatron recipe) and at
+/// ZeRO-0 (`FP16_Optimizer`), `engine.allreduce_gradients` all-reduces the
+/// gradients (`buffered_allreduce_fallback`), exposed, and
+/// `BF16_Optimizer.step` gathers the parameters, exposed. GPT 1.7B, D = 64
+/// on dgx-h100-64, b = 8: Megatron's distributed optimizer reduce-scatters
+/// under the backward (a ring all-reduce moves twice a reduce-scatter's
+/// bytes, so DeepSpeed's gradient term is twice Megatron's, to the
+/// per-step latency terms) and hides most of its gather. DeepSpeed's own
+/// ZeRO optimizer (the deepspeed recipe at ZeRO-1) reduces from its hooks,
+/// priced as before.
+#[test]
+fn deepspeed_without_zero_hooks_reduces_after_backward() {
+    use meshplan::cost::{self, TimePart};
+    let l = |zero: u8| Layout {
+        zero,
+        micro_batch: 8,
+        ..Layout::dense(64, 1, 1, 1)
+    };
+    let priced = |target: Target, recipe: meshplan::spec::RecipeName, zero: u8| {
+        let mut s = Setup::new("gpt-1.7b", "dgx-h100-64", None);
+        s.job.recipe_name = recipe;
+        s.job.recipe = recipe.recipe();
+        target.engine_job(&mut s.job);
+        cost::evaluate(&s.problem(), &l(zero))
+    };
+    use meshplan::spec::RecipeName::{Deepspeed, Megatron};
+    let mg = priced(Target::Megatron, Megatron, 1);
+    let ds = priced(Target::Deepspeed, Megatron, 1);
+    let (g_mg, g_ds) = (mg.time[TimePart::DpGrad], ds.time[TimePart::DpGrad]);
+    assert!(
+        (g_ds.total / g_mg.total - 2.0).abs() < 0.02,
+        "{g_ds:?} {g_mg:?}"
+    );
+    assert_eq!(g_ds.exposed, g_ds.total);
+    assert!(g_mg.exposed < 0.1 * g_mg.total, "{g_mg:?}");
+    let (a_mg, a_ds) = (
+        mg.time[TimePart::ParamGather],
+        ds.time[TimePart::ParamGather],
+    );
+    assert_eq!(a_ds.total, a_mg.total);
+    assert_eq!(a_ds.exposed, a_ds.total);
+    assert!(ds.time.step > mg.time.step);
+    // ZeRO-0: the same all-reduce, exposed instead of bucketed under the
+    // backward.
+    let z0 = priced(Target::Deepspeed, Deepspeed, 0).time[TimePart::DpGrad];
+    let z0_mg = priced(Target::Megatron, Deepspeed, 0).time[TimePart::DpGrad];
+    assert_eq!(z0.total, z0_mg.total);
+    assert_eq!(z0.exposed, z0.total);
+    assert!(z0_mg.exposed < z0_mg.total);
+    // DeepSpeed's ZeRO optimizer at ZeRO-1 keeps its hooks' overlap.
+    let hooks = priced(Target::Deepspeed, Deepspeed, 1).time[TimePart::DpGrad];
+    let hooks_mg = priced(Target::Megatron, Deepspeed, 1).time[TimePart::DpGrad];
+    assert_eq!(hooks, hooks_mg);
+}

@@ -56,6 +56,20 @@ pub const MEGATRON_BUCKET_PARAMS_PER_DP_RANK: f64 = 1e6;
 /// written (2): 34.
 pub const ADAM_BYTES_PER_PARAM: f64 = 34.0;
 
+/// Whether DeepSpeed reduces the gradients of ZeRO stage `zero` under
+/// `recipe` by one all-reduce after the step's last backward, exposed
+/// (`engine.allreduce_gradients` → `buffered_allreduce_fallback`, for an
+/// optimizer without `reduce_gradients`): ZeRO-0 (`FP16_Optimizer` in
+/// bf16) and ZeRO-1 with fp32 accumulation (`BF16_Optimizer`, the megatron
+/// recipe), whose updated parameters are then gathered inside its step,
+/// also exposed. DeepSpeed's ZeRO optimizer (the deepspeed recipe at
+/// ZeRO-1, every recipe at ZeRO-2/3) reduces from its backward hooks
+/// ([ref:deepspeed-zero-optimizer]). `engine.py` and `bf16_optimizer.py`
+/// at edaa722 ([ref:deepspeed-config]).
+pub fn deepspeed_boundary_all_reduce(zero: u8, recipe: crate::spec::RecipeName) -> bool {
+    zero == 0 || (zero == 1 && recipe == crate::spec::RecipeName::Megatron)
+}
+
 /// What the data-parallel group moves for one pipeline rank, bytes per rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DpVolumes {
@@ -208,6 +222,10 @@ pub struct Overlap {
     pub grad_reduce: bool,
     /// Parameter all-gather overlapped with forward (`--overlap-param-gather`).
     pub param_gather: bool,
+    /// ZeRO 0–1 reduce by one all-reduce after the last backward, and
+    /// ZeRO-1 gathers inside the step, neither overlapped
+    /// ([`deepspeed_boundary_all_reduce`]).
+    pub boundary_all_reduce: bool,
 }
 
 /// Where the data-parallel collectives run.
@@ -240,18 +258,19 @@ pub fn data_parallel(
     let mut out = DataParallel::default();
     match zero {
         0 | 1 => {
-            let reduce = gradient_reduction(v, zero, pl, links);
+            let boundary = overlap.boundary_all_reduce;
+            let reduce = gradient_reduction(v, if boundary { 0 } else { zero }, pl, links);
             let gather = if zero == 0 {
                 0.0
             } else {
                 parameter_gather(v, pl, links)
             };
-            let reduce_exposed = if overlap.grad_reduce {
+            let reduce_exposed = if overlap.grad_reduce && !boundary {
                 exposed_after_overlap(reduce, w.backward + w.drain, share)
             } else {
                 reduce
             };
-            let gather_exposed = if overlap.param_gather {
+            let gather_exposed = if overlap.param_gather && !boundary {
                 exposed_after_overlap(gather, w.forward, share)
             } else {
                 gather
@@ -633,6 +652,7 @@ mod tests {
         Overlap {
             grad_reduce,
             param_gather,
+            boundary_all_reduce: false,
         }
     }
 

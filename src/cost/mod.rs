@@ -636,6 +636,8 @@ fn rank_data_parallel(
     let overlap = data_parallel::Overlap {
         grad_reduce: pr.job.overlap_grad_reduce && !sync,
         param_gather: pr.job.param_gather_overlapped() && !sync,
+        boundary_all_reduce: pr.job.deepspeed_dp
+            && data_parallel::deepspeed_boundary_all_reduce(l.zero, pr.job.recipe_name),
     };
     let mut v = DpVolumes::of(rc.params, rc.expert_params, &pr.job.recipe);
     if let Some(lp) = pr.rates.low.as_ref().filter(|lp| lp.param_gather) {

@@ -177,7 +177,18 @@ pub fn checklist(plan: &Plan) -> Checklist {
             "K/V all-gather before every attention and dK/dV reduce-scatter after its backward"
         }
     };
+    let boundary = plan.job.deepspeed_dp
+        && crate::cost::data_parallel::deepspeed_boundary_all_reduce(
+            plan.sharding.zero,
+            plan.job.recipe,
+        );
     let dp_what = match plan.sharding.zero {
+        0 if boundary => {
+            "gradient all-reduce once per step, after the last backward (DeepSpeed's allreduce_gradients, not overlapped)"
+        }
+        1 if boundary => {
+            "gradient all-reduce after the last backward and parameter all-gather in the optimizer step, once per step (DeepSpeed's BF16_Optimizer, not overlapped)"
+        }
         0 => "gradient all-reduce once per step",
         1 => {
             "gradient reduce-scatter and parameter all-gather once per step (distributed optimizer)"

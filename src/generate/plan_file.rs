@@ -235,6 +235,10 @@ pub struct JobInfo {
     /// for dropless routing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_capacity_factor: Option<f64>,
+    /// ZeRO 0–1 gradients all-reduced after the last backward, as DeepSpeed
+    /// does without ZeRO hooks ([`crate::spec::Job::deepspeed_dp`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deepspeed_dp: bool,
 }
 
 /// Mesh sizes. N = D·T·p·C; E and ETP re-slice T·C·D as ETP·E·EDP.
@@ -923,6 +927,7 @@ impl Plan {
                 fp8_param_gather: pr.job.precision.is_low() && pr.job.fp8_param_gather,
                 fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
                 moe_capacity_factor: pr.model.moe.as_ref().and(pr.job.moe_capacity_factor),
+                deepspeed_dp: pr.job.deepspeed_dp,
             },
             mesh: MeshInfo {
                 world,

@@ -281,6 +281,7 @@ impl Target {
             }
             Target::Deepspeed => {
                 use super::deepspeed::{BUCKET_ELEMENTS, ZERO3_MAX_LIVE, ZERO3_PREFETCH};
+                job.deepspeed_dp = true;
                 job.engine_memory.deepspeed_zero3 = Some(DeepSpeedZero3 {
                     max_live: ZERO3_MAX_LIVE as f64,
                     prefetch_bucket: ZERO3_PREFETCH as f64,

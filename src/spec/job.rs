@@ -469,6 +469,18 @@ pub struct Job {
     /// `host_link_gbs`.
     #[serde(default)]
     pub activation_offload_layers: u32,
+    /// DeepSpeed's gradient reduction without ZeRO hooks: where its
+    /// optimizer has no `reduce_gradients` (`FP16_Optimizer` at ZeRO-0,
+    /// `BF16_Optimizer` at ZeRO-1 with fp32 accumulation, the megatron
+    /// recipe), `engine.allreduce_gradients` all-reduces the gradients
+    /// after the last backward of the step (`buffered_allreduce_fallback`),
+    /// whatever `overlap_comm` says, and `BF16_Optimizer.step` gathers the
+    /// updated parameters (`all_gather_dp_groups`) before returning
+    /// ([ref:deepspeed-config]); see
+    /// [`crate::cost::data_parallel::deepspeed_boundary_all_reduce`].
+    /// false = Megatron's bucketed reduction.
+    #[serde(default)]
+    pub deepspeed_dp: bool,
 }
 
 impl Job {
@@ -523,6 +535,7 @@ impl Job {
             cp_impl: CpImpl::Te,
             engine_memory: EngineMemory::default(),
             activation_offload_layers: 0,
+            deepspeed_dp: false,
         }
     }
 
