@@ -103,6 +103,10 @@ pub struct Checklist {
     pub job_mtbf_h: f64,
     /// Checkpoint and failure overhead, percent.
     pub overhead_pct: f64,
+    /// Share of the wall clock the Megatron script's evaluation takes (one
+    /// batch every checkpoint interval, [`super::megatron::eval_batch_s`]),
+    /// percent: not in the goodput.
+    pub eval_pct: f64,
 }
 
 fn line(name: &str, traffic: &str, span: &SpanInfo, time: Term, step: f64) -> GroupLine {
@@ -269,5 +273,9 @@ pub fn checklist(plan: &Plan) -> Checklist {
         interval_h: ck.interval_steps as f64 * pr.step_s / 3600.0,
         job_mtbf_h: ck.job_mtbf_s / 3600.0,
         overhead_pct: ck.overhead_fraction * 100.0,
+        eval_pct: {
+            let e = super::megatron::eval_batch_s(&pr.time_s, plan.sharding.zero);
+            100.0 * e / (e + ck.interval_steps.max(1) as f64 * pr.step_s)
+        },
     }
 }
