@@ -495,7 +495,7 @@ impl LayoutArgs {
                 .map(|x| x.unwrap_or(1) as u64)
                 .product::<u64>();
             bail!(
-                "T·p·C = {inner} does not divide the {world} GPUs; give --dp explicitly or change the sizes"
+                "T·p·C = {inner} does not divide the {world} GPUs, so no D fills them: choose T, p and C whose product divides {world} (or --gpus a multiple of {inner})"
             );
         };
         if global_batch < layout.dp as u64 {
@@ -1203,6 +1203,26 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             .skip(1)
             .filter(|r| r.tokens_per_s > report.rows[0].tokens_per_s)
             .min_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s))
+            .cloned();
+        let plausible = |r: &&crate::report::Row| {
+            !r.trust
+                .as_ref()
+                .and_then(|t| t.envelope.as_ref())
+                .is_some_and(|e| e.implausible)
+        };
+        report.fastest_plausible = report
+            .rows
+            .iter()
+            .skip(1)
+            .filter(plausible)
+            .filter(|r| r.tokens_per_s > report.rows[0].tokens_per_s)
+            .min_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s))
+            .filter(|r| {
+                report
+                    .fastest_predicted
+                    .as_ref()
+                    .is_none_or(|f| f.rank != r.rank)
+            })
             .cloned();
         let left_out = if before == 0 {
             "no layout it kept is valid".to_string()

@@ -234,6 +234,9 @@ pub struct Ranking {
     /// The plan predicted fastest, with its row in the ranking, when the
     /// ranking puts another plan first.
     pub fastest: Option<Row>,
+    /// The fastest plan not above the measured envelope, with its row,
+    /// when the ranking puts another plan first and it is not `fastest`.
+    pub fastest_plausible: Option<Row>,
 }
 
 /// The pool's plans as the ranking sees them ([`Ranked`]), with the trust
@@ -367,6 +370,13 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
             let i = order.iter().position(|&(j, _)| j == f)?;
             (i > 0).then(|| row(i, f, order[i].1))
         });
+    let plausible = (0..pool.len())
+        .filter(|&j| !plans[j].implausible)
+        .min_by(|&a, &b| crate::search::better(&pool[a], &pool[b]).then(a.cmp(&b)));
+    let fastest_plausible = plausible.and_then(|f| {
+        let i = order.iter().position(|&(j, _)| j == f)?;
+        (i > 0 && fastest.as_ref().is_none_or(|x| x.rank != i + 1)).then(|| row(i, f, order[i].1))
+    });
     let within_winner_band = rows
         .first()
         .and_then(band_floor)
@@ -375,6 +385,7 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
         rows,
         within_winner_band,
         fastest,
+        fastest_plausible,
     }
 }
 
@@ -487,6 +498,11 @@ pub struct SearchReport {
     /// first; absent when the fastest is row 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fastest_predicted: Option<Row>,
+    /// The fastest plan within the measured envelope (not implausible),
+    /// with its row, when the ranking puts another plan first and it is
+    /// not `fastest_predicted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fastest_plausible: Option<Row>,
 }
 
 impl SearchReport {
@@ -510,6 +526,7 @@ impl SearchReport {
             rows,
             within_winner_band,
             fastest,
+            fastest_plausible,
         } = ranking_of(pr, r.pool(), by, limit);
         let rejections = r
             .rejections
@@ -548,6 +565,7 @@ impl SearchReport {
             empty_reason: r.empty_reason.clone(),
             within_winner_band,
             fastest_predicted: fastest,
+            fastest_plausible,
         }
     }
 }

@@ -1646,3 +1646,55 @@ fn why_not_a_value_the_target_fixes_gets_its_refusal() {
         &["--fix recompute=selective: --target torchtitan: selective recompute"],
     );
 }
+
+/// The footer names the fastest plan within the measured envelope when
+/// the ranking puts another first (a newcomer read rows 1–10 as the
+/// fastest credible plans; 22 plausible ones were faster than #1). Oracle:
+/// the JSON's own rows. On the main job it is the ZeRO-2 row 11 (D8 T4
+/// p2, 26,255 tokens/s against #1's 25,762, +1.9%).
+#[test]
+fn the_fastest_plausible_plan_is_named() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "100000",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    let first = rows[0]["tokens_per_s"].as_f64().unwrap();
+    let best = rows
+        .iter()
+        .skip(1)
+        .filter(|r| r["trust"]["envelope"]["implausible"] != true)
+        .filter(|r| r["tokens_per_s"].as_f64().unwrap() > first)
+        .max_by(|a, b| {
+            a["tokens_per_s"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["tokens_per_s"].as_f64().unwrap())
+        })
+        .unwrap();
+    let f = &j["fastest_plausible"];
+    assert_eq!(f["rank"], best["rank"]);
+    assert_eq!(f["rank"], 11);
+    assert_eq!(f["layout"]["zero"], 2);
+    let table = stdout(&meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+    ]));
+    assert!(
+        table.contains("Fastest within the measured envelope: row 11, dp=8 tp=4 pp=2")
+            && table.contains("(+1.9% over #1"),
+        "{table}"
+    );
+}

@@ -189,6 +189,22 @@ impl Exporter for Table {
                     100.0 * f.mfu
                 )?;
             }
+            if let (Some(f), Some(first)) = (&r.fastest_plausible, r.rows.first()) {
+                let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
+                writeln!(
+                    w,
+                    "Fastest within the measured envelope: row {}, {}{} at {:.0} tokens/s ({:+.1}% over #1, {:.1}% MFU, {trust}), behind #1 in the ranking because #1 is better validated or the model cannot tell them apart.",
+                    f.rank,
+                    f.layout.short(),
+                    match &f.layout.split {
+                        Some(_) => format!(" split {}", split_text(&f.layout.split)),
+                        None => String::new(),
+                    },
+                    f.tokens_per_s,
+                    100.0 * (f.tokens_per_s / first.tokens_per_s - 1.0),
+                    100.0 * f.mfu
+                )?;
+            }
         }
         if r.stats.splits_solved > 0 {
             writeln!(
