@@ -780,7 +780,9 @@ fn catalog(models_dir: &Option<PathBuf>, hardware_dir: &Option<PathBuf>) -> Resu
         }
     }
     if let Some(d) = hardware_dir {
-        c.add_hardware_dir(d)?;
+        for n in c.add_hardware_dir(d)? {
+            eprintln!("{n}");
+        }
     }
     Ok(c)
 }

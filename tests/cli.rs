@@ -1698,3 +1698,45 @@ fn the_fastest_plausible_plan_is_named() {
         "{table}"
     );
 }
+
+/// A cluster file copied as the README suggests but with its `name` still
+/// `dgx64` replaces the shipped dgx64 (selection is by `name`, not by the
+/// file name): both facts are said on stderr, naming the file. It was
+/// silent, and `--cluster dgx64` then planned the edited profile.
+#[test]
+fn a_hardware_file_that_replaces_a_shipped_profile_says_so() {
+    let d = common::temp_dir("hw-shadow");
+    std::fs::create_dir_all(d.join("clusters")).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/clusters/dgx64.toml"),
+    )
+    .unwrap();
+    let file = d.join("clusters/my-cluster.toml");
+    std::fs::write(&file, text).unwrap();
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "1",
+        "--hardware-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let shown = file.display().to_string();
+    assert!(
+        err.contains(&format!(
+            "note: {shown}: replaces the shipped cluster `dgx64`"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "note: {shown}: selected as `dgx64`, its `name` field, not by the file name `my-cluster`"
+        )),
+        "{err}"
+    );
+}

@@ -193,15 +193,41 @@ impl Catalog {
     }
 
     /// Add the profiles of a hardware directory (`gpus/*.toml`,
-    /// `clusters/*.toml`), replacing same-named ones.
+    /// `clusters/*.toml`), replacing those with the same `name` field, and
+    /// return the notes to print (on stderr): which shipped profile a file
+    /// replaces, and a file whose `name` is not its file name (the `name`
+    /// selects it, a copied file keeps the original's).
     ///
     /// # Errors
     /// As [`Catalog::add_models_dir`]; also a cluster naming an unknown GPU.
-    pub fn add_hardware_dir(&mut self, dir: &Path) -> Result<(), InputError> {
+    pub fn add_hardware_dir(&mut self, dir: &Path) -> Result<Vec<String>, InputError> {
+        let mut notes = Vec::new();
+        let note = |notes: &mut Vec<String>, path: &Path, kind: &str, name: &str, shipped: bool| {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            let named = crate::limits::echo(name);
+            if shipped {
+                notes.push(format!(
+                    "note: {}: replaces the shipped {kind} `{named}` (its `name` field)",
+                    path.display()
+                ));
+            }
+            if stem != name {
+                notes.push(format!(
+                    "note: {}: selected as `{named}`, its `name` field, not by the file name `{}`",
+                    path.display(),
+                    crate::limits::echo(stem)
+                ));
+            }
+        };
+        let shipped_gpus: Vec<String> = self.gpus.iter().map(|g| g.name.clone()).collect();
+        let shipped_clusters: Vec<String> = self.clusters.iter().map(|c| c.name.clone()).collect();
         let gpus = dir.join("gpus");
         if gpus.is_dir() {
             for (path, text) in read_dir_toml(&gpus)? {
-                upsert(&mut self.gpus, Gpu::from_toml(&text, &path)?, |g| &g.name);
+                let g = Gpu::from_toml(&text, &path)?;
+                let shipped = shipped_gpus.contains(&g.name);
+                note(&mut notes, &path, "GPU", &g.name, shipped);
+                upsert(&mut self.gpus, g, |g| &g.name);
             }
         }
         let clusters = dir.join("clusters");
@@ -209,6 +235,8 @@ impl Catalog {
             for (path, text) in read_dir_toml(&clusters)? {
                 let c = Cluster::from_toml(&text, &path)?;
                 self.check_gpu_known(&c, &path)?;
+                let shipped = shipped_clusters.contains(&c.name);
+                note(&mut notes, &path, "cluster", &c.name, shipped);
                 upsert(&mut self.clusters, c, |c| &c.name);
             }
         }
@@ -219,7 +247,8 @@ impl Catalog {
                 "neither subdirectory exists; a hardware directory holds gpus/*.toml and clusters/*.toml",
             ));
         }
-        self.check_links()
+        self.check_links()?;
+        Ok(notes)
     }
 
     fn check_links(&self) -> Result<(), InputError> {
