@@ -583,8 +583,59 @@ pub fn command() -> clap::Command {
 /// message and status 2 on a usage error.
 pub fn parse_args() -> Cli {
     use clap::FromArgMatches;
-    let m = command().get_matches();
+    let argv: Vec<String> = std::env::args().collect();
+    let m = command().try_get_matches_from(&argv).unwrap_or_else(|e| {
+        if let Some(why) = misplaced_layout_flag(&e, &argv) {
+            let _ = writeln!(std::io::stderr(), "error: {why}");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+}
+
+/// The sentence for a layout flag given to the wrong command: `search
+/// --recompute full` (search takes layout values through `--fix`; clap
+/// offered `--recipe`), or `explain --fix tp=8` (explain and generate
+/// take them as flags). `None` for any other parse error.
+fn misplaced_layout_flag(e: &clap::Error, argv: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let sub = argv.get(1).map(String::as_str)?;
+    let flag = arg.strip_prefix("--")?;
+    let (name, inline) = match flag.split_once('=') {
+        Some((n, v)) => (n, Some(v.to_string())),
+        None => (flag, None),
+    };
+    match sub {
+        "search" => {
+            let key = search::layout_key(name)?;
+            let with_eq = format!("{arg}=");
+            let value = inline
+                .or_else(|| {
+                    argv.iter()
+                        .find_map(|a| a.strip_prefix(&with_eq).map(str::to_string))
+                })
+                .or_else(|| {
+                    let at = argv.iter().position(|a| a == arg)?;
+                    argv.get(at + 1).filter(|v| !v.starts_with("--")).cloned()
+                })
+                .unwrap_or_else(|| key.example.to_string());
+            Some(format!(
+                "search takes layout values through --fix ({arg} is a flag of explain and generate): --fix {}={value} keeps the search to it, --why-not {}={value} asks why it is not #1",
+                key.name, key.name
+            ))
+        }
+        "explain" | "generate" if name == "fix" || name == "why-not" => Some(format!(
+            "{sub} takes the layout's values as flags, one per key (--tp 8 --pp 2 --sp …, see {sub} --help); {arg} is a flag of search"
+        )),
+        _ => None,
+    }
 }
 
 /// Appends the layout grammar's default to the help of each layout flag.
@@ -1471,6 +1522,15 @@ fn run_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<()> {
             }
             Err(e) => bail!("--auto-split: {e}"),
         }
+    }
+    // SP off by default here, while a search tries both and its T > 1 rows
+    // mostly have it on: say so, as copying `tp=8,pp=2` from a table
+    // without `--sp` prices another layout.
+    if layout.tp > 1 && !layout.sp && a.layout.sp.is_none() {
+        eprintln!(
+            "note: T = {} without --sp: sequence parallelism is off (explain's default); a search row's SP column says which it priced (--sp for on)",
+            layout.tp
+        );
     }
     let tokens = tokens_flag(&a.extras, a.job.format)?;
     let policy = &req.policy;

@@ -1740,3 +1740,63 @@ fn a_hardware_file_that_replaces_a_shipped_profile_says_so() {
         "{err}"
     );
 }
+
+/// A layout flag given to the command that does not take it: `search
+/// --recompute full` got clap's "a similar argument exists: '--recipe'",
+/// `explain --fix tp=8` a bare "unexpected argument". Each now says where
+/// the value goes (usage error, exit 2), with the user's own value.
+#[test]
+fn a_layout_flag_on_the_wrong_command_says_where_it_goes() {
+    let job = ["--model", "70b", "--cluster", "dgx64"];
+    for (flags, expect) in [
+        (
+            vec!["search", "--recompute", "full"],
+            "search takes layout values through --fix (--recompute is a flag of explain and generate): --fix recompute=full keeps the search to it, --why-not recompute=full asks why it is not #1",
+        ),
+        (
+            vec!["search", "--tp=4"],
+            "--fix tp=4 keeps the search to it",
+        ),
+        (
+            vec!["explain", "--fix", "tp=8"],
+            "explain takes the layout's values as flags, one per key (--tp 8 --pp 2 --sp …, see explain --help); --fix is a flag of search",
+        ),
+    ] {
+        let mut args = flags.clone();
+        args.extend(job);
+        let o = meshplan(&args);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}");
+        let err = stderr(&o);
+        assert!(err.contains(expect), "{flags:?}: {err}");
+        assert!(!err.contains("--recipe"), "{err}");
+    }
+    // Any other unknown flag keeps clap's own message.
+    let o = meshplan(&["search", "--model", "70b", "--cluster", "dgx64", "--bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unexpected argument '--bogus'"));
+}
+
+/// `explain` defaults SP to off; with T > 1 and no `--sp` it says so (a
+/// newcomer copied `tp=8,pp=2` from a search row, SP on, and priced
+/// another layout). With `--sp` or `--sp off` given, no note.
+#[test]
+fn explain_says_sp_is_off_by_default() {
+    let base = [
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+    ];
+    let note = "note: T = 8 without --sp: sequence parallelism is off (explain's default)";
+    assert!(stderr(&meshplan(&base)).contains(note));
+    for sp in [&["--sp"][..], &["--sp", "off"][..]] {
+        let mut args = base.to_vec();
+        args.extend(sp);
+        assert!(!stderr(&meshplan(&args)).contains("without --sp"), "{sp:?}");
+    }
+}
