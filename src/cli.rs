@@ -1792,7 +1792,7 @@ fn limited_by_target(
     with: &search::Filter,
     q: &str,
 ) -> String {
-    let world = s.world as u64;
+    let world = s.world;
     let before = user
         .layout_with_defaults(world)
         .map(|l| target.refusals(&s.model, &s.job, &l))
