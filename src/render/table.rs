@@ -137,7 +137,13 @@ impl Exporter for Table {
                 if l.sp { "on" } else { "off" }.to_string(),
                 l.order.to_string(),
                 format!("{:.1}", row.peak_gib),
-                format!("{:.2}", row.step_s),
+                // Three significant digits at least, so that step ×
+                // tokens/s gives the tokens per step back (0.164, not 0.16).
+                if row.step_s < 1.0 {
+                    format!("{:.3}", row.step_s)
+                } else {
+                    format!("{:.2}", row.step_s)
+                },
                 format!("{:.0}", row.tokens_per_s),
                 format!("{:.0}", row.tflops_per_gpu),
                 pct(row.mfu),
