@@ -373,9 +373,13 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
     let plausible = (0..pool.len())
         .filter(|&j| !plans[j].implausible)
         .min_by(|&a, &b| crate::search::better(&pool[a], &pool[b]).then(a.cmp(&b)));
+    let first_tokens = order.first().map(|&(j, _)| pool[j].eval.tokens_per_s);
     let fastest_plausible = plausible.and_then(|f| {
         let i = order.iter().position(|&(j, _)| j == f)?;
-        (i > 0 && fastest.as_ref().is_none_or(|x| x.rank != i + 1)).then(|| row(i, f, order[i].1))
+        (i > 0
+            && first_tokens.is_some_and(|t| pool[f].eval.tokens_per_s > t)
+            && fastest.as_ref().is_none_or(|x| x.rank != i + 1))
+        .then(|| row(i, f, order[i].1))
     });
     let within_winner_band = rows
         .first()

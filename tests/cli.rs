@@ -1800,3 +1800,45 @@ fn explain_says_sp_is_off_by_default() {
         assert!(!stderr(&meshplan(&args)).contains("without --sp"), "{sp:?}");
     }
 }
+
+/// The "fastest within the measured envelope" line names only a plan faster
+/// than #1: on gpt-18.4b over dgx-b200-64 #1 is itself above the envelope
+/// and every plausible plan is slower, so there is none (it named row 4 at
+/// "-3.5% over #1"). Two files of one `--hardware-dir` with one `name` are
+/// an error naming both (the last read won silently).
+#[test]
+fn no_slower_plausible_plan_and_no_hardware_name_clash() {
+    let o = meshplan(&[
+        "search",
+        "--model",
+        "gpt-18.4b",
+        "--cluster",
+        "dgx-b200-64",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["rows"][0]["trust"]["envelope"]["implausible"], true);
+    assert!(
+        j.get("fastest_plausible").is_none(),
+        "{}",
+        j["fastest_plausible"]
+    );
+    let d = common::temp_dir("hw-clash");
+    std::fs::create_dir_all(d.join("clusters")).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/clusters/h200-64.toml"),
+    )
+    .unwrap();
+    std::fs::write(d.join("clusters/h200-64.toml"), &text).unwrap();
+    std::fs::write(d.join("clusters/zz.toml"), &text).unwrap();
+    let o = meshplan(&["list", "clusters", "--hardware-dir", d.to_str().unwrap()]);
+    assert_clean_error(
+        &o,
+        &[
+            "zz.toml: field `name`: `h200-64` is also the name of",
+            "h200-64.toml",
+        ],
+    );
+}

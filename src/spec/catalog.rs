@@ -221,10 +221,30 @@ impl Catalog {
         };
         let shipped_gpus: Vec<String> = self.gpus.iter().map(|g| g.name.clone()).collect();
         let shipped_clusters: Vec<String> = self.clusters.iter().map(|c| c.name.clone()).collect();
+        // Name → the directory's file that claims it, per kind: two files
+        // of one directory with one name are an error naming both (the
+        // last read would win silently), as for `--models-dir`.
+        let mut claimed: Vec<(&str, String, PathBuf)> = Vec::new();
+        let mut claim = |kind: &'static str, name: &str, path: &Path| -> Result<(), InputError> {
+            if let Some((_, _, other)) = claimed.iter().find(|(k, n, _)| *k == kind && n == name) {
+                return Err(InputError::field(
+                    path,
+                    "name",
+                    format!(
+                        "`{}` is also the name of {}; each {kind} profile of a hardware directory needs its own name",
+                        crate::limits::echo(name),
+                        other.display()
+                    ),
+                ));
+            }
+            claimed.push((kind, name.to_string(), path.to_path_buf()));
+            Ok(())
+        };
         let gpus = dir.join("gpus");
         if gpus.is_dir() {
             for (path, text) in read_dir_toml(&gpus)? {
                 let g = Gpu::from_toml(&text, &path)?;
+                claim("GPU", &g.name, &path)?;
                 let shipped = shipped_gpus.contains(&g.name);
                 note(&mut notes, &path, "GPU", &g.name, shipped);
                 upsert(&mut self.gpus, g, |g| &g.name);
@@ -235,6 +255,7 @@ impl Catalog {
             for (path, text) in read_dir_toml(&clusters)? {
                 let c = Cluster::from_toml(&text, &path)?;
                 self.check_gpu_known(&c, &path)?;
+                claim("cluster", &c.name, &path)?;
                 let shipped = shipped_clusters.contains(&c.name);
                 note(&mut notes, &path, "cluster", &c.name, shipped);
                 upsert(&mut self.clusters, c, |c| &c.name);
