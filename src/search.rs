@@ -796,33 +796,26 @@ fn meshes(pr: &Problem, space: &Space) -> Vec<Mesh> {
     out
 }
 
-/// Bubble share `(p − 1)/(v·m)` at the largest even interleaving v above
-/// which the search tries uneven ones ([`interleavings`]): below 1% a
-/// larger v can shorten the pipeline by less than that, and on the 70B
-/// main job trying them everywhere took the search from 36,670 layouts to
-/// 48,730 and doubled its time for the same ranking.
+/// Bubble share `(p − 1)/(v'·m)` at the largest even interleaving v' below
+/// an uneven v under which the search does not try that v
+/// ([`interleaving_kept`]): a larger v can then shorten the pipeline's
+/// bubble by less than that. On the 70B main job trying every uneven v
+/// took the search from 36,670 layouts to 48,730 and doubled its time for
+/// the same ranking; its big m (512 micro-batches) keeps them out.
 pub const UNEVEN_V_MIN_BUBBLE: f64 = 0.01;
 
-/// The interleaving degrees v the search tries on p pipeline stages: a
+/// The interleaving degrees v the search may try on p pipeline stages: a
 /// fixed v whenever each of its p·v chunks can hold a layer; else every v
 /// up to `max_vpp` whose p·v chunks split the `layers` evenly, and, where
-/// no v above 1 does and every layer is alike (`uneven`: the layer-count
-/// solver re-splits them exactly in microseconds; two layer kinds need the
-/// ILP at milliseconds a solve), every v up to `max_vpp` whose chunks can
-/// each hold a layer. An uneven interleaved layout breaks the split rule
-/// under the uniform split and the re-split finds its uneven one, as for
-/// v = 1 and as `explain` prices it (Megatron-LM runs it with
-/// `--pipeline-model-parallel-layout`). Without that clause Llama 3 405B's
-/// 126 layers on p = 16 had no interleaving at all (16·v divides 126 for no
-/// v), where v = 3 is 9% faster than v = 1. Where an even v above 1 exists
-/// the uneven ones below the largest even v are not tried: their bubble
-/// lies between their neighbours', and trying them doubles the layouts and
-/// re-splits; those above it are (their bubble is below every even one's;
-/// the enumeration keeps them where the largest even v's bubble is at
-/// least [`UNEVEN_V_MIN_BUBBLE`]): Qwen3-30B-A3B on dgx-h100-64, p = 4,
-/// v = 8 over 48 layers, 699,838 tokens/s against v = 6's 687,440 (the
-/// 70B main job's v = 3 on p = 2, between even ones, is 0.05% behind its
-/// v = 2).
+/// every layer is alike (`uneven`: the layer-count solver re-splits them
+/// exactly in microseconds; two layer kinds need the ILP at milliseconds a
+/// solve), every v up to `max_vpp` whose chunks can each hold a layer, of
+/// which the enumeration keeps the uneven ones [`interleaving_kept`]
+/// keeps. An uneven interleaved layout breaks the split rule under the
+/// uniform split and the re-split finds its uneven one, as for v = 1 and as
+/// `explain` prices it (Megatron-LM runs it with
+/// `--pipeline-model-parallel-layout`). Llama 3 405B's 126 layers on
+/// p = 16: 16·v divides 126 for no v, and v = 3 is 9% faster than v = 1.
 pub fn interleavings(
     pp: u32,
     layers: u32,
@@ -837,18 +830,28 @@ pub fn interleavings(
     if let Some(v) = fixed {
         return [v].into_iter().filter(|v| holds(*v)).collect();
     }
-    let even: Vec<u32> = (1..=max_vpp)
-        .filter(|v| *v == 1 || (holds(*v) && layers % (pp * v) == 0))
-        .collect();
-    if !uneven {
-        return even;
-    }
-    // Uneven v beside even ones only above the largest even v: their
-    // bubble is below every even one's.
-    let top = even.iter().copied().max().unwrap_or(1);
     (1..=max_vpp)
-        .filter(|v| holds(*v) && (even.contains(v) || even.len() == 1 || *v > top))
+        .filter(|&v| v == 1 || (holds(v) && (uneven || layers % (pp * v) == 0)))
         .collect()
+}
+
+/// Whether the enumeration keeps interleaving v of p stages over `layers`
+/// at m micro-batches per replica: v splits the layers evenly (or is 1),
+/// or the largest v' < v that does leaves a bubble `(p − 1)/(v'·m)` of at
+/// least [`UNEVEN_V_MIN_BUBBLE`], which a finer interleaving and its
+/// uneven re-split may win back. Qwen3-30B-A3B (48 layers) on
+/// dgx-h100-64, p = 4, m = 32: v = 8 is tried (above v = 6, 3/(6·32) =
+/// 1.6%) and is #1 at 699,838 tokens/s against v = 6's 687,440; on
+/// dgx-b200-1024, p = 8, m = 8, v = 4 (above v = 3, 7/(3·8) = 29%) beats
+/// v = 3 by 1.8%. The 70B main job's v = 3 on p = 2 at m = 512 (above
+/// v = 2, 1/(2·512) = 0.1%) is not tried: it is 0.05% behind v = 2.
+pub fn interleaving_kept(pp: u32, layers: u32, v: u32, m: u64) -> bool {
+    let even = |x: u32| x == 1 || layers % (pp * x) == 0;
+    if v <= 1 || even(v) {
+        return true;
+    }
+    let below = (1..v).rev().find(|&x| even(x)).unwrap_or(1);
+    (pp - 1) as f64 / (below as f64 * m.max(1) as f64) >= UNEVEN_V_MIN_BUBBLE
 }
 
 /// Enumerate the inner choices of one mesh and feed them to `f`.
@@ -868,12 +871,7 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
         bs = vec![b];
     }
     let vpps = interleavings(mesh.pp, layers, space.max_vpp, flt.vpp, one_layer_kind(pr));
-    // The largest v splitting the layers evenly, where one above 1 exists:
-    // uneven v above it are tried only where its bubble is worth it.
-    let even_top = interleavings(mesh.pp, layers, space.max_vpp, None, false)
-        .into_iter()
-        .max()
-        .filter(|v| *v > 1 && flt.vpp.is_none());
+
     let sps: &[bool] = if mesh.tp > 1 {
         &[true, false]
     } else {
@@ -899,11 +897,10 @@ fn for_each_layout(pr: &Problem, space: &Space, mesh: Mesh, mut f: impl FnMut(La
             if flt.vpp.is_some_and(|x| x != v) {
                 continue;
             }
-            if let Some(top) = even_top.filter(|t| v > *t) {
-                let m = (per_replica / b as u64).max(1) as f64;
-                if (mesh.pp - 1) as f64 / (top as f64 * m) < UNEVEN_V_MIN_BUBBLE {
-                    continue;
-                }
+            if flt.vpp.is_none()
+                && !interleaving_kept(mesh.pp, layers, v, (per_replica / b as u64).max(1))
+            {
+                continue;
             }
             for r in Recompute::ALL {
                 if flt.recompute.is_some_and(|x| x != r) || !space.recompute_modes.contains(&r) {
@@ -1768,7 +1765,7 @@ pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
     if l.pp > 1 && !tried.contains(&l.vpp) {
         let list: Vec<String> = tried.iter().map(u32::to_string).collect();
         let why = if one_layer_kind(pr) {
-            "the values up to the bound whose p·v chunks split the layers evenly, since some v above 1 does, and uneven ones above the largest of them"
+            "the values up to the bound whose p·v chunks each hold a layer"
         } else {
             "the values up to the bound whose p·v chunks split the layers evenly: with two layer kinds an uneven interleaved split needs the ILP, milliseconds a solve"
         };
@@ -1779,25 +1776,22 @@ pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
             l.vpp
         ));
     }
-    // Uneven v above the largest even one, where that v's bubble is small
-    // ([`for_each_layout`]).
-    let even_top = interleavings(l.pp, layers, max_vpp, None, false)
-        .into_iter()
-        .max()
-        .filter(|v| *v > 1 && l.vpp > *v);
-    if let Some(top) = even_top {
-        let m = (job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1) as f64;
-        let bubble = (l.pp - 1) as f64 / (top as f64 * m);
-        if bubble < UNEVEN_V_MIN_BUBBLE {
-            return Some(format!(
-                "the search never enumerates it unless asked: v = {} is uneven over {layers} layers and above the largest even v = {top}, whose bubble (p − 1)/(v·m) = {}/({top}·{m}) = {:.2}% is under {:.0}%, so a larger v could shorten the pipeline by less than that (UNEVEN_V_MIN_BUBBLE); --fix vpp={} searches it",
-                l.vpp,
-                l.pp - 1,
-                100.0 * bubble,
-                100.0 * UNEVEN_V_MIN_BUBBLE,
-                l.vpp
-            ));
-        }
+    // An uneven v the enumeration leaves out at this m ([`interleaving_kept`]).
+    let m = (job.global_batch / (l.dp as u64 * l.micro_batch as u64).max(1)).max(1);
+    if l.pp > 1 && tried.contains(&l.vpp) && !interleaving_kept(l.pp, layers, l.vpp, m) {
+        let below = (1..l.vpp)
+            .rev()
+            .find(|&x| x == 1 || layers % (l.pp * x) == 0)
+            .unwrap_or(1);
+        let bubble = (l.pp - 1) as f64 / (below as f64 * m as f64);
+        return Some(format!(
+            "the search never enumerates it unless asked: v = {} is uneven over {layers} layers, and the largest v below it that splits them evenly, {below}, leaves a bubble (p − 1)/(v·m) = {}/({below}·{m}) = {:.2}%, under {:.0}%, so a finer interleaving could shorten the pipeline by less than that (UNEVEN_V_MIN_BUBBLE); --fix vpp={} searches it",
+            l.vpp,
+            l.pp - 1,
+            100.0 * bubble,
+            100.0 * UNEVEN_V_MIN_BUBBLE,
+            l.vpp
+        ));
     }
     if l.etp > 1 && l.tp % l.etp != 0 {
         return Some(format!(
@@ -2152,16 +2146,24 @@ mod tests {
                 };
                 assert_eq!(outside(&l), None, "{}", l.short());
             }
-            // Mixtral's 32 layers on p = 2: v = 3 is not tried (v = 2, 4, 8
-            // split them evenly), and the sentence says how to search it.
+            // Mixtral's 32 layers on p = 2 with D = 4 (m = 1024/4 = 256):
+            // v = 3 is uneven, and v = 2 below it leaves a bubble of
+            // 1/(2·256) = 0.20%, under 1%, so it is not tried; the sentence
+            // says why and how to search it.
             let v3 = Layout {
+                vpp: 3,
+                ..Layout::dense(4, 8, 2, 1)
+            };
+            assert_eq!(pr.job.global_batch, 1024);
+            assert!(outside(&v3).is_some_and(|s| s.contains("1/(2·256) = 0.20%")
+                && s.contains("UNEVEN_V_MIN_BUBBLE")
+                && s.contains("--fix vpp=3")));
+            // With D = 32 (m = 32, 1/(2·32) = 1.6%) it is tried.
+            let kept = Layout {
                 vpp: 3,
                 ..Layout::dense(32, 1, 2, 1)
             };
-            assert!(
-                outside(&v3)
-                    .is_some_and(|s| s.contains("v among 1, 2, 4, 8") && s.contains("--fix vpp=3"))
-            );
+            assert_eq!(outside(&kept), None);
         });
     }
 
@@ -2192,13 +2194,28 @@ mod tests {
     }
 
     /// The interleavings tried, by hand: 80 layers on p = 2 split evenly
-    /// at v = 1, 2, 4, 5, 8; 126 on p = 16 at no v above 1, so every v whose
-    /// 16·v chunks hold a layer each (16·7 = 112 ≤ 126 < 128 = 16·8); with
-    /// two layer kinds only the even ones (61 on p = 8: v = 1); a fixed v
+    /// at v = 1, 2, 4, 5, 8 (the two-layer-kind list), and with every layer
+    /// alike every v whose 2·v chunks hold a layer (all of 1–8); 126 on
+    /// p = 16: every v with 16·v ≤ 126 (16·7 = 112 < 128 = 16·8); with two
+    /// layer kinds only the even ones (61 on p = 8: v = 1); a fixed v
     /// whenever its chunks hold a layer (8·4 = 32 ≤ 40; 8·6 = 48 > 40).
+    /// Which uneven ones the enumeration keeps, by the bubble of the
+    /// largest even v below: 48 layers, p = 4, v = 8, m = 32: v' = 6
+    /// (48/24), 3/(6·32) = 1.56% ≥ 1%, kept; p = 8, v = 4, m = 8: v' = 3
+    /// (48/24), 7/(3·8) = 29%, kept; 80 layers, p = 2, v = 3, m = 512:
+    /// v' = 2, 1/(2·512) = 0.098%, not kept; v = 2 splits evenly, kept.
     #[test]
     fn interleavings_by_hand() {
-        assert_eq!(interleavings(2, 80, 8, None, true), [1, 2, 4, 5, 8]);
+        assert_eq!(interleavings(2, 80, 8, None, false), [1, 2, 4, 5, 8]);
+        assert_eq!(
+            interleavings(2, 80, 8, None, true),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert!(interleaving_kept(4, 48, 8, 32));
+        assert!(!interleaving_kept(4, 48, 8, 64));
+        assert!(interleaving_kept(8, 48, 4, 8));
+        assert!(!interleaving_kept(2, 80, 3, 512));
+        assert!(interleaving_kept(2, 80, 2, 512));
         assert_eq!(interleavings(16, 126, 8, None, true), [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(interleavings(8, 61, 8, None, false), [1]);
         assert_eq!(interleavings(8, 61, 8, None, true), [1, 2, 3, 4, 5, 6, 7]);

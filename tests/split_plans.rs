@@ -633,7 +633,9 @@ fn a_fixed_interleaving_is_searched_with_an_uneven_split() {
         oracle.tokens_per_s
     );
 
-    // The default space keeps the even-split values only.
+    // The default space keeps the even-split values, and an uneven v only
+    // where the largest even v below it leaves a bubble of at least 1%
+    // (`search::interleaving_kept`).
     let default = search::search(
         &pr,
         &Space {
@@ -641,7 +643,8 @@ fn a_fixed_interleaving_is_searched_with_an_uneven_split() {
             ..Space::default()
         },
     );
-    assert!(default.top.iter().all(|c| 40 % (8 * c.layout.vpp) == 0));
+    assert!(default.top.iter().all(|c| 40 % (8 * c.layout.vpp) == 0
+        || search::interleaving_kept(8, 40, c.layout.vpp, c.eval.micro_batches)));
 }
 
 /// Llama 3 405B on 16 stages again, interleaved: 16·v divides 126 for no v,
