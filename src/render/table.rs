@@ -180,18 +180,25 @@ impl Exporter for Table {
                     "{n} valid plans (listed or not) are predicted at or above the lower edge of #1's error band: the model cannot say #1 is faster than any of them."
                 )?;
             }
-            if let Some(f) = &r.fastest_predicted {
-                let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
-                writeln!(
-                    w,
-                    "Fastest predicted: row {}, {}{} at {:.0} tokens/s ({:.1}% MFU, {trust}); plans whose bands overlap its band rank first when better validated (plausible, validated, or, within the model's resolution, nearer a measured run; --rank-by, src/ranking.rs).",
+            // A footer row: its rank, layout and split, and its tokens/s.
+            let named = |f: &crate::report::Row| {
+                format!(
+                    "row {}, {}{} at {:.0} tokens/s",
                     f.rank,
                     f.layout.short(),
                     match &f.layout.split {
                         Some(_) => format!(" split {}", split_text(&f.layout.split)),
                         None => String::new(),
                     },
-                    f.tokens_per_s,
+                    f.tokens_per_s
+                )
+            };
+            if let Some(f) = &r.fastest_predicted {
+                let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
+                writeln!(
+                    w,
+                    "Fastest predicted: {} ({:.1}% MFU, {trust}); plans whose bands overlap its band rank first when better validated (plausible, validated, or, within the model's resolution, nearer a measured run; --rank-by, src/ranking.rs).",
+                    named(f),
                     100.0 * f.mfu
                 )?;
             }
@@ -199,14 +206,8 @@ impl Exporter for Table {
                 let trust = f.trust.as_ref().map(|t| t.short()).unwrap_or_default();
                 writeln!(
                     w,
-                    "Fastest within the measured envelope: row {}, {}{} at {:.0} tokens/s ({:+.1}% over #1, {:.1}% MFU, {trust}), behind #1 in the ranking because #1 is better validated or the model cannot tell them apart.",
-                    f.rank,
-                    f.layout.short(),
-                    match &f.layout.split {
-                        Some(_) => format!(" split {}", split_text(&f.layout.split)),
-                        None => String::new(),
-                    },
-                    f.tokens_per_s,
+                    "Fastest within the measured envelope: {} ({:+.1}% over #1, {:.1}% MFU, {trust}), behind #1 in the ranking because #1 is better validated or the model cannot tell them apart.",
+                    named(f),
                     100.0 * (f.tokens_per_s / first.tokens_per_s - 1.0),
                     100.0 * f.mfu
                 )?;
