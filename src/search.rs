@@ -1380,9 +1380,11 @@ fn resplit_valid_below_top(
         0.0
     };
     let reaches = |c: &Candidate, bound: f64| bound > kth && bound > c.eval.tokens_per_s;
+    // Screened in parallel (the item costs of a few hundred layouts); the
+    // sort below fixes the order whatever the threads.
     let mut todo: Vec<(usize, f64)> = acc
         .all
-        .iter()
+        .par_iter()
         .enumerate()
         .filter(|(_, c)| c.layout.pp > 1 && c.layout.split.is_none())
         .filter(|(_, c)| reaches(c, priced_balanced_bound(pr, c)))
@@ -1397,7 +1399,7 @@ fn resplit_valid_below_top(
     todo.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     todo.truncate(MAX_RANKED_SPLITS as usize);
     let problems: Vec<(usize, SplitProblem)> = todo
-        .iter()
+        .par_iter()
         .filter_map(|&(i, _)| split_problem(pr, &acc.all[i].layout).map(|sp| (i, sp)))
         .collect();
     splitter.prepare(problems.iter().map(|(_, sp)| sp));
