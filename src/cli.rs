@@ -1230,6 +1230,9 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
             .map(|r| r.layout.clone());
         keep_target_rows(&mut report.rows, a.target, &s);
+        // The band is the target's first row's, over the layouts the
+        // target runs (every ranked row is still here: limit above).
+        report.within_winner_band = crate::report::within_band(&report.rows);
         // Valid layouts, none of which the target runs (a `--fix etp=2`
         // under torchtitan): say why, not "every one breaks a rule".
         if report.rows.is_empty()
@@ -1247,8 +1250,6 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
                 a.target,
                 l.short()
             ));
-            // No winner, so no band around it.
-            report.within_winner_band = None;
         }
         report.fastest_predicted = report
             .rows
@@ -1898,7 +1899,7 @@ fn run_generate(a: &GenerateArgs, out: &mut dyn Write) -> Result<()> {
         s.model.name,
         s.world,
         s.cluster.name,
-        layout.short()
+        layout.short_with_split()
     )?;
     for f in &report.files {
         use crate::generate::WriteStatus;

@@ -1791,7 +1791,7 @@ pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
             "the values up to the bound whose p·v chunks split the layers evenly: with two layer kinds an uneven interleaved split needs the ILP, milliseconds a solve"
         };
         return Some(format!(
-            "the search never enumerates it unless asked: on p = {} over {layers} layers it tries v among {} ({why}); --fix vpp={} searches it",
+            "the full search never enumerates it unless asked: on p = {} over {layers} layers it tries v among {} ({why}); --fix vpp={} searches it",
             l.pp,
             list.join(", "),
             l.vpp
@@ -1806,7 +1806,7 @@ pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
             .unwrap_or(1);
         let bubble = (l.pp - 1) as f64 / (below as f64 * m as f64);
         return Some(format!(
-            "the search never enumerates it unless asked: v = {} is uneven over {layers} layers, and the largest v below it that splits them evenly, {below}, leaves a bubble (p − 1)/(v·m) = {}/({below}·{m}) = {:.2}%, under {:.0}%, so a finer interleaving could shorten the pipeline by less than that (UNEVEN_V_MIN_BUBBLE); --fix vpp={} searches it",
+            "the full search never enumerates it unless asked: v = {} is uneven over {layers} layers, and the largest v below it that splits them evenly, {below}, leaves a bubble (p − 1)/(v·m) = {}/({below}·{m}) = {:.2}%, under {:.0}%, so a finer interleaving could shorten the pipeline by less than that (UNEVEN_V_MIN_BUBBLE); --fix vpp={} searches it",
             l.vpp,
             l.pp - 1,
             100.0 * bubble,
@@ -1816,7 +1816,7 @@ pub fn outside_space(pr: &Problem, max_vpp: u32, l: &Layout) -> Option<String> {
     }
     if l.etp > 1 && l.tp % l.etp != 0 {
         return Some(format!(
-            "the search never enumerates it: it tries ETP among the divisors of T (Megatron's default ETP = T and smaller), and ETP = {} does not divide T = {}",
+            "the full search never enumerates it: it tries ETP among the divisors of T (Megatron's default ETP = T and smaller), and ETP = {} does not divide T = {}",
             l.etp, l.tp
         ));
     }

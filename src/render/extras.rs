@@ -162,7 +162,7 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
     writeln!(w)?;
     writeln!(
         w,
-        "Why not {}? {} matching layouts enumerated, {} of them valid (of {} valid in all).",
+        "Why not {}? With it fixed the search enumerates {} matching layouts, {} of them valid (of {} valid in the full search).",
         q.query, q.matching_considered, q.matching_valid, q.valid_total
     )?;
     if let Some(n) = &q.note {
