@@ -243,6 +243,9 @@ pub struct Fix {
     pub relief: Option<(String, f64, f64)>,
     /// Size of the change (sum of |log2| steps), smaller is smaller.
     pub distance: f64,
+    /// Job flags the fix turns on (the layout may be unchanged), e.g.
+    /// `--fp8-param-gather`.
+    pub flags: Vec<String>,
 }
 
 /// The smallest changes that make a layout valid.
@@ -364,6 +367,7 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
             step_delta: eval.time.step / original.time.step - 1.0,
             relief: relief(&original, &eval),
             distance: changes.iter().map(|c| c.distance(l)).sum(),
+            flags: Vec::new(),
             layout: new,
             eval,
         })
@@ -412,6 +416,7 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
         }
     }
     let mut fixes: Vec<Fix> = best.into_values().collect();
+    fixes.extend(narrow_param_gather_fix(pr, policy, l, &original, resplit));
     fixes.sort_by(|a, b| {
         a.eval
             .time
@@ -431,6 +436,55 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
         pairs,
         tried,
     }
+}
+
+/// The job flag that drops the working-precision copy of the
+/// low-precision linears' weights: `--fp8-param-gather` (Megatron-LM; it
+/// needs the distributed optimizer or FSDP, so ZeRO ≥ 1), off by default
+/// as in Megatron-LM, on in Megatron-Bridge's FP8 presets. Priced on the
+/// same layout with the flag on (its `--auto-split` split solved again; [`crate::cost::precision::narrow_param_weight_saving`],
+/// [`crate::cost::precision::narrow_param_gather`]); `None` when the job
+/// has it on already, runs bf16, the layout is at ZeRO-0, or the flag does
+/// not make the layout valid.
+fn narrow_param_gather_fix(
+    pr: &Problem,
+    policy: &Policy,
+    l: &Layout,
+    original: &Evaluation,
+    resplit: bool,
+) -> Option<Fix> {
+    if !pr.job.precision.is_low() || pr.job.fp8_param_gather || l.zero == 0 {
+        return None;
+    }
+    let job = crate::spec::Job {
+        fp8_param_gather: true,
+        ..pr.job.clone()
+    };
+    let with = Problem::new(pr.model, pr.gpu, pr.cluster, &job, pr.world);
+    // A split from `--auto-split` is solved again with the flag on.
+    let mut l = l.clone();
+    if resplit {
+        let plain = Layout {
+            split: None,
+            ..l.clone()
+        };
+        if let Ok(s) = crate::split::solve(&with, &plain) {
+            l.split = Some(s.layers);
+        }
+    }
+    let (set, eval) = search::judge(&with, policy, &l);
+    set.is_empty().then(|| Fix {
+        changes: vec!["--fp8-param-gather (parameters all-gathered in the low-precision format, no working-precision copy)".into()],
+        peak_gib: eval.peak_bytes / GIB,
+        step_delta_s: eval.time.step - original.time.step,
+        step_delta: eval.time.step / original.time.step - 1.0,
+        relief: relief(original, &eval),
+        // A flag, not a layout change: the smallest change there is.
+        distance: 0.0,
+        flags: vec!["--fp8-param-gather".into()],
+        layout: l,
+        eval,
+    })
 }
 
 /// One part of the step-time gap between a layout and the winner.

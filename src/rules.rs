@@ -945,6 +945,11 @@ const RULES: [RuleDef; 18] = [
                 if l.micro_batch > 1 {
                     levers.push("a smaller micro-batch".into());
                 }
+                // The working-precision copy of the low-precision linears'
+                // weights goes with `--fp8-param-gather` (ZeRO ≥ 1).
+                if x.job.precision.is_low() && !x.job.fp8_param_gather && l.zero >= 1 {
+                    levers.push("--fp8-param-gather".into());
+                }
                 let last = levers.pop().unwrap_or_default();
                 let head = levers.join(", ");
                 if head.is_empty() {

@@ -951,3 +951,65 @@ fn a_pair_faster_than_every_single_fix_is_offered() {
     );
     assert!(search::judge(&pr, &policy, &cheapest.layout).0.is_empty());
 }
+
+/// Llama 3.1 405B in FP8 on 1024 H100 at Megatron-Bridge's layout (T 8,
+/// p 8, C 2, v 8, SP, global batch 512, `--auto-split`) breaks memory
+/// without `--fp8-param-gather` (the working bf16 copy of the linears'
+/// weights, 11.9 GiB a rank, sits beside the FP8 copies). The flag is
+/// offered as a fix, and its prices are exactly those of `explain` run
+/// with the flag given (an independent path: the job parsed from the
+/// command line, the split solved afresh): same peak, same step, valid.
+#[test]
+fn fp8_param_gather_is_offered_as_a_memory_fix() {
+    let base = [
+        "explain",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "dgx-h100-1024",
+        "--precision",
+        "fp8",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--cp",
+        "2",
+        "--vpp",
+        "8",
+        "--sp",
+        "--global-batch",
+        "512",
+        "--auto-split",
+        "--format",
+        "json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let out = meshplan().args(base).args(extra).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let without = json(&[]);
+    assert!(!without["violations"].as_array().unwrap().is_empty());
+    let fix = without["fixes"]["fixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["flags"] == serde_json::json!(["--fp8-param-gather"]))
+        .expect("the flag is offered")
+        .clone();
+    let with = json(&["--fp8-param-gather"]);
+    assert!(with["violations"].as_array().unwrap().is_empty());
+    assert_eq!(fix["eval"]["peak_bytes"], with["eval"]["peak_bytes"]);
+    assert_eq!(fix["eval"]["time"]["step"], with["eval"]["time"]["step"]);
+    assert_eq!(fix["layout"], with["layout"]);
+    // What it relieves is the working copy of the linears' weights: 11.88
+    // GiB down to the 1 MiB of the rank's norm weights, which stay bf16.
+    assert_eq!(fix["relief"][0], "weights");
+    assert!(fix["relief"][1].as_f64().unwrap() > 11.8);
+    assert!(fix["relief"][2].as_f64().unwrap() <= 1.0 / 1024.0);
+}

@@ -92,10 +92,11 @@ pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
     }
     writeln!(w, "{t}")?;
     if let Some(best) = f.cheapest() {
+        let flags: String = best.flags.iter().map(|f| format!(" {f}")).collect();
         match &best.layout.split {
             Some(_) => writeln!(
                 w,
-                "  cheapest fix: {} split {} (--split {})",
+                "  cheapest fix: {} split {} (--split {}{flags})",
                 best.layout.short(),
                 crate::render::table::split_text(&best.layout.split),
                 best.layout
@@ -106,7 +107,13 @@ pub fn fixes(w: &mut dyn Write, f: &Fixes) -> std::io::Result<()> {
                     .collect::<Vec<_>>()
                     .join(",")
             )?,
-            None => writeln!(w, "  cheapest fix: {}", best.layout.short())?,
+            None if flags.is_empty() => writeln!(w, "  cheapest fix: {}", best.layout.short())?,
+            None => writeln!(
+                w,
+                "  cheapest fix: {} ({})",
+                best.layout.short(),
+                flags.trim()
+            )?,
         }
     }
     Ok(())
