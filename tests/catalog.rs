@@ -360,3 +360,33 @@ fn a_cards_name_wins_over_another_cards_alias() {
     assert_eq!(cat.model("405b").unwrap().architecture.layers, 126);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A user card that replaces a shipped one by name keeps the shipped
+/// card's aliases: `--model 8b` in a team's scripts selects the user's
+/// `llama3-8b` (here edited to 16 layers), and the notes say what was
+/// replaced, which aliases carried over, and that the file name `mine`
+/// does not select it.
+#[test]
+fn a_replacing_card_keeps_the_shipped_aliases() {
+    let dir = std::env::temp_dir().join(format!("meshplan-replace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string("models/llama3-8b.toml").unwrap();
+    let alias_line = text.lines().find(|l| l.starts_with("aliases = ")).unwrap();
+    let layers_line = text.lines().find(|l| l.starts_with("layers = ")).unwrap();
+    let card = text
+        .replace(alias_line, "aliases = []")
+        .replace(layers_line, "layers = 16");
+    std::fs::write(dir.join("mine.toml"), card).unwrap();
+    let mut cat = catalog();
+    let shipped_aliases = cat.model("llama3-8b").unwrap().aliases.clone();
+    assert!(shipped_aliases.iter().any(|a| a == "8b"));
+    let notes = cat.add_models_dir(&dir).unwrap();
+    for a in &shipped_aliases {
+        assert_eq!(cat.model(a).unwrap().architecture.layers, 16, "{a}");
+    }
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("replaces the shipped model card `llama3-8b`"));
+    assert!(notes[0].contains("`8b`"));
+    assert!(notes[1].contains("not by the file name `mine`"));
+    std::fs::remove_dir_all(&dir).ok();
+}

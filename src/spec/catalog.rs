@@ -187,6 +187,44 @@ impl Catalog {
                     shipped.name
                 ));
             }
+            let mut m = m;
+            // A card that replaces a shipped one by name keeps the shipped
+            // card's aliases (scripts that say `--model 8b` go on working,
+            // now with the user's card), and says so.
+            if let Some(shipped) = self.models.iter().find(|s| s.name == m.name) {
+                let kept: Vec<String> = shipped
+                    .aliases
+                    .iter()
+                    .filter(|a| !m.aliases.iter().any(|x| x.eq_ignore_ascii_case(a)))
+                    .cloned()
+                    .collect();
+                let also = if kept.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; its aliases {} select this card too",
+                        kept.iter()
+                            .map(|a| format!("`{a}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                notes.push(format!(
+                    "note: {}: replaces the shipped model card `{}` (its `name` field){also}",
+                    path.display(),
+                    crate::limits::echo(&m.name)
+                ));
+                m.aliases.extend(kept);
+            }
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            if stem != m.name {
+                notes.push(format!(
+                    "note: {}: selected as `{}`, its `name` field, not by the file name `{}`",
+                    path.display(),
+                    crate::limits::echo(&m.name),
+                    crate::limits::echo(stem)
+                ));
+            }
             upsert(&mut self.models, m, |m| &m.name);
         }
         Ok(notes)
