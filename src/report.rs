@@ -61,6 +61,10 @@ pub struct Context {
     /// 0.3's per-tensor collectives under `--deepspeed-2021`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zero3_pricing: Option<&'static str>,
+    /// MoE: the expert routing priced, in words ([`moe_routing_note`]);
+    /// absent for a dense model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_routing: Option<String>,
 }
 
 /// A job on fewer GPUs than its cluster because of the profile's
@@ -112,7 +116,28 @@ impl Context {
                 .deepspeed_zero3
                 .is_some_and(|d| d.per_tensor_sync)
                 .then_some(DEEPSPEED_2021_PRICING),
+            moe_routing: pr.model.moe.as_ref().map(|_| moe_routing_note(pr.job)),
         }
+    }
+}
+
+/// The expert routing an MoE job is priced with, in words: the busiest
+/// expert rank's load over the mean (`--moe-imbalance`, 1 by default: the
+/// balance that published MoE benchmarks force; the random-routing floor of
+/// each layout's EP group is added, `cost::layer::moe_load`), and the
+/// capacity factor when tokens are dropped.
+pub fn moe_routing_note(job: &crate::spec::Job) -> String {
+    let skew = if job.moe_imbalance == 1.0 {
+        "MoE routing balanced (--moe-imbalance 1, as benchmarks that force balance, plus the random-routing floor of each EP group; set it for real routing)".to_string()
+    } else {
+        format!(
+            "MoE routing skew {:.2} (--moe-imbalance: the busiest expert rank's load over the mean)",
+            job.moe_imbalance
+        )
+    };
+    match job.moe_capacity_factor {
+        Some(c) => format!("{skew}, capacity factor {c} (tokens beyond it dropped)"),
+        None => skew,
     }
 }
 

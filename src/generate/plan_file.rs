@@ -235,6 +235,11 @@ pub struct JobInfo {
     /// for dropless routing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_capacity_factor: Option<f64>,
+    /// MoE: the busiest expert rank's load over the mean the plan was
+    /// priced with (`--moe-imbalance`; 1 = balanced routing, plus each EP
+    /// group's random-routing floor); absent for a dense model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_imbalance: Option<f64>,
     /// ZeRO 0–1 gradients all-reduced after the last backward, as DeepSpeed
     /// does without ZeRO hooks ([`crate::spec::Job::deepspeed_dp`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -927,6 +932,7 @@ impl Plan {
                 fp8_param_gather: pr.job.precision.is_low() && pr.job.fp8_param_gather,
                 fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
                 moe_capacity_factor: pr.model.moe.as_ref().and(pr.job.moe_capacity_factor),
+                moe_imbalance: pr.model.moe.as_ref().map(|_| pr.job.moe_imbalance),
                 deepspeed_dp: pr.job.deepspeed_dp,
             },
             mesh: MeshInfo {

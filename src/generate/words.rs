@@ -97,6 +97,8 @@ pub struct Words {
     pub profile: String,
     /// What to log for the numerics check.
     pub numerics_log: String,
+    /// How to run the same job in bf16, for the low-precision check.
+    pub bf16_run: String,
     /// The checkpoint interval setting.
     pub save_interval: String,
     /// Why and how the checkpoint reshards.
@@ -354,6 +356,7 @@ fn megatron_words(plan: &Plan, m: &Megatron) -> Result<Words, String> {
         profile: "`--profile --use-pytorch-profiler --profile-step-start 3 --profile-step-end 4`"
             .into(),
         numerics_log: "Log `--log-params-norm --log-num-zeros-in-grad`".into(),
+        bf16_run: "the script without its `--fp8-*` / `--fp4-*` flags".into(),
         save_interval: code(&format!(
             "--save-interval {}",
             megatron_value(m, "--save-interval")?
@@ -468,6 +471,7 @@ fn torchtitan_words(plan: &Plan, t: &Torchtitan) -> Result<Words, String> {
             "`config.profiler.enable_profiling = True`, `config.profiler.profile_freq = 4`, `config.profiler.profiler_warmup = 1`, `config.profiler.profiler_active = 2` in {file}"
         ),
         numerics_log: "Log every step (`config.metrics.log_freq = 1`): torchtitan prints `loss` and `grad_norm`, and clips at `config.training.max_norm`".into(),
+        bf16_run: "the plan without its low-precision linear converter in `model.converters`".into(),
         save_interval: format!("`config.checkpoint.interval = {interval}`"),
         reshard: "torchtitan's DCP checkpoints reshard on load; its last save holds the model only unless `config.checkpoint.last_save_model_only = False`".into(),
         throughput: format!(
@@ -557,6 +561,7 @@ fn bridge_words(plan: &Plan, o: &[Override]) -> Result<Words, String> {
         double_micro_batch: double,
         profile: "`profiling.use_pytorch_profiler=true profiling.profile_step_start=3 profiling.profile_step_end=4`".into(),
         numerics_log: "Log `logger.log_params_norm=true logger.log_num_zeros_in_grad=true`".into(),
+        bf16_run: "`mixed_precision=bf16_mixed` in place of the recipe's low-precision preset".into(),
         save_interval: format!("`checkpoint.save_interval={interval}`"),
         reshard: format!("`checkpoint.ckpt_format={format}` is a distributed checkpoint, reshardable on load"),
         throughput: megatron_throughput(
@@ -637,6 +642,7 @@ fn deepspeed_words(plan: &Plan, c: &Value) -> Result<Words, String> {
         double_micro_batch: double,
         profile: "`torch.profiler.profile` around steps 3-4 in your script; DeepSpeed's configuration writes no trace, and `\"comms_logger\": {\"enabled\": true}` logs each collective's time".into(),
         numerics_log: format!("Log `engine.get_global_grad_norm()` and the loss every step (clipping at `gradient_clipping` = {clip})"),
+        bf16_run: "your script without its low-precision linears".into(),
         save_interval: format!("`engine.save_checkpoint` every {interval} steps"),
         reshard: format!("ZeRO checkpoints are partitioned over the {d} data-parallel ranks: convert with DeepSpeed's `ds_to_universal.py` and load with `\"checkpoint\": {{\"load_universal\": true}}`"),
         throughput: format!(

@@ -42,7 +42,11 @@ fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
             Some(p) => format!(", ZeRO-3 priced as {p}"),
             None => String::new(),
         }
-    )
+    )?;
+    if let Some(r) = &c.moe_routing {
+        writeln!(w, "{r}")?;
+    }
+    Ok(())
 }
 
 /// The footer line naming the FLOP convention and the peaks: MFU against
