@@ -159,3 +159,57 @@ fn explain_prices_deepspeed_2021_as_validate_does() {
     assert!(g["exposed"].as_f64().unwrap() < 0.2 * g["total"].as_f64().unwrap());
     assert!(fsdp["eval"]["time"]["step"].as_f64().unwrap() < 0.5 * step);
 }
+
+/// ZeRO-3 gathers a parameter only from a group of more than one rank
+/// (`cost::zero3_transients`). Mixtral 8x7B on dgx64, T 2, p 4, v 4, b 2:
+///
+/// - D 8, E 8, ETP 2: the expert-DP group is T·C·D/(E·ETP) = 2·8/16 = 1,
+///   so the experts are whole on every rank and never gathered; the
+///   transient weights are the two gathered dense units alone,
+///   2·b_w·U with U = `zero3_largest_unit` (rank 0: the embedding).
+/// - D 8, E 4, ETP 1: expert DP 2·8/4 = 4, so one MoE layer's local
+///   experts are gathered with each unit: 2·b_w·(U + experts).
+/// - D 1, C 1 (the mesh alone; `zero3_transients` reads only the layout):
+///   nothing is sharded, nothing gathered: zero.
+///
+/// Before, the experts of the first case were counted again (55.40 GiB
+/// peak at ZeRO-3 against 54.74 GiB now).
+#[test]
+fn zero3_gathers_nothing_from_a_group_of_one() {
+    let s = Setup::new("mixtral-8x7b", "dgx64", None);
+    let pr = s.problem();
+    let wb = pr.job.recipe.weight_bytes;
+    let layout = |dp: u32, ep: u32, etp: u32| Layout {
+        zero: 3,
+        sp: true,
+        vpp: 4,
+        micro_batch: 2,
+        ep,
+        etp,
+        ..Layout::dense(dp, 2, 4, 1)
+    };
+    let transients = |l: &Layout| {
+        let lc = cost::layer::layer_costs(&pr, l, &meshplan::layout::Placement::of(l, pr.cluster));
+        let unit = cost::zero3_largest_unit(&lc, true, false);
+        (
+            cost::zero3_transients(&pr, l, &lc, true, false).0,
+            unit,
+            lc.moe.expert_params,
+        )
+    };
+    let edp1 = layout(8, 8, 2);
+    assert_eq!(edp1.edp(), 1);
+    let (w, unit, experts) = transients(&edp1);
+    assert!(experts > 0.0);
+    assert_eq!(w, 2.0 * wb * unit);
+    let edp4 = layout(8, 4, 1);
+    assert_eq!(edp4.edp(), 4);
+    let (w, unit, experts) = transients(&edp4);
+    assert_eq!(w, 2.0 * wb * (unit + experts));
+    let alone = Layout {
+        ep: 1,
+        etp: 1,
+        ..layout(1, 1, 1)
+    };
+    assert_eq!(transients(&alone).0, 0.0);
+}

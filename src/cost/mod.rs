@@ -254,14 +254,22 @@ pub fn zero3_transients(
     has_embedding: bool,
     has_output: bool,
 ) -> (f64, f64) {
-    if l.zero < 3 {
+    // A parameter sharded over one rank is never gathered: it is whole on
+    // that rank already, in its model states (and so are its gradients).
+    // Dense parameters shard over D·C, experts over the expert-DP group.
+    if l.zero < 3 || l.dp * l.cp <= 1 {
         return (0.0, 0.0);
     }
     let r = &pr.job.recipe;
     if pr.job.engine_memory.fsdp2_root_unit {
         return fsdp2_transients(r, lc, has_embedding, has_output);
     }
-    let unit = zero3_largest_unit(lc, has_embedding, has_output) + lc.moe.expert_params;
+    let experts = if l.edp() > 1 {
+        lc.moe.expert_params
+    } else {
+        0.0
+    };
+    let unit = zero3_largest_unit(lc, has_embedding, has_output) + experts;
     if let Some(ds) = &pr.job.engine_memory.deepspeed_zero3 {
         let module = largest_module(pr, l, lc, has_embedding, has_output);
         return deepspeed_zero3_transients(r, ds, unit, module);
