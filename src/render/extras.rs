@@ -140,11 +140,14 @@ pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
     )?;
     let mut t = table();
     t.set_header(vec!["part", "winner s", "this s", "Δ s", "share of gap"]);
+    // Below 1% of the winner's step the parts' changes mostly cancel, and
+    // a share of so small a gap reads as ±1000%: none is shown.
+    let small = g.delta_s.abs() < SMALL_GAP * g.winner_step_s;
     for p in &g.parts {
         if p.winner_s.abs() < 1e-9 && p.this_s.abs() < 1e-9 {
             continue;
         }
-        let share = if g.delta_s.abs() > 1e-12 {
+        let share = if !small && g.delta_s.abs() > 1e-12 {
             format!("{:.1}%", 100.0 * p.delta_s / g.delta_s)
         } else {
             "-".into()
@@ -158,8 +161,21 @@ pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
         ]);
     }
     right_align(&mut t, 1);
-    writeln!(w, "{t}")
+    writeln!(w, "{t}")?;
+    if small {
+        writeln!(
+            w,
+            "  The steps differ by {:.2}% of the winner's, under {:.0}%: the parts' changes mostly cancel, so no share of the gap is shown.",
+            100.0 * g.delta_s.abs() / g.winner_step_s,
+            100.0 * SMALL_GAP
+        )?;
+    }
+    Ok(())
 }
+
+/// A step-time gap under this share of the winner's step has its parts'
+/// shares left out ([`gap`]).
+const SMALL_GAP: f64 = 0.01;
 
 /// The answer to `--why-not`.
 ///
@@ -604,5 +620,56 @@ mod tests {
             let line = String::from_utf8(out).unwrap();
             assert!(line.contains(want), "{line}");
         }
+    }
+
+    #[test]
+    fn shares_of_a_gap_under_one_percent_are_left_out() {
+        use crate::cost::TimePart;
+        use crate::explain::{Gap, GapPart};
+        // Two parts: bubble 0.155 → 0.133 s, PP 0.122 → 0.142 s (the
+        // Mixtral-8x22B v 7 against v 6 explain). Steps 10.280 s and
+        // 10.282 s: the gap, 0.002 s, is 0.02% of the step, so the shares
+        // (−1100%, +1000%) are not printed. Steps 10 s and 10.2 s: 2%,
+        // shares −0.022/0.2 = −11.0% and 0.02/0.2 = 10.0%.
+        let gap = |winner: f64, this: f64| Gap {
+            winner_step_s: winner,
+            this_step_s: this,
+            delta_s: this - winner,
+            winner_faster: this / winner - 1.0,
+            parts: vec![
+                GapPart {
+                    part: TimePart::Bubble,
+                    winner_s: 0.155,
+                    this_s: 0.133,
+                    delta_s: -0.022,
+                },
+                GapPart {
+                    part: TimePart::PpComm,
+                    winner_s: 0.122,
+                    this_s: 0.142,
+                    delta_s: 0.020,
+                },
+            ],
+        };
+        let text = |g: &Gap| {
+            let mut out = Vec::new();
+            super::gap(&mut out, g).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let small = text(&gap(10.280, 10.282));
+        assert!(
+            !small.contains("1100.0%") && !small.contains("1000.0%"),
+            "{small}"
+        );
+        assert!(
+            small.contains("The steps differ by 0.02% of the winner's, under 1%"),
+            "{small}"
+        );
+        let large = text(&gap(10.0, 10.2));
+        assert!(
+            large.contains("-11.0%") && large.contains("10.0%"),
+            "{large}"
+        );
+        assert!(!large.contains("The steps differ"), "{large}");
     }
 }
