@@ -336,14 +336,42 @@ pub fn smallest_fixes(pr: &Problem, policy: &Policy, l: &Layout) -> Fixes {
 /// split had to be dropped (p or v changed) and the uniform split does not
 /// divide the layers.
 pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool) -> Fixes {
+    fixes_screened(pr, policy, l, resplit, true)
+}
+
+/// [`smallest_fixes_resplit`], with the pairs' split-free screen on or off
+/// (off prices every pair whole: the tests' oracle for the screen).
+fn fixes_screened(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool, screen: bool) -> Fixes {
+    use rayon::prelude::*;
     let original = crate::cost::evaluate(pr, l);
     let singles = candidate_changes(pr, l);
-    let mut tried = 0;
     let layers = pr.model.architecture.layers;
-    let mut try_changes = |changes: &[Change]| -> Option<Fix> {
+    // `None` when the changes give no new layout (not counted as tried),
+    // else the fix when the changed layout is valid. Each is priced on its
+    // own (split solves included), so they run on the rayon pool; the
+    // results are kept in the candidates' order, whatever the threads.
+    //
+    // A fix kept only when it beats a step of `must_beat` seconds is
+    // screened first by a bound that no stage split can undercut: the
+    // pipeline time with every stage at the mean of the stages' summed
+    // time, which does not depend on the split
+    // ([`crate::cost::schedule::pipeline_time_of`]; the other terms are at
+    // least zero), so the split is not solved for a fix that cannot be kept.
+    let try_changes = |changes: &[Change], must_beat: f64| -> Option<Option<Fix>> {
         let mut new = apply(l, changes, pr.world)?;
         if new == *l {
             return None;
+        }
+        if must_beat.is_finite() {
+            let e = crate::cost::evaluate(pr, &new);
+            let stages = crate::cost::schedule::StageSummary {
+                slowest: e.stages.sum / new.pp.max(1) as f64,
+                sum: e.stages.sum,
+            };
+            let floor = crate::cost::schedule::pipeline_time_of(stages, e.micro_batches, new.vpp);
+            if floor >= must_beat {
+                return Some(None);
+            }
         }
         let chunks = new.pp.saturating_mul(new.vpp).max(1);
         if resplit || (new.split.is_none() && !layers.is_multiple_of(chunks)) {
@@ -355,12 +383,11 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
                 new.split = Some(s.layers);
             }
         }
-        tried += 1;
         let (set, eval) = search::judge(pr, policy, &new);
         if !set.is_empty() {
-            return None;
+            return Some(None);
         }
-        Some(Fix {
+        Some(Some(Fix {
             changes: describe(l, changes, &new),
             peak_gib: eval.peak_bytes / GIB,
             step_delta_s: eval.time.step - original.time.step,
@@ -370,8 +397,9 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
             flags: Vec::new(),
             layout: new,
             eval,
-        })
+        }))
     };
+    let mut tried = 0;
     // Nearest working fix per knob (or knob pair).
     let mut best: std::collections::BTreeMap<(usize, usize), Fix> =
         std::collections::BTreeMap::new();
@@ -390,8 +418,13 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
             best.insert(key, f);
         }
     };
-    for c in &singles {
-        if let Some(f) = try_changes(&[*c]) {
+    let priced: Vec<Option<Option<Fix>>> = singles
+        .par_iter()
+        .map(|c| try_changes(&[*c], f64::INFINITY))
+        .collect();
+    for (c, got) in singles.iter().zip(priced) {
+        tried += usize::from(got.is_some());
+        if let Some(Some(f)) = got {
             keep(&mut best, (c.knob(), usize::MAX), f);
         }
     }
@@ -403,16 +436,29 @@ pub fn smallest_fixes_resplit(pr: &Problem, policy: &Policy, l: &Layout, resplit
         .values()
         .map(|f| f.eval.time.step)
         .fold(f64::INFINITY, f64::min);
-    for (i, a) in singles.iter().enumerate() {
-        for b in &singles[i + 1..] {
-            if a.knob() == b.knob() {
-                continue;
-            }
-            if let Some(f) = try_changes(&[*a, *b])
-                && (pairs || f.eval.time.step < fastest_single)
-            {
-                keep(&mut best, (a.knob(), b.knob()), f);
-            }
+    let couples: Vec<(Change, Change)> = singles
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| singles[i + 1..].iter().map(move |b| (*a, *b)))
+        .filter(|(a, b)| a.knob() != b.knob())
+        .collect();
+    let priced: Vec<Option<Option<Fix>>> = couples
+        .par_iter()
+        .map(|(a, b)| {
+            let must_beat = if pairs || !screen {
+                f64::INFINITY
+            } else {
+                fastest_single
+            };
+            try_changes(&[*a, *b], must_beat)
+        })
+        .collect();
+    for ((a, b), got) in couples.iter().zip(priced) {
+        tried += usize::from(got.is_some());
+        if let Some(Some(f)) = got
+            && (pairs || f.eval.time.step < fastest_single)
+        {
+            keep(&mut best, (a.knob(), b.knob()), f);
         }
     }
     let mut fixes: Vec<Fix> = best.into_values().collect();
@@ -815,4 +861,52 @@ pub fn codes(v: &[Violation]) -> Vec<&'static str> {
 /// Whether the only broken rule is memory.
 pub fn only_memory(v: &[Violation]) -> bool {
     !v.is_empty() && v.iter().all(|x| x.rule == Rule::Memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Catalog, Job};
+
+    /// The pairs' screen ([`fixes_screened`]) drops only pairs that could
+    /// not be kept: with it and without it (every pair priced, its split
+    /// solved) the fixes are the same. The main job's `--tp 8 --pp 1`
+    /// (a pair, SP on with p 1 → 2, beats every single fix) and
+    /// DeepSeek-V3 on h800-2048 at D 128 T 2 p 8 E 256 (61 layers over 8
+    /// stages: every fix re-split, 836 tried, most of them pairs).
+    #[test]
+    fn the_pair_screen_changes_no_fix() {
+        let cat = Catalog::shipped().unwrap();
+        for (model, cluster, l) in [
+            (
+                "70b",
+                "dgx64",
+                Layout {
+                    sp: false,
+                    ..Layout::dense(8, 8, 1, 1)
+                },
+            ),
+            (
+                "deepseek-v3",
+                "h800-2048",
+                Layout {
+                    sp: true,
+                    ep: 256,
+                    ..Layout::dense(128, 2, 8, 1)
+                },
+            ),
+        ] {
+            let m = cat.model(model).unwrap();
+            let c = cat.cluster(cluster).unwrap();
+            let g = cat.gpu(&c.gpu).unwrap();
+            let job = Job::new(m.defaults.global_batch, m.defaults.seq_len);
+            let pr = Problem::new(m, g, c, &job, c.total_gpus());
+            let policy = Policy::default();
+            let screened = fixes_screened(&pr, &policy, &l, false, true);
+            let whole = fixes_screened(&pr, &policy, &l, false, false);
+            assert!(!screened.fixes.is_empty(), "{model}");
+            assert_eq!(screened.fixes, whole.fixes, "{model}");
+            assert_eq!(screened.tried, whole.tried, "{model}");
+        }
+    }
 }
