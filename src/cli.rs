@@ -275,6 +275,13 @@ struct JobArgs {
     /// min(imbalance, factor) times the mean; `generate` writes it.
     #[arg(long, alias = "moe-expert-capacity-factor")]
     moe_capacity_factor: Option<f64>,
+    /// Memory to keep free on every GPU beyond the profile's reserve, GiB
+    /// (default 0): a margin for the memory model's error (its median on
+    /// the measured runs is about 3%, `meshplan validate`) or for
+    /// fragmentation. Layouts whose peak leaves less are rejected for
+    /// memory; the header's usable GiB and the plan file say what is left.
+    #[arg(long, default_value_t = 0.0)]
+    headroom_gib: f64,
     /// Extra model cards (`*.toml`), replacing shipped ones of the same name.
     #[arg(long)]
     models_dir: Option<PathBuf>,
@@ -878,6 +885,21 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             cluster.name
         ));
     }
+    if !(a.headroom_gib.is_finite() && a.headroom_gib >= 0.0) {
+        return Err(InputError::Job(format!(
+            "--headroom-gib {} must be a finite number of GiB, at least 0",
+            a.headroom_gib
+        ))
+        .into());
+    }
+    if gpu.reserve_gib + a.headroom_gib >= gpu.memory_gib {
+        return Err(InputError::Job(format!(
+            "--headroom-gib {} with the profile's reserve of {} GiB leaves nothing of {}'s {} GiB",
+            a.headroom_gib, gpu.reserve_gib, gpu.name, gpu.memory_gib
+        ))
+        .into());
+    }
+    gpu.reserve_gib += a.headroom_gib;
     let world = a.gpus.unwrap_or(cluster.job_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());

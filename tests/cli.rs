@@ -1842,3 +1842,61 @@ fn no_slower_plausible_plan_and_no_hardware_name_clash() {
         ],
     );
 }
+
+/// `--headroom-gib` keeps memory free beyond the profile's reserve: on
+/// dgx-h100-64 (79.65 GiB, reserve 2.5) usable drops from 77.15 GiB to
+/// 77.15 − 4 = 73.15 GiB, so the default #1 of Llama 3 8B at 128K tokens
+/// (D4 T8 p2, peak 75.59 GiB: 1.6 GiB to spare) is no longer valid, and
+/// every row of the search with the margin peaks at or under 73.15 GiB.
+#[test]
+fn headroom_gib_keeps_memory_free() {
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "search",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-h100-64",
+            "--seq-len",
+            "131072",
+            "--format",
+            "json",
+            "--top",
+            "50",
+        ];
+        args.extend_from_slice(extra);
+        let out = meshplan(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let plain = json(&[]);
+    let margin = json(&["--headroom-gib", "4"]);
+    let usable = |v: &serde_json::Value| v["context"]["usable_gib"].as_f64().unwrap();
+    assert!((usable(&plain) - 77.15).abs() < 1e-9);
+    assert!((usable(&margin) - 73.15).abs() < 1e-9);
+    let first = &plain["rows"][0];
+    assert!(first["peak_gib"].as_f64().unwrap() > 73.15);
+    let rows = margin["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter()
+            .all(|r| r["peak_gib"].as_f64().unwrap() <= 73.15)
+    );
+    assert!(rows.iter().all(|r| r["layout"] != first["layout"]));
+    // A margin that leaves nothing is an error naming the flag.
+    let out = meshplan(&[
+        "search",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100-64",
+        "--headroom-gib",
+        "90",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--headroom-gib 90"));
+}
