@@ -22,6 +22,13 @@ pub struct TinyRun {
     pub micro_batches: u64,
     /// Relative spacing of bf16 numbers near 1, 2⁻⁸ (8 significant bits).
     pub bf16_epsilon: f64,
+    /// The cut model's weights, gradients and optimizer state, unsharded,
+    /// GiB ([`crate::generate::plan_file::tiny_model_states_gib`]).
+    pub states_gib: f64,
+    /// GPUs the reference needs just to hold them, ⌈states / usable⌉: 1
+    /// when they fit on one GPU (a plain reference), else the smallest
+    /// ZeRO-3 group that can (activations come on top).
+    pub reference_gpus: u64,
 }
 
 /// One pipeline stage's memory line.
@@ -259,6 +266,10 @@ pub fn checklist(plan: &Plan) -> Checklist {
             global_batch: mesh.dp as u64 * plan.job.micro_batch as u64 * m_tiny,
             micro_batches: m_tiny,
             bf16_epsilon: 2f64.powi(-8),
+            states_gib: pr.tiny_model_states_gib,
+            reference_gpus: (pr.tiny_model_states_gib / plan.hardware.usable_gib)
+                .ceil()
+                .max(1.0) as u64,
         },
         stages,
         groups,

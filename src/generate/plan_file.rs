@@ -127,6 +127,32 @@ pub struct ModelInfo {
     pub mla: Option<MlaSpec>,
 }
 
+/// Model states of the model cut to `layers` transformer layers (its first
+/// ones: dense while below `first_k_dense`, then MoE), with the embedding,
+/// the output layer and any MTP layers, unsharded at the recipe's weight,
+/// gradient and optimizer bytes per parameter, GiB.
+///
+/// Example: Llama 3.1 405B cut to 64 layers (p·v = 8·8): a layer holds
+/// 3,187,703,808 parameters (attention 16384·(16384 + 2·1024) + 16384² =
+/// 570,425,344, gated MLP 3·16384·53248 = 2,617,245,696, two norms
+/// 32,768), embedding and output 128,256·16384 = 2,101,346,304 each: 64 ·
+/// 3.1877e9 + 4.2027e9 = 208.21e9 parameters, at 18 bytes (Megatron's
+/// 2 + 4 + 12) 3,490 GiB, far above any GPU.
+pub fn tiny_model_states_gib(pr: &Problem, layers: u32) -> f64 {
+    let m = pr.model;
+    let dense = m
+        .moe
+        .as_ref()
+        .map_or(layers, |x| x.first_k_dense.min(layers));
+    let params = dense as f64 * m.dense_layer_params()
+        + (layers - dense) as f64 * m.moe_layer_params()
+        + m.embedding_params()
+        + m.output_params()
+        + m.mtp_params();
+    let r = &pr.job.recipe;
+    params * (r.weight_bytes + r.grad_bytes + r.optimizer_bytes) / GIB
+}
+
 /// Peak bytes of the worst rank of `l` with its micro-batch doubled, when
 /// doubling breaks no rule `l` keeps, memory aside (the global batch still
 /// divides by D·2b, interleaving still has enough micro-batches, …; the
@@ -540,6 +566,13 @@ pub struct Predicted {
     /// the checklist does not suggest the doubled run.
     #[serde(default)]
     pub doubled_micro_batch_peak_gib: Option<f64>,
+    /// Weights, gradients and optimizer state of the checklist's cut-down
+    /// model (one transformer layer per pipeline chunk, the model's first
+    /// layers; embedding, output layer and MTP layers kept) at the recipe's
+    /// bytes per parameter, unsharded, GiB ([`tiny_model_states_gib`]):
+    /// whether its reference run fits on one GPU.
+    #[serde(default)]
+    pub tiny_model_states_gib: f64,
     /// The worst rank's memory, GiB.
     pub memory_gib: MemoryGib,
     /// The step's time breakdown, seconds.
@@ -832,6 +865,7 @@ impl Plan {
             worst_pp_rank: eval.worst_rank,
             headroom_gib: usable_gib - eval.peak_bytes / GIB,
             doubled_micro_batch_peak_gib: doubled_micro_batch_peak(pr, l).map(|b| b / GIB),
+            tiny_model_states_gib: tiny_model_states_gib(pr, l.pp.saturating_mul(l.vpp)),
             memory_gib: eval.memory.in_gib(),
             time_s: *t,
             stages: stage_costs
@@ -1087,6 +1121,25 @@ fn compact_lines(pretty: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Llama 3.1 405B cut to 64 layers: 64 · 3,187,703,808 + 2 ·
+    /// 2,101,346,304 (embedding and untied output layer) + 16,384 (final
+    /// norm) = 208,215,752,704 parameters (the worked example of
+    /// [`tiny_model_states_gib`]), at Megatron's 2 + 4 + 12 bytes:
+    /// 3,747,883,548,672 bytes = 3490.4886 GiB, so its reference needs
+    /// ⌈3490.49 / 77.15⌉ = 46 H100s just to hold it.
+    #[test]
+    fn tiny_model_states_by_hand() {
+        let cat = crate::spec::Catalog::shipped().unwrap();
+        let m = cat.model("llama3-405b").unwrap();
+        let c = cat.cluster("dgx-h100-1024").unwrap();
+        let g = cat.gpu(&c.gpu).unwrap();
+        let job = crate::spec::Job::new(m.defaults.global_batch, m.defaults.seq_len);
+        let pr = Problem::new(m, g, c, &job, c.total_gpus());
+        let want = 208_215_752_704.0 * 18.0 / GIB;
+        assert!((tiny_model_states_gib(&pr, 64) - want).abs() < 1e-9 * want);
+        assert_eq!((want / (pr.usable_bytes() / GIB)).ceil(), 46.0);
+    }
 
     #[test]
     fn interval_in_whole_steps() {
