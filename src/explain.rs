@@ -277,7 +277,8 @@ fn relief(before: &Evaluation, after: &Evaluation) -> Option<(String, f64, f64)>
         .iter()
         .zip(after.memory.iter())
         .map(|((p, b), (_, a))| (p, b, a))
-        .filter(|(_, b, a)| a < b)
+        // A relief under the printed 0.1 GiB would read "0.6 → 0.6 GiB".
+        .filter(|(_, b, a)| b - a >= 0.1 * GIB)
         .max_by(|x, y| {
             (x.1 - x.2)
                 .partial_cmp(&(y.1 - y.2))
@@ -463,6 +464,7 @@ fn fixes_screened(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool, scre
     }
     let mut fixes: Vec<Fix> = best.into_values().collect();
     fixes.extend(narrow_param_gather_fix(pr, policy, l, &original, resplit));
+    fixes.extend(split_only_fix(pr, policy, l, &original));
     fixes.sort_by(|a, b| {
         a.eval
             .time
@@ -529,6 +531,36 @@ fn narrow_param_gather_fix(
         distance: 0.0,
         flags: vec!["--fp8-param-gather".into()],
         layout: l,
+        eval,
+    })
+}
+
+/// The layout itself with the stage split solved for it (`--auto-split`),
+/// when it has no split of its own and that alone makes it valid (the
+/// remedy the `layers-pp` rule names first: an uneven split). Its
+/// distance is the smallest a layout change has (a split moves no size).
+fn split_only_fix(pr: &Problem, policy: &Policy, l: &Layout, original: &Evaluation) -> Option<Fix> {
+    if l.split.is_some() || l.pp <= 1 {
+        return None;
+    }
+    let s = crate::split::solve(pr, l).ok()?;
+    let new = Layout {
+        split: Some(s.layers),
+        ..l.clone()
+    };
+    let (set, eval) = search::judge(pr, policy, &new);
+    set.is_empty().then(|| Fix {
+        changes: vec![format!(
+            "split {} (--auto-split)",
+            crate::layout::split_text(&new.split)
+        )],
+        peak_gib: eval.peak_bytes / GIB,
+        step_delta_s: eval.time.step - original.time.step,
+        step_delta: eval.time.step / original.time.step - 1.0,
+        relief: relief(original, &eval),
+        distance: 0.0,
+        flags: Vec::new(),
+        layout: new,
         eval,
     })
 }

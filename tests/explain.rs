@@ -1013,3 +1013,62 @@ fn fp8_param_gather_is_offered_as_a_memory_fix() {
     assert!(fix["relief"][1].as_f64().unwrap() > 11.8);
     assert!(fix["relief"][2].as_f64().unwrap() <= 1.0 / 1024.0);
 }
+
+/// A layout rejected only because its layers do not divide over its
+/// stages (Llama-3 70B at T 8, p 6 on 48 GPUs: 80 layers over 6 stages)
+/// is offered the uneven split alone, `--auto-split`, and its prices are
+/// those of `explain --auto-split` itself (split 12/14×4/12, step 891.97
+/// s): before, only changes of a size with a split were offered.
+#[test]
+fn an_uneven_split_alone_is_offered_for_layers_pp() {
+    let base = [
+        "explain",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--gpus",
+        "48",
+        "--tp",
+        "8",
+        "--pp",
+        "6",
+        "--sp",
+        "--format",
+        "json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let out = meshplan().args(base).args(extra).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let without = json(&[]);
+    let codes: Vec<&str> = without["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["layers-pp"]);
+    let fix = without["fixes"]["fixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["changes"][0]
+                .as_str()
+                .unwrap()
+                .ends_with("(--auto-split)")
+        })
+        .expect("the split alone is offered")
+        .clone();
+    let with = json(&["--auto-split"]);
+    assert!(with["violations"].as_array().unwrap().is_empty());
+    assert_eq!(fix["layout"], with["layout"]);
+    assert_eq!(fix["eval"]["time"]["step"], with["eval"]["time"]["step"]);
+    assert_eq!(fix["changes"][0], "split 12/14×4/12 (--auto-split)");
+}
