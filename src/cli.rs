@@ -2326,7 +2326,7 @@ fn run_calibrate(a: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         writeln!(
             out,
-            "(step-time error, predicted / measured − 1: negative is predicted faster)"
+            "(step-time error, predicted / measured − 1: negative is predicted faster, as validate's `err` beside `step s`; validate's throughput error reads the other way, + = predicted faster)"
         )?;
         for ((id, b), f) in c.rows.iter().zip(&c.error_before).zip(&c.error_after) {
             writeln!(out, "{id:<16} {:>11.1}% {:>11.1}%", 100.0 * b, 100.0 * f)?;

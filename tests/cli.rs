@@ -1900,3 +1900,35 @@ fn headroom_gib_keeps_memory_free() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--headroom-gib 90"));
 }
+
+/// No published run is NVFP4, so an NVFP4 plan's MFU (127% of the bf16
+/// peak for Llama-3 70B on dgx-b200-64) has nothing to be checked
+/// against: the footer says so. A bf16 plan on A100 has its envelope (the
+/// main job), and no such line.
+#[test]
+fn a_precision_without_measured_runs_says_nothing_bounds_its_mfu() {
+    let line = "plausibility: no measured run in nvfp4 GEMMs";
+    let out = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-b200-64",
+        "--precision",
+        "nvfp4",
+        "--top",
+        "1",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(line));
+    let out = meshplan(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "1",
+    ]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("plausibility: no measured run"));
+}

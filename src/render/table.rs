@@ -184,6 +184,15 @@ impl Exporter for Table {
                     "{n} valid plans (listed or not) are predicted at or above the lower edge of #1's error band: the model cannot say #1 is faster than any of them."
                 )?;
             }
+            // The `implausible` mark compares with the best measured MFU
+            // of the plan's GEMM precision: with none measured, say so.
+            if t.envelope.is_none() {
+                writeln!(
+                    w,
+                    "plausibility: no measured run in {} GEMMs to compare the MFU with, so no plan is marked implausible; read these rows as extrapolations.",
+                    r.context.precision
+                )?;
+            }
             // A footer row: its rank, layout and split, and its tokens/s.
             let named = |f: &crate::report::Row| {
                 format!(
