@@ -1357,6 +1357,7 @@ fn run_search(a: &SearchArgs, out: &mut dyn Write) -> Result<()> {
             matching_valid: 0,
             winner: report.rows.first().cloned(),
             best: None,
+            faster: None,
             unranked: None,
             unranked_reason: None,
             outside_space: None,

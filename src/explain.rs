@@ -660,6 +660,10 @@ pub struct WhyNot {
     /// The best-ranked valid layout matching the question; `rank` is its
     /// row in the search's ranking.
     pub best: Option<Row>,
+    /// The fastest matching row when it ranks behind `best` (an
+    /// implausible or less-validated plan of the same tie group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faster: Option<Row>,
     /// When no matching layout is ranked but one is valid (predicted below
     /// the ranked share of the fastest's tokens/s): the fastest of them;
     /// `rank` is 1 + the ranked layouts predicted faster.
@@ -739,6 +743,15 @@ pub fn why_not(
     let filter = space.filter.merged(&asked, "--fix", "--why-not")?;
     let winner = ranked.first();
     let best = ranked.iter().find(|r| filter.matches(&r.layout));
+    // The fastest matching row, when the ranking puts it behind `best`
+    // (trust orders a tie group: an implausible or less-validated plan
+    // comes after).
+    let faster = ranked
+        .iter()
+        .filter(|r| filter.matches(&r.layout))
+        .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+        .filter(|f| best.is_some_and(|b| f.tokens_per_s > b.tokens_per_s))
+        .cloned();
     // Keep-all, as the full search, so the matching layouts valid only with
     // an uneven split are re-split and counted as the ranking's are.
     let sub_space = Space {
@@ -783,6 +796,7 @@ pub fn why_not(
         matching_valid: sub.stats.valid as usize,
         winner: winner.cloned(),
         best: best.cloned(),
+        faster,
         unranked,
         unranked_reason,
         outside_space,

@@ -702,6 +702,42 @@ impl Parts {
     }
 }
 
+/// Forward compute of one transformer layer per micro-batch on one rank,
+/// seconds, by kind ([`cost::compute::LayerTime`]: dense GEMMs, attention
+/// core, element-wise kernels, routed-expert GEMMs); the backward is about
+/// twice the GEMMs. For an MoE model also the MoE layer's, with the rows
+/// per local expert of its grouped GEMM and the share of the dense GEMM
+/// rate it runs at (the profile's `efficiency.grouped_gemm_half_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LayerForward {
+    /// A dense layer (absent when every layer is MoE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dense: Option<cost::compute::LayerTime>,
+    /// An MoE layer (absent for a dense model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<cost::compute::LayerTime>,
+    /// Token-expert pairs per local expert of the MoE layer's grouped GEMM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_rows: Option<f64>,
+    /// The grouped GEMM's share of the dense GEMM rate at those rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grouped_gemm_efficiency: Option<f64>,
+}
+
+impl LayerForward {
+    /// The layers of `l` under `pr`.
+    pub fn of(pr: &Problem, l: &Layout) -> LayerForward {
+        let lc = cost::layer::layer_costs(pr, l, &crate::layout::Placement::of(l, pr.cluster));
+        let moe = pr.model.moe.is_some();
+        LayerForward {
+            dense: (pr.model.dense_layers() > 0).then_some(lc.dense_forward),
+            moe: moe.then_some(lc.moe_forward),
+            expert_rows: moe.then_some(lc.expert_rows.0),
+            grouped_gemm_efficiency: moe.then_some(lc.expert_rows.1),
+        }
+    }
+}
+
 /// Everything `explain` prints for one layout.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExplainReport {
@@ -721,6 +757,9 @@ pub struct ExplainReport {
     pub levels: Vec<cost::levels::Level>,
     /// Every process group: the levels it crosses and the bytes per level.
     pub groups: Vec<cost::levels::GroupTraffic>,
+    /// Forward compute of one layer per micro-batch on one rank, by kind:
+    /// what the compute part is made of.
+    pub layer_forward: LayerForward,
     /// Under `--deepspeed-2021` at ZeRO-3: the per-tensor collectives
     /// that the groups' one reduce-scatter stands for.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -772,6 +811,7 @@ impl ExplainReport {
             levels: cost::levels::levels(pr.cluster),
             groups: cost::levels::group_traffic(pr, l),
             tensor_collectives: cost::deepspeed_2021_tensor_collectives(pr, l),
+            layer_forward: LayerForward::of(pr, l),
             violations,
             rank_among_valid: None,
             rank_is_row: false,

@@ -1072,3 +1072,77 @@ fn an_uneven_split_alone_is_offered_for_layers_pp() {
     assert_eq!(fix["eval"]["time"]["step"], with["eval"]["time"]["step"]);
     assert_eq!(fix["changes"][0], "split 12/14×4/12 (--auto-split)");
 }
+
+/// `explain`'s per-layer forward lines are the priced compute: for the
+/// 70B at T 8, p 2 (no CP, so no partial-attention merges) the dense
+/// layer's kinds add up to the forward compute its item is priced with;
+/// for Mixtral 8x22B (E 8, ETP 1, T 2 on 256 H100) the grouped GEMM's
+/// share of the dense rate is m/(m + m½) at the rows it reports, with the
+/// h100-sxm profile's m½ = 3072.
+#[test]
+fn layer_forward_lines_are_the_priced_compute() {
+    let f = fixture();
+    let pr = f.problem();
+    let l = layout(4, 8, 2, Recompute::None, 1, true);
+    let r = ExplainReport::new(&pr, &Policy::default(), &l);
+    let lc = cost::layer::layer_costs(&pr, &l, &meshplan::layout::Placement::of(&l, pr.cluster));
+    let dense = r.layer_forward.dense.unwrap();
+    assert_eq!(dense.total(), lc.dense.fwd_compute);
+    assert!(r.layer_forward.moe.is_none());
+
+    let m = Fixture::new("mixtral-8x22b", "dgx-h100-1024");
+    let world = 256;
+    let pr = Problem::new(&m.model, &m.gpu, &m.cluster, &m.job, world);
+    let l = Layout {
+        sp: true,
+        vpp: 7,
+        ep: 8,
+        etp: 1,
+        ..Layout::dense(32, 2, 4, 1)
+    };
+    let r = ExplainReport::new(&pr, &Policy::default(), &l);
+    let rows = r.layer_forward.expert_rows.unwrap();
+    let eff = r.layer_forward.grouped_gemm_efficiency.unwrap();
+    assert_eq!(m.gpu.efficiency.grouped_gemm_half_tokens, 3072.0);
+    assert!((eff - rows / (rows + 3072.0)).abs() < 1e-12);
+    assert!(r.layer_forward.moe.unwrap().expert_gemm > 0.0);
+}
+
+/// `--why-not tp=4,pp=4` on the main job: the best-ranked matching layout
+/// is row 21, while the fastest matching one (row 1446, 26,744 tokens/s,
+/// marked implausible) ranks behind it; the answer names that one too,
+/// and it is the fastest of the ranking's own matching rows.
+#[test]
+fn why_not_names_a_faster_matching_layout_ranked_behind() {
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = meshplan()
+            .args([
+                "search",
+                "--model",
+                "70b",
+                "--cluster",
+                "dgx64",
+                "--format",
+                "json",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let q = run(&["--why-not", "tp=4,pp=4"]);
+    let w = &q["why_not"];
+    let (best, faster) = (&w["best"], &w["faster"]);
+    assert!(faster["rank"].as_u64().unwrap() > best["rank"].as_u64().unwrap());
+    assert!(faster["tokens_per_s"].as_f64().unwrap() > best["tokens_per_s"].as_f64().unwrap());
+    let all = run(&["--top", "100000"]);
+    let fastest = all["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["layout"]["tp"] == 4 && r["layout"]["pp"] == 4)
+        .map(|r| r["tokens_per_s"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(faster["tokens_per_s"].as_f64().unwrap(), fastest);
+}

@@ -338,7 +338,7 @@ pub struct LayerShape {
 }
 
 /// Forward time of one layer split into parts, seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct LayerTime {
     /// Dense GEMMs (QKV, output projection, MLP or shared experts).
     pub gemm: f64,

@@ -130,6 +130,17 @@ pub struct LayerCosts {
     /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
     /// 0 under full recompute).
     pub routed_activation: f64,
+    /// Forward compute of one dense layer per micro-batch, by kind
+    /// ([`compute::layer_forward`]), for `explain`.
+    pub dense_forward: LayerTime,
+    /// The same for an MoE layer, its expert GEMMs at the grouped-GEMM
+    /// rate (zero for dense models).
+    pub moe_forward: LayerTime,
+    /// Token-expert pairs per local expert of an MoE layer per
+    /// micro-batch, and the grouped GEMM's share of the dense GEMM rate
+    /// at that count ([`experts::grouped_gemm_efficiency`]); (0, 1) for
+    /// dense models.
+    pub expert_rows: (f64, f64),
 }
 
 /// Vocabulary padded as Megatron does: up to a multiple of `128·T`.
@@ -576,7 +587,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         },
         None => experts::RoutedSaved::BF16,
     };
-    let item = |moe: bool| -> ItemCost {
+    let item = |moe: bool| -> (ItemCost, LayerTime, (f64, f64)) {
         let (pairs, etp) = if moe {
             let etp = l.etp as f64;
             (
@@ -587,6 +598,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             (0.0, 1.0)
         };
         let mut f: LayerTime = compute::layer_forward(model, &shape, moe, pairs, etp, &pr.rates);
+        let mut rows = (0.0, 1.0);
         if moe && let Some(m) = &model.moe {
             // Grouped GEMM over the rank's local experts, each with
             // `pairs / (experts/E)` rows ([`experts::grouped_gemm_efficiency`]).
@@ -596,6 +608,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 f.expert_gemm /= eff;
                 f.expert_gemm_backward /= eff;
             }
+            rows = (pairs / local, eff);
         }
         let b = compute::layer_backward(&f);
         // torchtitan's per-op SAC reruns every second matmul and the
@@ -763,7 +776,7 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
                 + contention(cp_term.hidden(), pr.slowdown.of(pl.cp))
                 + contention(ep_term.hidden(), pr.slowdown.of(pl.ep)),
         );
-        ItemCost {
+        let cost = ItemCost {
             time,
             fwd_compute: f.total() + cp_f,
             params,
@@ -773,13 +786,14 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
             low_params,
             low_gemms,
             ..ItemCost::default()
-        }
+        };
+        (cost, f, rows)
     };
-    let dense = item(false);
-    let moe = if model.moe.is_some() {
+    let (dense, dense_forward, _) = item(false);
+    let (moe, moe_forward, expert_rows) = if model.moe.is_some() {
         item(true)
     } else {
-        ItemCost::default()
+        (ItemCost::default(), LayerTime::default(), (0.0, 1.0))
     };
 
     // Embedding: a lookup (memory-bound) and its gradient; weights V·h/T.
@@ -952,6 +966,9 @@ pub fn layer_costs(pr: &Problem, l: &Layout, pl: &Placement) -> LayerCosts {
         ep_buffers,
         mtp_params,
         routed_activation,
+        dense_forward,
+        moe_forward,
+        expert_rows,
     }
 }
 

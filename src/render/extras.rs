@@ -203,6 +203,17 @@ pub fn why_not(w: &mut dyn Write, q: &WhyNot) -> std::io::Result<()> {
                 b.tokens_per_s,
                 b.peak_gib
             )?;
+            if let Some(f) = &q.faster {
+                writeln!(
+                    w,
+                    "A faster matching layout ranks behind it: row {}, {} at {:.0} tokens/s ({:.1}% faster, trust {}).",
+                    f.rank,
+                    f.layout.short_with_split(),
+                    f.tokens_per_s,
+                    100.0 * (f.tokens_per_s / b.tokens_per_s - 1.0),
+                    f.trust.as_ref().map(|t| t.standing()).unwrap_or_default()
+                )?;
+            }
             if win.layout == b.layout {
                 writeln!(w, "It is the winner.")?;
             } else {

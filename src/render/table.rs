@@ -49,6 +49,43 @@ fn header(w: &mut dyn Write, c: &Context) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What one layer's forward compute is made of, per micro-batch on one
+/// rank, in milliseconds: the compute part by kind (explain).
+fn layer_forward_lines(w: &mut dyn Write, f: &crate::report::LayerForward) -> std::io::Result<()> {
+    let ms = |x: f64| format!("{:.2}", 1e3 * x);
+    let kinds = |t: &crate::cost::compute::LayerTime| {
+        let mut s = format!(
+            "{} ms: GEMMs {}, attention {}, element-wise {}",
+            ms(t.total()),
+            ms(t.gemm),
+            ms(t.attention),
+            ms(t.elementwise)
+        );
+        if t.expert_gemm > 0.0 {
+            s.push_str(&format!(", routed experts {}", ms(t.expert_gemm)));
+        }
+        s
+    };
+    writeln!(
+        w,
+        "Forward compute of one layer per micro-batch on one rank (the backward takes about twice its GEMMs):"
+    )?;
+    if let Some(d) = &f.dense {
+        writeln!(w, "  dense layer {}", kinds(d))?;
+    }
+    if let Some(m) = &f.moe {
+        writeln!(w, "  MoE layer {}", kinds(m))?;
+        if let (Some(rows), Some(eff)) = (f.expert_rows, f.grouped_gemm_efficiency) {
+            writeln!(
+                w,
+                "  the routed experts run as one grouped GEMM of {rows:.0} rows per local expert, at {:.0}% of the dense GEMM rate: m/(m + m½) with the GPU profile's efficiency.grouped_gemm_half_tokens m½ (an assumed form, fitted on three MoE runs; src/cost/moe.rs grouped_gemm_efficiency)",
+                100.0 * eff
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The footer line naming the FLOP convention and the peaks: MFU against
 /// the dense bf16 peak (the convention), and with low-precision linears
 /// the utilisation of that precision's own dense peak beside it.
@@ -441,6 +478,7 @@ impl Exporter for Table {
         )?;
         sources.write(w)?;
         writeln!(w, "{}", peak_line(&r.context))?;
+        layer_forward_lines(w, &r.layer_forward)?;
         writeln!(w)?;
         writeln!(w, "Per pipeline stage:")?;
         let mut t = table();
