@@ -885,21 +885,32 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             cluster.name
         ));
     }
+    // A value past a million GiB is written in exponent form (1e308 would
+    // print 309 digits).
+    let gib = |x: f64| {
+        if x.abs() < 1e6 {
+            format!("{x}")
+        } else {
+            format!("{x:e}")
+        }
+    };
     if !(a.headroom_gib.is_finite() && a.headroom_gib >= 0.0) {
         return Err(InputError::Job(format!(
             "--headroom-gib {} must be a finite number of GiB, at least 0",
-            a.headroom_gib
+            gib(a.headroom_gib)
         ))
         .into());
     }
     if gpu.reserve_gib + a.headroom_gib >= gpu.memory_gib {
         return Err(InputError::Job(format!(
             "--headroom-gib {} with the profile's reserve of {} GiB leaves nothing of {}'s {} GiB",
-            a.headroom_gib, gpu.reserve_gib, gpu.name, gpu.memory_gib
+            gib(a.headroom_gib),
+            gpu.reserve_gib,
+            gpu.name,
+            gpu.memory_gib
         ))
         .into());
     }
-    gpu.reserve_gib += a.headroom_gib;
     let world = a.gpus.unwrap_or(cluster.job_gpus());
     if world == 0 {
         return Err(InputError::Job("--gpus must be at least 1".into()).into());
@@ -959,6 +970,12 @@ fn setup(a: &JobArgs) -> Result<Setup> {
             100.0 * (counted / model.known_params - 1.0)
         ));
     }
+    if model.moe.is_none() && (a.moe_imbalance != 1.0 || a.moe_capacity_factor.is_some()) {
+        notes.push(format!(
+            "warning: {} is dense (no experts): --moe-imbalance and --moe-capacity-factor change nothing",
+            model.name
+        ));
+    }
     if let Some(c) = a.moe_capacity_factor
         && c < 1.0
         && model.moe.is_some()
@@ -981,6 +998,7 @@ fn setup(a: &JobArgs) -> Result<Setup> {
     job.tp_comm_overlap = a.tp_comm_overlap;
     job.moe_imbalance = a.moe_imbalance;
     job.moe_capacity_factor = a.moe_capacity_factor;
+    job.headroom_gib = a.headroom_gib;
     job.precision = a.precision;
     if let Some(k) = a.fp8_kernels {
         if !a.precision.is_low() {

@@ -375,7 +375,10 @@ fn fixes_screened(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool, scre
             }
         }
         let chunks = new.pp.saturating_mul(new.vpp).max(1);
-        if resplit || (new.split.is_none() && !layers.is_multiple_of(chunks)) {
+        // A change that asks for the uniform split keeps it (re-solving it
+        // would price a split the row's words do not name).
+        let uniform_asked = changes.iter().any(|c| matches!(c, Change::UniformSplit));
+        if !uniform_asked && (resplit || (new.split.is_none() && !layers.is_multiple_of(chunks))) {
             let plain = Layout {
                 split: None,
                 ..new.clone()
@@ -432,9 +435,16 @@ fn fixes_screened(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool, scre
     // Pairs when no single change works; when some do, the pairs that beat
     // the fastest of them too (SP with p 1 → 2 can be faster than any one
     // change that fits alone), so "cheapest" is the cheapest of both.
-    let pairs = best.is_empty();
+    // The one-step fixes outside the knobs (a job flag, the split alone)
+    // count as singles: a pair is listed only when it beats them too.
+    let extra: Vec<Fix> = narrow_param_gather_fix(pr, policy, l, &original, resplit)
+        .into_iter()
+        .chain(split_only_fix(pr, policy, l, &original))
+        .collect();
+    let pairs = best.is_empty() && extra.is_empty();
     let fastest_single = best
         .values()
+        .chain(&extra)
         .map(|f| f.eval.time.step)
         .fold(f64::INFINITY, f64::min);
     let couples: Vec<(Change, Change)> = singles
@@ -463,8 +473,7 @@ fn fixes_screened(pr: &Problem, policy: &Policy, l: &Layout, resplit: bool, scre
         }
     }
     let mut fixes: Vec<Fix> = best.into_values().collect();
-    fixes.extend(narrow_param_gather_fix(pr, policy, l, &original, resplit));
-    fixes.extend(split_only_fix(pr, policy, l, &original));
+    fixes.extend(extra);
     fixes.sort_by(|a, b| {
         a.eval
             .time

@@ -43,8 +43,13 @@ pub struct Context {
     pub recipe: String,
     /// Usable memory per GPU, GiB.
     pub usable_gib: f64,
-    /// HBM per GPU, GiB (usable plus the profile's reserve).
+    /// HBM per GPU, GiB (usable plus the profile's reserve and the
+    /// headroom).
     pub memory_gib: f64,
+    /// Memory kept free beyond the profile's reserve (`--headroom-gib`),
+    /// GiB; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headroom_gib: Option<f64>,
     /// Dense bf16 peak used for MFU, TFLOP/s per GPU.
     pub peak_tflops: f64,
     /// Precision of the linear GEMMs (`bf16`, `fp8`, `mxfp8`, `nvfp4`).
@@ -98,6 +103,7 @@ impl Context {
             recipe: pr.job.recipe_name.to_string(),
             usable_gib: pr.usable_bytes() / GIB,
             memory_gib: pr.gpu.memory_gib,
+            headroom_gib: (pr.job.headroom_gib > 0.0).then_some(pr.job.headroom_gib),
             peak_tflops: pr.gpu.peak_tflops_bf16,
             precision: pr.job.precision.to_string(),
             precision_note: precision_note(pr.job),

@@ -1058,7 +1058,7 @@ fn states_lower_bounds(pr: &Problem, l: &Layout) -> [f64; 4] {
         let (d, e) = ((l.dp * l.cp) as f64, l.edp() as f64);
         // Nothing is gathered from a group of one rank (`zero3_transients`).
         let unit = if d > 1.0 { unit } else { 0.0 };
-        let expert_unit = if d > 1.0 && e > 1.0 { expert_unit } else { 0.0 };
+        let expert_unit = if e > 1.0 { expert_unit } else { 0.0 };
         -saving(z)
             + held(
                 cost::memory::model_states(params, recipe, z, d, unit),

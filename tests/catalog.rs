@@ -390,3 +390,40 @@ fn a_replacing_card_keeps_the_shipped_aliases() {
     assert!(notes[1].contains("not by the file name `mine`"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A user card named like a shipped card's alias (`70b`, an alias of
+/// `llama3-70b`) takes the word over, as a name wins over an alias: the
+/// alias leaves the shipped card (so `list` no longer shows it there) and a
+/// note says so.
+#[test]
+fn a_name_that_was_an_alias_takes_it_over_with_a_note() {
+    let dir = std::env::temp_dir().join(format!("meshplan-alias-name-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string("models/llama3-70b.toml").unwrap();
+    let name_line = text.lines().find(|l| l.starts_with("name = ")).unwrap();
+    let alias_line = text.lines().find(|l| l.starts_with("aliases = ")).unwrap();
+    let layers_line = text.lines().find(|l| l.starts_with("layers = ")).unwrap();
+    let card = text
+        .replace(name_line, "name = \"70b\"")
+        .replace(alias_line, "aliases = []")
+        .replace(layers_line, "layers = 40");
+    std::fs::write(dir.join("70b.toml"), card).unwrap();
+    let mut cat = catalog();
+    let notes = cat.add_models_dir(&dir).unwrap();
+    assert_eq!(cat.model("70b").unwrap().architecture.layers, 40);
+    assert_eq!(cat.model("llama3-70b").unwrap().architecture.layers, 80);
+    assert!(
+        !cat.model("llama3-70b")
+            .unwrap()
+            .aliases
+            .iter()
+            .any(|a| a == "70b")
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("its name `70b` was an alias of llama3-70b")),
+        "{notes:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

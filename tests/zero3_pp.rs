@@ -169,8 +169,11 @@ fn explain_prices_deepspeed_2021_as_validate_does() {
 ///   2·b_w·U with U = `zero3_largest_unit` (rank 0: the embedding).
 /// - D 8, E 4, ETP 1: expert DP 2·8/4 = 4, so one MoE layer's local
 ///   experts are gathered with each unit: 2·b_w·(U + experts).
-/// - D 1, C 1 (the mesh alone; `zero3_transients` reads only the layout):
-///   nothing is sharded, nothing gathered: zero.
+/// - D 1, E 2, ETP 1 (the mesh alone; `zero3_transients` reads only the
+///   layout): expert DP 2/2 = 1 and D·C = 1, nothing is sharded, nothing
+///   gathered: zero.
+/// - D 1, E 1, ETP 1: the dense parameters are whole (D·C = 1) but the
+///   experts shard over expert DP 2·1/1 = 2: 2·b_w·experts alone.
 ///
 /// Before, the experts of the first case were counted again (55.40 GiB
 /// peak at ZeRO-3 against 54.74 GiB now).
@@ -206,10 +209,11 @@ fn zero3_gathers_nothing_from_a_group_of_one() {
     assert_eq!(edp4.edp(), 4);
     let (w, unit, experts) = transients(&edp4);
     assert_eq!(w, 2.0 * wb * (unit + experts));
-    let alone = Layout {
-        ep: 1,
-        etp: 1,
-        ..layout(1, 1, 1)
-    };
+    let alone = layout(1, 2, 1);
+    assert_eq!(alone.edp(), 1);
     assert_eq!(transients(&alone).0, 0.0);
+    let experts_only = layout(1, 1, 1);
+    assert_eq!(experts_only.edp(), 2);
+    let (w, _, experts) = transients(&experts_only);
+    assert_eq!(w, 2.0 * wb * experts);
 }

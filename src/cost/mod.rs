@@ -86,7 +86,7 @@ impl<'a> Problem<'a> {
 
     /// Usable device memory per GPU, bytes.
     pub fn usable_bytes(&self) -> f64 {
-        self.gpu.usable_bytes()
+        self.gpu.usable_bytes() - self.job.headroom_gib * crate::spec::GIB
     }
 }
 
@@ -256,20 +256,34 @@ pub fn zero3_transients(
 ) -> (f64, f64) {
     // A parameter sharded over one rank is never gathered: it is whole on
     // that rank already, in its model states (and so are its gradients).
-    // Dense parameters shard over D·C, experts over the expert-DP group.
-    if l.zero < 3 || l.dp * l.cp <= 1 {
+    // Dense parameters shard over D·C, experts over the expert-DP group,
+    // each on its own (T·C·D/(E·ETP) can exceed 1 at D·C = 1).
+    if l.zero < 3 {
         return (0.0, 0.0);
     }
-    let r = &pr.job.recipe;
-    if pr.job.engine_memory.fsdp2_root_unit {
-        return fsdp2_transients(r, lc, has_embedding, has_output);
-    }
+    let dense_sharded = l.dp * l.cp > 1;
     let experts = if l.edp() > 1 {
         lc.moe.expert_params
     } else {
         0.0
     };
-    let unit = zero3_largest_unit(lc, has_embedding, has_output) + experts;
+    let r = &pr.job.recipe;
+    if pr.job.engine_memory.fsdp2_root_unit {
+        return if dense_sharded {
+            fsdp2_transients(r, lc, has_embedding, has_output)
+        } else {
+            (0.0, 0.0)
+        };
+    }
+    if !dense_sharded && experts == 0.0 {
+        return (0.0, 0.0);
+    }
+    let dense = if dense_sharded {
+        zero3_largest_unit(lc, has_embedding, has_output)
+    } else {
+        0.0
+    };
+    let unit = dense + experts;
     if let Some(ds) = &pr.job.engine_memory.deepspeed_zero3 {
         let module = largest_module(pr, l, lc, has_embedding, has_output);
         return deepspeed_zero3_transients(r, ds, unit, module);

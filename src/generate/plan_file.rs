@@ -266,6 +266,10 @@ pub struct JobInfo {
     /// group's random-routing floor); absent for a dense model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_imbalance: Option<f64>,
+    /// Memory kept free beyond the GPU profile's reserve (`--headroom-gib`),
+    /// GiB: `hardware.usable_gib` is already without it; absent when 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom_gib: Option<f64>,
     /// ZeRO 0–1 gradients all-reduced after the last backward, as DeepSpeed
     /// does without ZeRO hooks ([`crate::spec::Job::deepspeed_dp`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -967,6 +971,7 @@ impl Plan {
                 fp8_dispatch: pr.job.precision.is_low() && pr.job.fp8_dispatch,
                 moe_capacity_factor: pr.model.moe.as_ref().and(pr.job.moe_capacity_factor),
                 moe_imbalance: pr.model.moe.as_ref().map(|_| pr.job.moe_imbalance),
+                headroom_gib: (pr.job.headroom_gib > 0.0).then_some(pr.job.headroom_gib),
                 deepspeed_dp: pr.job.deepspeed_dp,
             },
             mesh: MeshInfo {

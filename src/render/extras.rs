@@ -133,10 +133,17 @@ pub fn gap(w: &mut dyn Write, g: &Gap) -> std::io::Result<()> {
     } else {
         (100.0 * g.winner_faster, "faster")
     };
+    // Under 1% two decimals, so the line and the small-gap note below
+    // agree (0.98% is not "1.0%").
+    let pct_text = if pct < 1.0 {
+        format!("{pct:.2}")
+    } else {
+        format!("{pct:.1}")
+    };
     writeln!(
         w,
-        "Gap to the winner: step {:.3} s vs {:.3} s ({:+.3} s, the winner is {:.1}% {word}), part by part:",
-        g.this_step_s, g.winner_step_s, g.delta_s, pct
+        "Gap to the winner: step {:.3} s vs {:.3} s ({:+.3} s, the winner is {pct_text}% {word}), part by part:",
+        g.this_step_s, g.winner_step_s, g.delta_s
     )?;
     let mut t = table();
     t.set_header(vec!["part", "winner s", "this s", "Δ s", "share of gap"]);

@@ -444,12 +444,18 @@ impl Exporter for Table {
                 "Shares of one part can overlap (routed-token activations are also in flight)."
             )?;
         }
+        let headroom = r.context.headroom_gib.unwrap_or(0.0);
         writeln!(
             w,
-            "Usable {:.2} GiB = {:.2} GiB of HBM minus a {:.2} GiB reserve (CUDA context, NCCL, allocator).",
+            "Usable {:.2} GiB = {:.2} GiB of HBM minus a {:.2} GiB reserve (CUDA context, NCCL, allocator){}.",
             r.context.usable_gib,
             r.context.memory_gib,
-            r.context.memory_gib - r.context.usable_gib
+            r.context.memory_gib - r.context.usable_gib - headroom,
+            if headroom > 0.0 {
+                format!(" and the {headroom:.2} GiB of --headroom-gib")
+            } else {
+                String::new()
+            }
         )?;
         writeln!(w)?;
         let tm = &e.time;

@@ -188,6 +188,20 @@ impl Catalog {
                 ));
             }
             let mut m = m;
+            // A name that is another card's alias takes the word over (a
+            // name wins over an alias): drop the alias there, and say so.
+            for other in self.models.iter_mut().filter(|s| s.name != m.name) {
+                let before = other.aliases.len();
+                other.aliases.retain(|x| !x.eq_ignore_ascii_case(&m.name));
+                if other.aliases.len() < before {
+                    notes.push(format!(
+                        "note: {}: its name `{}` was an alias of {}; it now selects this card",
+                        path.display(),
+                        crate::limits::echo(&m.name),
+                        other.name
+                    ));
+                }
+            }
             // A card that replaces a shipped one by name keeps the shipped
             // card's aliases (scripts that say `--model 8b` go on working,
             // now with the user's card), and says so.

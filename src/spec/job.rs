@@ -424,6 +424,11 @@ pub struct Job {
     /// busiest rank's load is `min(moe_imbalance, c)` times the mean.
     #[serde(default)]
     pub moe_capacity_factor: Option<f64>,
+    /// Memory kept free on every GPU beyond the profile's reserve, GiB
+    /// (`--headroom-gib`): usable memory is `memory − reserve − this`
+    /// ([`crate::cost::Problem::usable_bytes`]); 0 by default.
+    #[serde(default)]
+    pub headroom_gib: f64,
     /// Expert all-to-alls overlapped with another micro-batch's compute
     /// (Megatron `--overlap-moe-expert-parallel-comm`, the 1F1B A2A overlap
     /// of Megatron-Bridge's `moe_a2a_overlap`); off by default. Priced by
@@ -525,6 +530,7 @@ impl Job {
             async_tp_backward: true,
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            headroom_gib: 0.0,
             moe_a2a_overlap: false,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
