@@ -268,6 +268,9 @@ pub struct Ranking {
     /// The fastest plan not above the measured envelope, with its row,
     /// when the ranking puts another plan first and it is not `fastest`.
     pub fastest_plausible: Option<Row>,
+    /// Plans of the pool predicted above the measured envelope of their
+    /// GPU and precision ([`crate::trust::Envelope::implausible`]).
+    pub implausible: usize,
 }
 
 /// The pool's plans as the ranking sees them ([`Ranked`]), with the trust
@@ -421,6 +424,7 @@ pub fn ranking_of(pr: &Problem, pool: &[Candidate], by: RankBy, limit: usize) ->
         within_winner_band,
         fastest,
         fastest_plausible,
+        implausible: plans.iter().filter(|p| p.implausible).count(),
     }
 }
 
@@ -538,6 +542,9 @@ pub struct SearchReport {
     /// not `fastest_predicted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fastest_plausible: Option<Row>,
+    /// Ranked plans predicted above the measured envelope of their GPU and
+    /// precision (the `implausible` mark).
+    pub implausible_ranked: usize,
 }
 
 impl SearchReport {
@@ -562,6 +569,7 @@ impl SearchReport {
             within_winner_band,
             fastest,
             fastest_plausible,
+            implausible,
         } = ranking_of(pr, r.pool(), by, limit);
         let rejections = r
             .rejections
@@ -601,6 +609,7 @@ impl SearchReport {
             within_winner_band,
             fastest_predicted: fastest,
             fastest_plausible,
+            implausible_ranked: implausible,
         }
     }
 }

@@ -1932,3 +1932,57 @@ fn a_precision_without_measured_runs_says_nothing_bounds_its_mfu() {
     ]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("plausibility: no measured run"));
 }
+
+/// A GPU profile that runs hot (h100-sxm with GEMM efficiency 0.69 → 0.97
+/// and attention 0.45 → 0.95) puts most plans above the best MFU measured
+/// on H100: the footer says to check the profile, and its count is the
+/// number of ranked rows marked implausible (counted here from the rows
+/// of `--top 100000`). The shipped profile has most plans inside the
+/// envelope and no such line.
+#[test]
+fn a_hot_gpu_profile_is_called_out() {
+    let hot = hardware_dir_with("hot", "gpus/h100-sxm.toml", |t| {
+        t.replacen("gemm = 0.69 ", "gemm = 0.97 ", 1).replacen(
+            "attention = 0.45 ",
+            "attention = 0.95 ",
+            1,
+        )
+    });
+    let hot = hot.to_str().unwrap().to_string();
+    let run = |extra: &[&str]| -> (String, serde_json::Value) {
+        let mut args = vec!["search", "--model", "70b", "--cluster", "dgx-h100-64"];
+        args.extend_from_slice(extra);
+        let table = meshplan(&args);
+        assert!(
+            table.status.success(),
+            "{}",
+            String::from_utf8_lossy(&table.stderr)
+        );
+        args.extend_from_slice(&["--format", "json", "--top", "100000"]);
+        let json = meshplan(&args);
+        (
+            String::from_utf8_lossy(&table.stdout).into_owned(),
+            serde_json::from_slice(&json.stdout).unwrap(),
+        )
+    };
+    let implausible_rows = |j: &serde_json::Value| {
+        j["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["trust"]["envelope"]["implausible"] == true)
+            .count() as u64
+    };
+    let (table, json) = run(&["--hardware-dir", &hot]);
+    let n = json["implausible_ranked"].as_u64().unwrap();
+    let ranked = json["ranked"].as_u64().unwrap();
+    assert!(2 * n > ranked, "{n} of {ranked}");
+    assert_eq!(n, implausible_rows(&json));
+    assert!(table.contains(&format!(
+        "check the GPU profile: {n} of the {ranked} ranked plans"
+    )));
+    let (table, json) = run(&[]);
+    let n = json["implausible_ranked"].as_u64().unwrap();
+    assert!(2 * n <= json["ranked"].as_u64().unwrap());
+    assert!(!table.contains("check the GPU profile"));
+}

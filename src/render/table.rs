@@ -86,6 +86,11 @@ fn layer_forward_lines(w: &mut dyn Write, f: &crate::report::LayerForward) -> st
     Ok(())
 }
 
+/// Share of the ranked plans above the measured envelope past which the
+/// search footer asks to check the GPU profile (a judgement: most plans
+/// above every measured run points at the profile, not at the layouts).
+const IMPLAUSIBLE_MAJORITY: f64 = 0.5;
+
 /// The footer line naming the FLOP convention and the peaks: MFU against
 /// the dense bf16 peak (the convention), and with low-precision linears
 /// the utilisation of that precision's own dense peak beside it.
@@ -260,6 +265,17 @@ impl Exporter for Table {
                     named(f),
                     100.0 * (f.tokens_per_s / first.tokens_per_s - 1.0),
                     100.0 * f.mfu
+                )?;
+            }
+            // Most plans above every measured run of their GPU: the
+            // ranking then puts first whatever is priced just under the
+            // envelope, and the GPU profile is the likelier culprit.
+            let ranked = r.stats.ranked as usize;
+            if ranked > 0 && r.implausible_ranked as f64 > IMPLAUSIBLE_MAJORITY * ranked as f64 {
+                writeln!(
+                    w,
+                    "check the GPU profile: {} of the {ranked} ranked plans are predicted above the best MFU measured on this GPU and precision (+3 points); #1 is then whatever is priced just under that envelope. A new or calibrated profile (its peak, efficiencies) that runs hot does this.",
+                    r.implausible_ranked
                 )?;
             }
         }
