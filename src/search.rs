@@ -1162,14 +1162,25 @@ impl Splitter {
             sp.usable.to_bits(),
             sp.expert_bytes.to_bits(),
         ];
-        for it in &sp.items {
-            key.extend([
-                it.time.to_bits(),
-                it.states.to_bits(),
-                it.activation.to_bits(),
-                it.working_set.to_bits(),
-                it.layer as u64 + 2 * it.expert as u64,
-            ]);
+        // Runs of equal items once each with their length (lossless: the
+        // L identical layers of a dense model are one entry, not L).
+        let bits = |i: &split::Item| {
+            [
+                i.time.to_bits(),
+                i.states.to_bits(),
+                i.activation.to_bits(),
+                i.working_set.to_bits(),
+                i.layer as u64 + 2 * i.expert as u64,
+            ]
+        };
+        let mut items = sp.items.iter().peekable();
+        while let Some(it) = items.next() {
+            let mut run = 1u64;
+            while items.next_if(|x| bits(x) == bits(it)).is_some() {
+                run += 1;
+            }
+            key.extend(bits(it));
+            key.push(run);
         }
         key.extend(sp.rank_time.iter().map(|t| (t - common).to_bits()));
         key.extend(sp.rank_bytes.iter().map(|b| b.to_bits()));
@@ -2338,6 +2349,29 @@ mod tests {
             // uneven on 48 layers and above the largest even v = 6, whose
             // bubble there is above UNEVEN_V_MIN_BUBBLE (3/(6·32) = 1.6%).
             assert!((whole[0] - 699_838.0).abs() < 1.0, "{whole:?}");
+        });
+    }
+
+    /// The split cache's key is lossless: runs of equal items are written
+    /// once with their length, so problems whose items differ anywhere
+    /// (here one middle layer, or where a run ends) get different keys,
+    /// and the same problem the same key. Llama-3 70B, D4 T8 p2 on dgx64.
+    #[test]
+    fn split_keys_tell_problems_apart() {
+        with_problem("70b", "dgx64", None, 8192, |pr| {
+            let sp = SplitProblem::for_layout(pr, &Layout::dense(4, 8, 2, 1));
+            let key = Splitter::key(&sp);
+            assert_eq!(key, Splitter::key(&sp.clone()));
+            // 80 alike layers between the embedding and the output: three
+            // runs, not 82 items.
+            assert!(key.len() < 4 + 3 * 6 + 3 * 2 + 2, "{}", key.len());
+            let mut middle = sp.clone();
+            let i = middle.items.len() / 2;
+            middle.items[i].time *= 1.0 + 1e-12;
+            assert_ne!(key, Splitter::key(&middle));
+            let mut shifted = sp.clone();
+            shifted.items.swap(0, 1);
+            assert_ne!(key, Splitter::key(&shifted));
         });
     }
 
