@@ -1190,16 +1190,18 @@ impl Splitter {
 
     /// Solve the problems not yet solved, within the budget, in parallel.
     fn prepare<'a>(&mut self, problems: impl IntoIterator<Item = &'a SplitProblem>) {
-        let mut todo: Vec<(Vec<u64>, &SplitProblem)> = Vec::new();
+        // Each problem with whether the layer-count solver takes it (its
+        // shape check scans every item: done once).
+        let mut todo: Vec<(Vec<u64>, &SplitProblem, bool)> = Vec::new();
         for sp in problems {
             let key = Self::key(sp);
-            if !self.cache.contains_key(&key) && !todo.iter().any(|(k, _)| *k == key) {
-                todo.push((key, sp));
+            if !self.cache.contains_key(&key) && !todo.iter().any(|(k, _, _)| *k == key) {
+                todo.push((key, sp, split::uniform::qualifies(sp)));
             }
         }
         let (mut dp, mut ilp) = (0u64, 0u64);
-        todo.retain(|(_, sp)| {
-            if split::uniform::qualifies(sp) {
+        todo.retain(|&(_, sp, uniform)| {
+            if uniform {
                 return true;
             }
             let (n, max) = if sp.vpp == 1 {
@@ -1225,12 +1227,9 @@ impl Splitter {
         // takes about a millisecond where HiGHS takes several; the other
         // interleaved layouts need the ILP (tests/split_solvers.rs checks
         // the three agree).
-        let uniform = todo
-            .iter()
-            .filter(|(_, sp)| split::uniform::qualifies(sp))
-            .count() as u64;
-        let solve = |sp: &SplitProblem| {
-            let split = if split::uniform::qualifies(sp) {
+        let uniform = todo.iter().filter(|(_, _, u)| *u).count() as u64;
+        let solve = |sp: &SplitProblem, uniform: bool| {
+            let split = if uniform {
                 split::uniform::solve(sp)
             } else if sp.vpp == 1 {
                 split::dp::solve(sp)
@@ -1241,14 +1240,14 @@ impl Splitter {
         };
         // Exact solves are too quick to share out over threads.
         let found: Vec<Option<Vec<u32>>> = if uniform == todo.len() as u64 {
-            todo.iter().map(|(_, sp)| solve(sp)).collect()
+            todo.iter().map(|&(_, sp, u)| solve(sp, u)).collect()
         } else {
-            todo.par_iter().map(|(_, sp)| solve(sp)).collect()
+            todo.par_iter().map(|&(_, sp, u)| solve(sp, u)).collect()
         };
         self.uniform_solved += uniform;
         self.solved += ilp.min(MAX_SPLIT_SOLVES - self.solved.min(MAX_SPLIT_SOLVES));
         self.dp_solved += dp.min(MAX_DP_SOLVES - self.dp_solved.min(MAX_DP_SOLVES));
-        for ((key, _), f) in todo.into_iter().zip(found) {
+        for ((key, _, _), f) in todo.into_iter().zip(found) {
             self.cache.insert(key, f);
         }
     }
@@ -1713,14 +1712,17 @@ fn refine(pr: &Problem, space: &Space, acc: &mut Acc, k: usize) {
             .par_iter()
             .map(|p| {
                 let sp = split_problem(pr, &p.layout)?;
-                if !split::uniform::qualifies(&sp) {
-                    return Some((false, None));
+                // The solver tells a problem it does not take (its shape
+                // check, once) from one it solved.
+                match split::uniform::solve(&sp) {
+                    Err(split::SplitError::NotUniform) => Some((false, None)),
+                    found => Some((
+                        true,
+                        found
+                            .ok()
+                            .and_then(|s| with_split(pr, policy, &p.layout, s.layers)),
+                    )),
                 }
-                let found = split::uniform::solve(&sp).ok();
-                Some((
-                    true,
-                    found.and_then(|s| with_split(pr, policy, &p.layout, s.layers)),
-                ))
             })
             .collect();
         for (p, got) in reach.iter().zip(solved) {
