@@ -2365,8 +2365,10 @@ mod tests {
             let key = Splitter::key(&sp);
             assert_eq!(key, Splitter::key(&sp.clone()));
             // 80 alike layers between the embedding and the output: three
-            // runs, not 82 items.
-            assert!(key.len() < 4 + 3 * 6 + 3 * 2 + 2, "{}", key.len());
+            // runs of 5 numbers and a length, not 82 items of 5. With p = 2:
+            // 4 (p, v, usable, expert bytes) + 3·6 + 2 rank times + 2 rank
+            // bytes + 2 in-flight counts = 28 (it was 4 + 82·5 + 6 = 420).
+            assert_eq!(key.len(), 28);
             let mut middle = sp.clone();
             let i = middle.items.len() / 2;
             middle.items[i].time *= 1.0 + 1e-12;

@@ -1921,6 +1921,39 @@ fn a_precision_without_measured_runs_says_nothing_bounds_its_mfu() {
     ]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(line));
+    // The line stands for what the trust carries: no envelope on any row
+    // (no measured NVFP4 run), while the bf16 A100 rows have one.
+    let rows = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = meshplan(args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["rows"].as_array().unwrap().clone()
+    };
+    let fp4 = rows(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx-b200-64",
+        "--precision",
+        "nvfp4",
+        "--top",
+        "20",
+        "--format",
+        "json",
+    ]);
+    assert!(!fp4.is_empty() && fp4.iter().all(|r| r["trust"]["envelope"].is_null()));
+    let bf16 = rows(&[
+        "search",
+        "--model",
+        "70b",
+        "--cluster",
+        "dgx64",
+        "--top",
+        "20",
+        "--format",
+        "json",
+    ]);
+    assert!(bf16.iter().all(|r| !r["trust"]["envelope"].is_null()));
     let out = meshplan(&[
         "search",
         "--model",
