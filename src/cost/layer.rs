@@ -130,15 +130,16 @@ pub struct LayerCosts {
     /// bytes ([`experts::routed_activation_bytes`]; part of `moe.activation`,
     /// 0 under full recompute).
     pub routed_activation: f64,
-    /// Forward compute of one dense layer per micro-batch, by kind
-    /// ([`compute::layer_forward`]), for `explain`.
+    /// Forward compute of one dense layer per micro-batch, by kind,
+    /// seconds ([`compute::layer_forward`]), for `explain`.
     pub dense_forward: LayerTime,
     /// The same for an MoE layer, its expert GEMMs at the grouped-GEMM
     /// rate (zero for dense models).
     pub moe_forward: LayerTime,
     /// Token-expert pairs per local expert of an MoE layer per
-    /// micro-batch, and the grouped GEMM's share of the dense GEMM rate
-    /// at that count ([`experts::grouped_gemm_efficiency`]); (0, 1) for
+    /// micro-batch (rows of the grouped GEMM), and the grouped GEMM's share
+    /// of the dense GEMM rate at that count, a fraction in (0, 1]
+    /// ([`experts::grouped_gemm_efficiency`], `m/(m + m½)`); (0, 1) for
     /// dense models.
     pub expert_rows: (f64, f64),
 }

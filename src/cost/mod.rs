@@ -246,7 +246,13 @@ fn end_layer_params(lc: &LayerCosts, has_embedding: bool, has_output: bool) -> (
 /// prefetched) of the largest dense unit ([`zero3_largest_unit`]) plus one
 /// MoE layer's local experts, at the recipe's weight bytes; and one such
 /// unit's full gradients between its backward and its reduce-scatter, at
-/// the reduction's bytes. Zero below ZeRO-3.
+/// the reduction's bytes. Zero below ZeRO-3. A group of one rank gathers
+/// nothing (its parameters are whole, already in its model states): the
+/// dense unit counts only when D·C > 1 and the experts only when the
+/// expert data-parallel size T·C·D/(E·ETP) > 1 (ZeRO-3 shards over the
+/// data-parallel group, [ref:rajbhandari-2020] §5.3).
+///
+/// Units: bytes (parameter counts times the recipe's bytes per element).
 pub fn zero3_transients(
     pr: &Problem,
     l: &Layout,
